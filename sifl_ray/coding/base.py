@@ -1,0 +1,167 @@
+"""Interfaces of the immersion codes (SPEC "SIFL M1", "SIFL M2", "Choosing the matrices").
+
+A code is a value: an immutable key object with pure maps. Randomness (the noise ``r1``, ``R1``, ``R2``)
+is always passed in, never drawn from global state, so the same key gives the same numbers in any
+process. All coding arithmetic is float64 (SPEC "Precision").
+
+Who holds what (SPEC "Parties"): the server holds a :class:`ServerKey` (``P1``, ``P1L``, ``N1``); a client
+holds only ``ServerKey.client_view()`` (``P1`` and ``P1L``, which the target optimizer needs) and, in M2,
+``AggregatorKey.client_view()`` (``P2R``); the aggregator holds an :class:`AggregatorKey`. No other party
+may receive key material.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+CODING_DTYPE = torch.float64
+
+NoiseDistribution = Literal["gaussian", "laplace"]
+
+
+@dataclass(frozen=True)
+class NoiseSpec:
+    """The law of a party's coding noise (``r1``/``R1`` for the server, ``R2`` for the aggregator).
+
+    Attributes:
+        distribution: ``"gaussian"`` (``scale`` is the standard deviation σ) or ``"laplace"`` (``scale`` is
+            the Laplace scale b; its standard deviation is b·√2).
+        scale: σ or b. Zero means no noise (the identity code and tests use it).
+    """
+
+    distribution: NoiseDistribution = "gaussian"
+    scale: float = 0.0
+
+    def sample(
+        self,
+        shape: tuple[int, ...],
+        generator: torch.Generator,
+        device: str | torch.device = "cpu",
+    ) -> torch.Tensor:
+        """Draw float64 noise of ``shape`` from ``generator`` (which must live on ``device``)."""
+        if self.scale == 0.0 or math.prod(shape) == 0:
+            return torch.zeros(shape, dtype=CODING_DTYPE, device=device)
+        if self.distribution == "gaussian":
+            out = torch.randn(shape, generator=generator, dtype=CODING_DTYPE, device=device)
+            return out.mul_(self.scale)
+        if self.distribution == "laplace":
+            # Inverse CDF of Laplace(0, b) from U(-1/2, 1/2); exact in float64 except at |u| = 1/2.
+            u = torch.rand(shape, generator=generator, dtype=CODING_DTYPE, device=device) - 0.5
+            return -self.scale * torch.sign(u) * torch.log1p(-2.0 * u.abs())
+        raise ValueError(f"unknown noise distribution {self.distribution!r}; expected 'gaussian' or 'laplace'")
+
+
+@dataclass(frozen=True)
+class KeyNorms:
+    """Row norms of a server key, the inputs of the DP formulas (SPEC "Differential privacy").
+
+    Arrays have one entry per encoded coordinate j (length ñ). ``exact`` says whether they are exact (up to
+    float64 round-off) or rigorous bounds; bounds are always on the conservative side for ε: upper bounds
+    for ``P1`` norms and ``P1L`` spectral norm, lower bounds for ``N1`` norms. ``note`` explains how they
+    were obtained, so reports can say it.
+    """
+
+    p1_row_l2: torch.Tensor
+    p1_row_l1: torch.Tensor
+    n1_row_l2: torch.Tensor
+    n1_row_maxabs: torch.Tensor
+    p1l_spectral: float
+    exact: bool
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class AggregatorNorms:
+    """Norms of the aggregator key π2 used by Theorems 1 and 2 (M2)."""
+
+    p2_abs: torch.Tensor  # |P2^m| for m = 1..p
+    p2r_l2: float  # ‖P2R‖₂
+    n2_spectral: float  # ‖N2‖₂
+    n2_col_l2: torch.Tensor = field(default_factory=lambda: torch.zeros(0))  # ‖N2^m‖₂, column m
+
+
+class ClientServerKey(abc.ABC):
+    """What a client holds of the server's key: ``P1`` and ``P1L`` (for the target optimizer), never ``N1``
+    as such and never the power to draw the server's noise."""
+
+    n: int
+    n_tilde: int
+    epoch: int
+
+    @abc.abstractmethod
+    def apply_P1(self, x: torch.Tensor) -> torch.Tensor:
+        """``P1 @ x`` for ``x`` of shape (n,) or (n, p); float64."""
+
+    @abc.abstractmethod
+    def decode(self, x: torch.Tensor) -> torch.Tensor:
+        """``P1L @ x`` for ``x`` of shape (ñ,) or (ñ, p); float64."""
+
+
+class ServerKey(ClientServerKey):
+    """Key 1 (π1, Proposition 1): ``w~ = P1 w + N1 r``, decoded by ``P1L`` with ``P1L P1 = I``,
+    ``P1L N1 = 0``."""
+
+    backend: str
+    left_inverse: str
+
+    @abc.abstractmethod
+    def apply_N1(self, r: torch.Tensor) -> torch.Tensor:
+        """``N1 @ r`` for ``r`` of shape (ñ−n,) or (ñ−n, p)."""
+
+    def encode(self, w: torch.Tensor, r: torch.Tensor | None = None) -> torch.Tensor:
+        """π1: ``P1 w + N1 r`` (Eq. privacymechanisms); ``r=None`` means no noise."""
+        out = self.apply_P1(w)
+        if r is not None:
+            out = out + self.apply_N1(r)
+        return out
+
+    def reencode(self, x: torch.Tensor, r: torch.Tensor | None = None) -> torch.Tensor:
+        """M2 server step: ``P1 (P1L x) + N1 r`` for ``x`` of shape (ñ, p), without removing code 2."""
+        return self.encode(self.decode(x), r)
+
+    @abc.abstractmethod
+    def client_view(self) -> ClientServerKey:
+        """The part of this key a client may hold (``P1``, ``P1L``)."""
+
+    @abc.abstractmethod
+    def norms(self) -> KeyNorms:
+        """Row norms for the DP accountant (exact, or conservative bounds; see :class:`KeyNorms`)."""
+
+    @abc.abstractmethod
+    def dense(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(P1, P1L, N1)`` as dense float64 matrices; only for small n (attacks, tests)."""
+
+    @abc.abstractmethod
+    def state_dict(self) -> dict:
+        """Secret key material, for the owner's own checkpoint file only."""
+
+
+class AggregatorKey(abc.ABC):
+    """Key 2 (π2, Proposition 2): ``W'_a = w~_a P2 + R2 N2``; clients strip it with ``P2R``."""
+
+    p: int
+
+    @abc.abstractmethod
+    def encode(self, w_tilde: torch.Tensor, R2: torch.Tensor | None = None) -> torch.Tensor:
+        """(ñ,) → (ñ, p): ``w~ P2 + R2 N2`` with ``R2`` of shape (ñ, p−1)."""
+
+    @abc.abstractmethod
+    def strip(self, W: torch.Tensor) -> torch.Tensor:
+        """(ñ, p) → (ñ,): ``W P2R``."""
+
+    @abc.abstractmethod
+    def client_view(self) -> AggregatorKey:
+        """A key holding only ``P2R`` (encode raises)."""
+
+    @abc.abstractmethod
+    def norms(self) -> AggregatorNorms:
+        """Norms for Theorems 1 and 2."""
+
+    @abc.abstractmethod
+    def state_dict(self) -> dict:
+        """Secret key material, for the aggregator's own checkpoint file only."""
