@@ -1,0 +1,59 @@
+"""The Ray backend: actors, ObjectRefs, and ``ray.get`` at the driver for metrics only."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import ray
+
+
+class RayBackend:
+    """Runs the role hosts as Ray actors.
+
+    Args:
+        address: an existing cluster (``RAY_ADDRESS`` or ``ray.address``); ``None`` starts a local one sized
+            to the machine.
+        num_cpus / num_gpus: only for a local start (tests declare GPUs on a CPU machine this way).
+    """
+
+    name = "ray"
+
+    def __init__(self, *, address: str | None = None, num_cpus: int | None = None,
+                 num_gpus: int | None = None) -> None:
+        self._owns = False
+        if not ray.is_initialized():
+            kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True,
+                                      "configure_logging": False}
+            if address:
+                ray.init(address=address, **kwargs)
+            else:
+                ray.init(num_cpus=num_cpus or os.cpu_count(), num_gpus=num_gpus, **kwargs)
+            self._owns = True
+
+    def available(self) -> dict[str, float]:
+        return dict(ray.available_resources())
+
+    def cluster(self) -> dict[str, float]:
+        return dict(ray.cluster_resources())
+
+    def spawn(self, cls: type, *args: Any, num_cpus: float = 0, num_gpus: float = 0, **kwargs: Any):
+        remote_cls = ray.remote(cls)
+        return remote_cls.options(num_cpus=num_cpus, num_gpus=num_gpus or None,
+                                  max_restarts=0).remote(*args, **kwargs)
+
+    def call(self, handle, method: str, *args: Any, num_returns: int = 1, **kwargs: Any):
+        return getattr(handle, method).options(num_returns=num_returns).remote(*args, **kwargs)
+
+    def put(self, value: Any):
+        return ray.put(value)
+
+    def get(self, refs):
+        return ray.get(refs)
+
+    def kill(self, handle) -> None:
+        ray.kill(handle)
+
+    def shutdown(self) -> None:
+        if self._owns:
+            ray.shutdown()

@@ -1,0 +1,30 @@
+"""Ray shell around the evaluator (a labelled simulation device; see :mod:`sifl_ray.roles.evaluator`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from sifl_ray.keys import key_inventory
+from sifl_ray.models import build_model
+from sifl_ray.roles.evaluator import EvaluatorRole
+from sifl_ray.seeding import torch_generator
+
+
+class EvaluatorActor:
+    def __init__(self, data: dict, model: dict, seed: int, batch_size: int, threads: int = 1) -> None:
+        torch.set_num_threads(max(1, threads))
+        net = build_model(model["name"], input_shape=tuple(model["input_shape"]),
+                          num_classes=model["num_classes"], generator=torch_generator(seed, "init"))
+        self.role = EvaluatorRole(model=net, x_test=np.asarray(data["x_test"]), y_test=np.asarray(data["y_test"]),
+                                  batch_size=batch_size, device=torch.device("cpu"))
+
+    def set_arm(self, arm: str, mode: str, server_view=None, aggregator_view=None) -> None:
+        self.role.set_arm(arm, mode, server_view, aggregator_view)
+
+    def evaluate(self, arm: str, t: int, broadcast: torch.Tensor) -> dict:
+        return self.role.evaluate(arm, t, broadcast)
+
+    def key_inventory(self) -> list[str]:
+        """Which kinds of key material this actor holds (see :func:`sifl_ray.keys.key_inventory`)."""
+        return sorted(key_inventory(self))

@@ -1,0 +1,8 @@
+"""Main entry: ``python run.py [scenario=NAME] [key=value ...]`` (the same as ``sifl run``)."""
+
+import sys
+
+from sifl_ray.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main(["run", *sys.argv[1:]]))

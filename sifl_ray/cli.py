@@ -1,0 +1,110 @@
+"""``sifl``: run, describe and list scenarios; run the attack suite and the benchmarks.
+
+    sifl run [scenario=NAME] [key=value ...]        # same as: python run.py ...
+    sifl describe [scenario=NAME] [key=value ...] [--json] [--frontier]
+    sifl list
+    sifl attack [scenario=attack_small] [key=value ...]
+    sifl bench <kernels|overhead|coding-overhead|memory|reliability> [options]
+
+Configuration problems are printed all at once, one per line with the fix, and exit with code 2 (no
+traceback): a user's typo is not a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from sifl_ray.config import ConfigError, load_config, scenario_names
+
+USAGE = __doc__ or ""
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+def cmd_run(argv: list[str]) -> int:
+    from sifl_ray.coding.precision import PrecisionError
+    from sifl_ray.runner import run_scenario, summary_table
+
+    cfg = load_config(argv)
+    try:
+        result = run_scenario(cfg)
+    except PrecisionError as err:
+        return _fail(str(err))
+    print(summary_table(result.summary))
+    print(f"run folder: {result.run_dir} (tensorboard --logdir {result.run_dir / 'tb'})")
+    print(result.result_line)
+    return 0
+
+
+def cmd_describe(argv: list[str]) -> int:
+    from sifl_ray.sizing import describe_scenario, format_description
+
+    as_json = "--json" in argv
+    frontier = "--frontier" in argv
+    rest = [a for a in argv if a not in ("--json", "--frontier")]
+    if frontier:
+        from sifl_ray.attacks.frontier import frontier_main
+
+        return int(frontier_main(rest) or 0)
+    cfg = load_config(rest)
+    info = describe_scenario(cfg)
+    print(json.dumps(info, indent=2) if as_json else format_description(info))
+    return 0
+
+
+def cmd_list(argv: list[str]) -> int:
+    import yaml
+
+    from sifl_ray.config import SCENARIO_DIR
+
+    for name in scenario_names():
+        text = (SCENARIO_DIR / f"{name}.yaml").read_text().splitlines()
+        doc = next((line.lstrip("# ").strip() for line in text if line.startswith("#")), "")
+        data = yaml.safe_load("\n".join(text)) or {}
+        arms = ",".join(data.get("arms", [])) if isinstance(data.get("arms"), list) else ""
+        print(f"{name:32s} {doc}" + (f"  [arms: {arms}]" if arms else ""))
+    return 0
+
+
+def cmd_attack(argv: list[str]) -> int:
+    from sifl_ray.attacks.cli import attack_main
+
+    return int(attack_main(argv) or 0)
+
+
+def cmd_bench(argv: list[str]) -> int:
+    from bench.__main__ import main as bench_main
+
+    return int(bench_main(argv) or 0)
+
+
+COMMANDS = {"run": cmd_run, "describe": cmd_describe, "list": cmd_list, "attack": cmd_attack, "bench": cmd_bench}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        if "=" in command:  # `sifl scenario=quickstart` reads as `sifl run scenario=quickstart`
+            command, rest = "run", argv
+        else:
+            return _fail(f"unknown command {command!r}; expected one of {', '.join(COMMANDS)}")
+    try:
+        return COMMANDS[command](rest)
+    except ConfigError as err:
+        print(str(err), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,445 @@
+"""Scenario configuration: a typed schema, YAML scenarios, ``key=value`` overrides, validated once.
+
+Why one module: every entry point (``run.py``, ``sifl run``, ``sifl describe``, benchmarks, tests) must
+read the same schema and report problems the same way. The YAML scenario is merged over the dataclass
+defaults, the CLI overrides over that; then *every* problem is collected (unknown keys with a suggestion,
+wrong types, out-of-range values, cross-field constraints) and raised at once as a :class:`ConfigError`
+whose message says, for each, the key, what was expected, what arrived and how to fix it. The result is a
+read-only OmegaConf object: nobody mutates the configuration after validation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
+ARM_KINDS = ("fl", "sifl_m1", "sifl_m2", "nbafl")
+
+
+@dataclass
+class DataConfig:
+    """Where samples come from and how they are split over clients."""
+
+    name: str = "digits"  # digits | mnist | fashion_mnist | synthetic
+    root: str | None = None  # folder for IDX files (files live in <root>/<name>/); None → data_cache
+    download: bool = True  # fetch missing IDX files from the public mirrors (checksums verified)
+    n_train: int = 60000  # synthetic only
+    n_test: int = 10000  # synthetic only
+    limit_train: int | None = None  # keep a random subset of the training set (scaled-down runs)
+    limit_test: int | None = None
+    test_fraction: float = 0.25  # digits only
+    partition: str = "iid"  # iid | dirichlet | shards
+    dirichlet_alpha: float = 0.5
+    shards_per_client: int = 2
+
+
+@dataclass
+class ClientsConfig:
+    num_clients: int = 10
+    fraction: float = 1.0  # fraction of clients sampled each round (at least one)
+
+
+@dataclass
+class TrainConfig:
+    model: str = "digits_mlp"  # mlp | cnn | cnn2 | digits_mlp
+    optimizer: str = "sgd"  # sgd | momentum | adam | any torch.optim class name
+    lr: float = 0.05
+    batch_size: int = 32
+    local_epochs: int = 1
+    local_steps: int = 0  # > 0: this many local steps instead of epochs
+    rounds: int = 20
+    eval_batch_size: int = 2048
+    skip_training: bool = False  # no-op clients (benchmarks of framework overhead)
+
+
+@dataclass
+class NoiseConfig:
+    distribution: str = "gaussian"  # gaussian | laplace
+    sigma1: float = 1e3  # server noise r1 / R1: std (gaussian) or scale b (laplace)
+    sigma2: float = 1e3  # aggregator noise R2
+
+
+@dataclass
+class PrecisionConfig:
+    tolerance: float = 1e-5  # largest acceptable predicted per-round decode error
+    policy: str = "refuse"  # refuse | warn
+
+
+@dataclass
+class CodingConfig:
+    """The immersion codes (SPEC "Choosing the matrices")."""
+
+    backend: str = "fast"  # fast | dense | block
+    left_inverse: str = "oblique"  # oblique | pinv
+    n_extra: int = 64  # ñ − n
+    alpha: float = 1e-3  # scale of P1
+    beta: float = 1.0  # scale of N1
+    kappa: float = 1.0  # spectral norm of the oblique part K
+    block_size: int = 64  # block backend only
+    p: int = 2  # columns of the aggregator code (M2)
+    gamma: float = 1e-3  # scale of P2 (‖P2R‖ = 1/gamma)
+    eta: float = 1.0  # scale of N2
+    client_form: str = "fused"  # fused | stepwise
+    dtype: str = "float64"
+    key_seed: int | None = None  # None: keys from a secure random source; int: reproducible (not secure)
+    noise: NoiseConfig = field(default_factory=NoiseConfig)
+    precision: PrecisionConfig = field(default_factory=PrecisionConfig)
+
+
+@dataclass
+class PrivacyConfig:
+    clip: float = 1000.0  # C used for SIFL's sensitivities 2C/|D_i| and 2C/|D|
+    delta: float = 1e-5
+
+
+@dataclass
+class NbaflConfig:
+    epsilons: list[float] = field(default_factory=lambda: [1.0])  # one nbafl arm per ε
+    delta: float = 1e-5
+    clip: float = 10.0
+
+
+@dataclass
+class RayConfig:
+    backend: str = "ray"  # ray | sequential (in-process, same roles)
+    address: str | None = None  # existing cluster; the RAY_ADDRESS environment variable also works
+    num_workers: int = 0  # client workers; 0 → one per available CPU (at most the number of clients)
+    cpus_per_worker: float = 1.0
+    gpus_per_worker: float = 0.0  # fractional GPUs per worker when GPUs exist
+    num_shards: int = 2  # aggregator actors, each reducing one shard of the encoded vector
+    materialize_uploads: bool = False  # encode every client's upload separately (slower; for transcripts)
+
+
+@dataclass
+class OutputConfig:
+    dir: str = "runs"
+    tensorboard: bool = True
+    plot: bool = True
+    progress: bool = True
+
+
+@dataclass
+class ScenarioConfig:
+    scenario: str = "quickstart"
+    seed: int = 0
+    arms: list[str] = field(default_factory=lambda: list(ARM_KINDS))
+    data: DataConfig = field(default_factory=DataConfig)
+    clients: ClientsConfig = field(default_factory=ClientsConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    coding: CodingConfig = field(default_factory=CodingConfig)
+    privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
+    nbafl: NbaflConfig = field(default_factory=NbaflConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+
+
+class ConfigError(ValueError):
+    """All configuration problems at once; ``str()`` is the message shown to the user (exit code 2)."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        lines = [f"{len(problems)} configuration problem{'s' if len(problems) != 1 else ''}:"]
+        lines += [f"  - {p}" for p in problems]
+        super().__init__("\n".join(lines))
+
+
+CHOICES: dict[str, tuple[str, ...]] = {
+    "data.name": ("digits", "mnist", "fashion_mnist", "synthetic"),
+    "data.partition": ("iid", "dirichlet", "shards"),
+    "train.model": ("mlp", "cnn", "cnn2", "digits_mlp"),
+    "coding.backend": ("fast", "dense", "block"),
+    "coding.left_inverse": ("oblique", "pinv"),
+    "coding.client_form": ("fused", "stepwise"),
+    "coding.dtype": ("float64", "float32"),
+    "coding.noise.distribution": ("gaussian", "laplace"),
+    "coding.precision.policy": ("refuse", "warn"),
+    "ray.backend": ("ray", "sequential"),
+}
+
+# key → (predicate, what is expected, how to fix)
+_POSITIVE = (lambda v: v > 0, "a number > 0")
+_NONNEG = (lambda v: v >= 0, "a number ≥ 0")
+RANGES: dict[str, tuple[typing.Callable[[Any], bool], str]] = {
+    "train.lr": _POSITIVE,
+    "train.batch_size": (lambda v: v >= 1, "an integer ≥ 1"),
+    "train.local_epochs": (lambda v: v >= 1, "an integer ≥ 1"),
+    "train.local_steps": _NONNEG,
+    "train.rounds": (lambda v: v >= 1, "an integer ≥ 1"),
+    "train.eval_batch_size": (lambda v: v >= 1, "an integer ≥ 1"),
+    "clients.num_clients": (lambda v: v >= 1, "an integer ≥ 1"),
+    "clients.fraction": (lambda v: 0 < v <= 1, "a number in (0, 1]"),
+    "data.dirichlet_alpha": (lambda v: v > 0, "a number > 0 (smaller means more label skew)"),
+    "data.shards_per_client": (lambda v: v >= 1, "an integer ≥ 1"),
+    "data.n_train": (lambda v: v >= 1, "an integer ≥ 1"),
+    "data.n_test": (lambda v: v >= 1, "an integer ≥ 1"),
+    "data.test_fraction": (lambda v: 0 < v < 1, "a number in (0, 1)"),
+    "coding.n_extra": (lambda v: v >= 1, "an integer ≥ 1 (ñ − n ≥ 1: the noise needs a kernel)"),
+    "coding.alpha": _POSITIVE,
+    "coding.beta": _POSITIVE,
+    "coding.kappa": _NONNEG,
+    "coding.block_size": (lambda v: v >= 1, "an integer ≥ 1"),
+    "coding.p": (lambda v: v >= 2, "an integer ≥ 2 (π2 needs a null space: p − 1 ≥ 1)"),
+    "coding.gamma": _POSITIVE,
+    "coding.eta": _POSITIVE,
+    "coding.noise.sigma1": _NONNEG,
+    "coding.noise.sigma2": _NONNEG,
+    "coding.precision.tolerance": _POSITIVE,
+    "privacy.clip": _POSITIVE,
+    "privacy.delta": (lambda v: 0 < v < 1, "a number in (0, 1)"),
+    "nbafl.delta": (lambda v: 0 < v < 1, "a number in (0, 1)"),
+    "nbafl.clip": _POSITIVE,
+    "ray.num_workers": _NONNEG,
+    "ray.cpus_per_worker": _NONNEG,
+    "ray.gpus_per_worker": _NONNEG,
+    "ray.num_shards": (lambda v: v >= 1, "an integer ≥ 1"),
+}
+
+
+def scenario_names() -> list[str]:
+    """Names of the bundled scenarios (``scenarios/*.yaml``)."""
+    return sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml"))
+
+
+def _parse_override(text: str) -> tuple[str, Any]:
+    if "=" not in text:
+        raise ConfigError([f"override {text!r}: expected key=value (for example train.rounds=5)"])
+    key, raw = text.split("=", 1)
+    value = yaml.safe_load(raw) if raw != "" else None
+    return key.strip(), value
+
+
+def _set_path(tree: dict, dotted: str, value: Any) -> None:
+    node = tree
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node = node[part]
+    node[parts[-1]] = value
+
+
+def _check_type(hint: Any, value: Any) -> tuple[bool, Any]:
+    """(ok, coerced value) for a value against a dataclass field annotation."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        if value is None and type(None) in args:
+            return True, None
+        for arg in args:
+            if arg is type(None):
+                continue
+            ok, coerced = _check_type(arg, value)
+            if ok:
+                return True, coerced
+        return False, value
+    if origin is list:
+        if not isinstance(value, list | tuple):
+            value = [value]  # a single value where a list is expected: accept it as a one-element list
+        out = []
+        for item in value:
+            ok, coerced = _check_type(args[0], item)
+            if not ok:
+                return False, value
+            out.append(coerced)
+        return True, out
+    if hint is bool:
+        return isinstance(value, bool), value
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool), value
+    if hint is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return True, float(value)
+        return False, value
+    if hint is str:
+        return isinstance(value, str), value
+    return True, value
+
+
+def _type_name(hint: Any) -> str:
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+
+
+def _validate_tree(schema: type, raw: dict, prefix: str, problems: list[str]) -> dict:
+    """Check ``raw`` against dataclass ``schema``; return a dict of coerced values (defaults filled)."""
+    hints = typing.get_type_hints(schema)
+    fields = {f.name: f for f in dataclasses.fields(schema)}
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        dotted = f"{prefix}{key}"
+        if key not in fields:
+            close = difflib.get_close_matches(key, list(fields), n=1)
+            hint = f"; did you mean {prefix}{close[0]}?" if close else f"; valid keys: {', '.join(fields)}"
+            problems.append(f"{dotted}: unknown key{hint} (remove it or fix the spelling)")
+            continue
+        hint_t = hints[key]
+        if dataclasses.is_dataclass(hint_t):
+            if not isinstance(value, dict):
+                problems.append(f"{dotted}: expected a section (mapping), got {value!r}")
+                continue
+            out[key] = _validate_tree(hint_t, value, f"{dotted}.", problems)
+            continue
+        ok, coerced = _check_type(hint_t, value)
+        if not ok:
+            problems.append(
+                f"{dotted}: expected {_type_name(hint_t)}, got {value!r} ({type(value).__name__}); "
+                f"set {dotted}=<{_type_name(hint_t)}>"
+            )
+            continue
+        if dotted in CHOICES and coerced not in CHOICES[dotted]:
+            problems.append(
+                f"{dotted}: expected one of {', '.join(CHOICES[dotted])}, got {coerced!r}; "
+                f"set {dotted}={CHOICES[dotted][0]}"
+            )
+            continue
+        if dotted in RANGES and coerced is not None:
+            pred, what = RANGES[dotted]
+            if not pred(coerced):
+                problems.append(f"{dotted}: expected {what}, got {coerced!r}; change {dotted}")
+                continue
+        out[key] = coerced
+    return out
+
+
+def _cross_checks(cfg: dict, problems: list[str]) -> None:
+    arms = cfg.get("arms", list(ARM_KINDS))
+    for arm in arms:
+        if arm not in ARM_KINDS:
+            problems.append(f"arms: unknown arm {arm!r}; expected a subset of {', '.join(ARM_KINDS)}")
+    if not arms:
+        problems.append("arms: expected at least one arm, got []; for example arms=[fl,sifl_m2]")
+    if len(set(arms)) != len(arms):
+        problems.append(f"arms: duplicate arm in {arms}; list each arm once")
+    nb = cfg.get("nbafl", {})
+    for eps in nb.get("epsilons", [1.0]):
+        if not eps > 0:
+            problems.append(f"nbafl.epsilons: expected every ε > 0, got {eps}; for example nbafl.epsilons=[1,5]")
+    coding = cfg.get("coding", {})
+    if coding.get("dtype") == "float32":
+        problems.append(
+            "coding.dtype: expected float64, got float32; coding arithmetic must be float64 because the "
+            "encoded vector is dominated by noise (SPEC 'Precision'); set coding.dtype=float64"
+        )
+    data = cfg.get("data", {})
+    if data.get("name") in ("mnist", "fashion_mnist") and data.get("root") and not data.get("download", True):
+        root = Path(str(data["root"])).expanduser()
+        if not root.is_dir():
+            problems.append(
+                f"data.root: expected an existing folder with the IDX files, got {str(root)!r} (missing); "
+                "create it, point data.root at it, or set data.download=true"
+            )
+    clients = cfg.get("clients", {})
+    num_clients = clients.get("num_clients", 10)
+    if data.get("name") == "synthetic" and num_clients > data.get("n_train", 60000):
+        problems.append(
+            f"clients.num_clients: {num_clients} clients but only data.n_train={data.get('n_train')} samples; "
+            "every client needs at least one sample: lower clients.num_clients or raise data.n_train"
+        )
+    if data.get("name") == "digits":
+        n_digits_train = int(1797 * (1 - data.get("test_fraction", 0.25)))
+        if num_clients > n_digits_train:
+            problems.append(
+                f"clients.num_clients: {num_clients} clients but digits has only {n_digits_train} training "
+                "samples; lower clients.num_clients or use data.name=synthetic"
+            )
+    if data.get("partition") == "shards":
+        spc = data.get("shards_per_client", 2)
+        n_train = data.get("n_train", 60000) if data.get("name") == "synthetic" else None
+        if n_train is not None and num_clients * spc > n_train:
+            problems.append(
+                "data.shards_per_client: clients × shards exceeds the training samples; "
+                "lower data.shards_per_client or clients.num_clients"
+            )
+
+
+def load_config(overrides: list[str] | None = None, *, scenario: str | None = None) -> DictConfig:
+    """Build the validated, read-only configuration.
+
+    Args:
+        overrides: ``key=value`` strings (dotted keys; YAML values), applied last. ``scenario=NAME`` picks the
+            scenario file ``scenarios/NAME.yaml``; a path to a ``.yaml`` file also works.
+        scenario: the scenario if not given in ``overrides`` (default ``quickstart``).
+
+    Raises:
+        ConfigError: every problem found, each with its key, expectation and fix.
+    """
+    problems: list[str] = []
+    parsed: list[tuple[str, Any]] = []
+    for text in overrides or []:
+        try:
+            parsed.append(_parse_override(text))
+        except ConfigError as err:
+            problems.extend(err.problems)
+        except yaml.YAMLError as err:
+            problems.append(f"override {text!r}: the value is not valid YAML ({err.__class__.__name__})")
+    for key, value in parsed:
+        if key == "scenario":
+            scenario = str(value)
+    scenario = scenario or "quickstart"
+    path = Path(scenario) if scenario.endswith((".yaml", ".yml")) else SCENARIO_DIR / f"{scenario}.yaml"
+    raw: dict = {}
+    if not path.is_file():
+        names = scenario_names()
+        close = difflib.get_close_matches(scenario, names, n=1)
+        tip = f"did you mean {close[0]}? " if close else ""
+        problems.append(f"scenario: no scenario {scenario!r} ({path}); {tip}available: {', '.join(names)}")
+    else:
+        loaded = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(loaded, dict):
+            problems.append(f"scenario: {path} must contain a mapping of sections, got {type(loaded).__name__}")
+        else:
+            raw = loaded
+    raw["scenario"] = path.stem if path.is_file() else scenario
+    for key, value in parsed:
+        if key != "scenario":
+            _set_path(raw, key, value)
+    if os.environ.get("RAY_ADDRESS") and not (raw.get("ray") or {}).get("address"):
+        _set_path(raw, "ray.address", os.environ["RAY_ADDRESS"])
+    checked = _validate_tree(ScenarioConfig, raw, "", problems)
+    merged = OmegaConf.merge(OmegaConf.structured(ScenarioConfig), checked) if not problems else None
+    if merged is not None:
+        _cross_checks(OmegaConf.to_container(merged), problems)
+    if problems:
+        raise ConfigError(problems)
+    OmegaConf.set_readonly(merged, True)
+    return merged
+
+
+def arm_names(cfg: DictConfig) -> list[str]:
+    """Concrete arm names: ``nbafl`` expands to one arm per ε (``nbafl_eps1``, ``nbafl_eps5``, ...)."""
+    names: list[str] = []
+    for arm in cfg.arms:
+        if arm == "nbafl":
+            names += [f"nbafl_eps{_fmt_eps(e)}" for e in cfg.nbafl.epsilons]
+        else:
+            names.append(arm)
+    return names
+
+
+def _fmt_eps(eps: float) -> str:
+    return f"{eps:g}".replace(".", "p")
+
+
+def arm_kind(arm: str) -> str:
+    """``nbafl_eps5`` → ``nbafl``; other arm names are their own kind."""
+    return "nbafl" if arm.startswith("nbafl") else arm
+
+
+def nbafl_epsilon(cfg: DictConfig, arm: str) -> float:
+    for eps in cfg.nbafl.epsilons:
+        if f"nbafl_eps{_fmt_eps(eps)}" == arm:
+            return float(eps)
+    raise KeyError(arm)
+
+
+def to_yaml(cfg: DictConfig) -> str:
+    """The resolved configuration as YAML (for TensorBoard text and ``config.yaml`` in the run folder)."""
+    return OmegaConf.to_yaml(cfg)

@@ -1,0 +1,130 @@
+"""Run outputs: TensorBoard event files, ``summary.json``, the accuracy plot, the final table.
+
+One TensorBoard writer per arm (``<run_dir>/tb/<arm>/``) with the *same* tag names for every arm, so that
+TensorBoard overlays the arms on one chart per metric; the resolved configuration goes in as text and the
+scalar hyperparameters as hparams. Nothing written here may contain key material: callers pass metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename (a reader never sees half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _finite(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return None if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    return x
+
+
+class RunLogger:
+    """Writes one run's outputs under ``run_dir``."""
+
+    def __init__(self, run_dir: Path, arms: list[str], *, config_yaml: str, hparams: dict[str, Any],
+                 tensorboard: bool = True, purge_step: int | None = None):
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.arms = arms
+        self.writers: dict[str, Any] = {}
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            for arm in arms:
+                self.writers[arm] = SummaryWriter(str(self.run_dir / "tb" / arm), purge_step=purge_step)
+            if purge_step is None:
+                top = SummaryWriter(str(self.run_dir / "tb" / "_run"))
+                top.add_text("config", "```yaml\n" + config_yaml + "\n```", 0)
+                top.add_hparams({k: v for k, v in hparams.items() if isinstance(v, int | float | str | bool)},
+                                {"hparam/placeholder_free": 1.0}, run_name=".")
+                top.close()
+        atomic_write_text(self.run_dir / "config.yaml", config_yaml)
+
+    def log_round(self, arm: str, t: int, metrics: dict[str, float]) -> None:
+        writer = self.writers.get(arm)
+        if writer is None:
+            return
+        for tag, value in metrics.items():
+            if isinstance(value, int | float) and math.isfinite(float(value)):
+                writer.add_scalar(tag, float(value), t)
+        writer.flush()
+
+    def log_text(self, arm: str, tag: str, text: str, t: int = 0) -> None:
+        writer = self.writers.get(arm)
+        if writer is not None:
+            writer.add_text(tag, text, t)
+            writer.flush()
+
+    def close(self) -> None:
+        for writer in self.writers.values():
+            writer.close()
+
+    def write_summary(self, summary: dict[str, Any]) -> Path:
+        path = self.run_dir / "summary.json"
+        atomic_write_text(path, json.dumps(summary, indent=2, default=_finite, allow_nan=False))
+        return path
+
+    def plot(self, history: dict[str, list[dict[str, float]]], title: str) -> Path | None:
+        """Accuracy vs round for every arm (PNG)."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        styles = ["-", "--", ":", "-."]
+        for i, (arm, rows) in enumerate(history.items()):
+            xs = [r["round"] + 1 for r in rows]
+            ys = [100 * r["test_accuracy"] for r in rows]
+            ax.plot(xs, ys, styles[i % len(styles)], marker="o", markersize=3, label=arm)
+        ax.set_xlabel("round")
+        ax.set_ylabel("test accuracy (%)")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend()
+        path = self.run_dir / "accuracy.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        return path
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    """The end-of-run table: arm, final accuracy, Δ vs fl, max deviation, ε, wall time."""
+    header = ["arm", "final acc", "Δ vs fl (pp)", "max dev", "ε local (per-element)", "ε global", "wall s"]
+    lines = [header]
+    for r in rows:
+        lines.append([
+            r["arm"],
+            f"{100 * r['final_accuracy']:.2f}%",
+            "—" if r.get("delta_vs_fl_pp") is None else f"{r['delta_vs_fl_pp']:+.2f}",
+            "—" if r.get("max_deviation") is None else f"{r['max_deviation']:.2e}",
+            "—" if r.get("epsilon_local") is None else f"{r['epsilon_local']:.3g}",
+            "—" if r.get("epsilon_global") is None else f"{r['epsilon_global']:.3g}",
+            f"{r['wall_s']:.1f}",
+        ])
+    widths = [max(len(str(row[i])) for row in lines) for i in range(len(header))]
+    out = []
+    for j, row in enumerate(lines):
+        out.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+        if j == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)

@@ -1,0 +1,251 @@
+"""The paper's models (SPEC "The paper's experiments") and the flat-vector view the codes work on.
+
+The immersion codes act on one flat parameter vector ``w ∈ R^n`` (float64, SPEC "Precision"), while torch
+trains a module. :func:`flatten_params` and :func:`load_flat_params_` are the bridge, in a fixed order
+(``model.parameters()``), so every party agrees on which coordinate is which weight.
+
+Initialisation draws only from the ``torch.Generator`` passed in: models are built on the ``meta`` device
+(no global RNG is touched, no throw-away init is paid for) and then every parameter is drawn from the
+generator with PyTorch's default law (``U(-1/√fan_in, 1/√fan_in)`` for weights and biases of ``Linear``
+and ``Conv2d``, what ``kaiming_uniform_(a=√5)`` gives). So the same generator seed gives the same model in
+any process, whatever else has used the global seed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import nn
+
+__all__ = [
+    "CNN",
+    "CNN2",
+    "MLP",
+    "MODEL_INPUT_SHAPES",
+    "MODEL_NAMES",
+    "MODEL_PARAM_COUNTS",
+    "build_model",
+    "count_params",
+    "flatten_params",
+    "load_flat_params_",
+]
+
+
+class MLP(nn.Module):
+    """Fully connected ReLU network on the flattened input.
+
+    The paper's MLP is ``MLP(784, (200, 200), 10)`` (199,210 parameters); the digits model is
+    ``MLP(64, (32,), 10)`` (2,410 parameters).
+    """
+
+    def __init__(self, in_features: int, hidden: Sequence[int], num_classes: int) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        width = in_features
+        for h in hidden:
+            layers += [nn.Linear(width, h), nn.ReLU()]
+            width = h
+        layers.append(nn.Linear(width, num_classes))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x.flatten(1))
+
+
+def _conv_out(size: int, kernel: int) -> int:
+    return size - kernel + 1  # stride 1, no padding, as in the paper
+
+
+class CNN(nn.Module):
+    """The paper's first CNN: conv3×3 (→32), ReLU, conv3×3 (→64), ReLU, maxpool 2×2, fc 128, ReLU, fc.
+
+    1,199,882 parameters on 1×28×28 inputs with 10 classes (most of them in the 9216→128 layer).
+    """
+
+    def __init__(self, input_shape: Sequence[int], num_classes: int) -> None:
+        super().__init__()
+        c, h, w = input_shape
+        h2, w2 = (_conv_out(_conv_out(s, 3), 3) // 2 for s in (h, w))
+        if h2 < 1 or w2 < 1:
+            raise ValueError(
+                f"model 'cnn' needs inputs of at least 6×6 pixels; got input_shape={tuple(input_shape)}"
+            )
+        self.features = nn.Sequential(
+            nn.Conv2d(c, 32, 3), nn.ReLU(), nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten()
+        )
+        self.classifier = nn.Sequential(nn.Linear(64 * h2 * w2, 128), nn.ReLU(), nn.Linear(128, num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))
+
+
+class CNN2(nn.Module):
+    """The paper's second CNN: conv5×5 (→32), ReLU, pool, conv5×5 (→64), ReLU, pool, fc 512, ReLU, fc.
+
+    582,026 parameters on 1×28×28 inputs with 10 classes. Used for Fashion-MNIST and the DP comparison.
+    """
+
+    def __init__(self, input_shape: Sequence[int], num_classes: int) -> None:
+        super().__init__()
+        c, h, w = input_shape
+        h2, w2 = (_conv_out(_conv_out(s, 5) // 2, 5) // 2 for s in (h, w))
+        if h2 < 1 or w2 < 1:
+            raise ValueError(
+                f"model 'cnn2' needs inputs of at least 16×16 pixels; got input_shape={tuple(input_shape)}"
+            )
+        self.features = nn.Sequential(
+            nn.Conv2d(c, 32, 5), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+        )  # fmt: skip
+        self.classifier = nn.Sequential(nn.Linear(64 * h2 * w2, 512), nn.ReLU(), nn.Linear(512, num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))
+
+
+_Factory = Callable[[tuple[int, int, int], int], nn.Module]
+
+_FACTORIES: dict[str, _Factory] = {
+    "mlp": lambda shape, k: MLP(math.prod(shape), (200, 200), k),
+    "cnn": CNN,
+    "cnn2": CNN2,
+    "digits_mlp": lambda shape, k: MLP(math.prod(shape), (32,), k),
+}
+
+MODEL_NAMES: tuple[str, ...] = tuple(_FACTORIES)
+
+MODEL_INPUT_SHAPES: dict[str, tuple[int, int, int]] = {
+    "mlp": (1, 28, 28),
+    "cnn": (1, 28, 28),
+    "cnn2": (1, 28, 28),
+    "digits_mlp": (1, 8, 8),
+}
+"""The input shape each model is meant for (and for which :data:`MODEL_PARAM_COUNTS` holds)."""
+
+MODEL_PARAM_COUNTS: dict[str, int] = {
+    "mlp": 199_210,
+    "cnn": 1_199_882,
+    "cnn2": 582_026,
+    "digits_mlp": 2_410,
+}
+"""Parameter counts n at :data:`MODEL_INPUT_SHAPES` with 10 classes; the first three are the paper's."""
+
+
+def build_model(
+    name: str,
+    *,
+    input_shape: Sequence[int],
+    num_classes: int,
+    generator: torch.Generator,
+) -> nn.Module:
+    """Build model ``name`` on the CPU, initialised from ``generator`` only.
+
+    Args:
+        name: one of :data:`MODEL_NAMES` (``"mlp"``, ``"cnn"``, ``"cnn2"``, ``"digits_mlp"``).
+        input_shape: ``(C, H, W)`` of one sample, e.g. ``(1, 28, 28)`` for MNIST, ``(1, 8, 8)`` for digits.
+        num_classes: number of output logits.
+        generator: a CPU ``torch.Generator``; use the run's named stream (``seeding.torch_generator(seed,
+            "model_init")``) so every arm of a scenario starts from the same ``w^0``.
+
+    Returns:
+        A float32 module in training mode whose parameters depend only on the generator's state.
+
+    Raises:
+        ValueError: unknown name, a malformed ``input_shape`` or ``num_classes``, an input too small for
+            the convolutions, or a generator not on the CPU.
+    """
+    if name not in _FACTORIES:
+        raise ValueError(f"unknown model {name!r}; expected one of {', '.join(MODEL_NAMES)}")
+    shape = tuple(int(s) for s in input_shape)
+    if len(shape) != 3 or min(shape) < 1:
+        raise ValueError(f"input_shape must be (C, H, W) with positive sizes; got {tuple(input_shape)}")
+    if num_classes < 2:
+        raise ValueError(f"num_classes must be at least 2; got {num_classes}")
+    if generator.device.type != "cpu":
+        raise ValueError(
+            f"build_model initialises on the CPU and needs a CPU generator; got one on {generator.device}. "
+            "Build on the CPU, then move the model with .to(device)."
+        )
+    with torch.device("meta"):
+        model = _FACTORIES[name](shape, int(num_classes))
+    model = model.to_empty(device="cpu")
+    _init_from_generator_(model, generator)
+    return model
+
+
+@torch.no_grad()
+def _init_from_generator_(model: nn.Module, generator: torch.Generator) -> None:
+    for module in model.modules():
+        if isinstance(module, nn.Linear | nn.Conv2d):
+            fan_in = module.weight[0].numel()
+            bound = 1.0 / math.sqrt(fan_in)
+            module.weight.uniform_(-bound, bound, generator=generator)
+            if module.bias is not None:
+                module.bias.uniform_(-bound, bound, generator=generator)
+        elif any(True for _ in module.parameters(recurse=False)):
+            raise TypeError(f"no generator-driven initialiser for {type(module).__name__}; add one here")
+
+
+def count_params(model: nn.Module) -> int:
+    """n, the length of the vector the codes act on (all parameters, trainable or not)."""
+    return sum(p.numel() for p in model.parameters())
+
+
+@torch.no_grad()
+def flatten_params(model: nn.Module, out: torch.Tensor | None = None) -> torch.Tensor:
+    """The parameters of ``model`` as one float64 vector of length n, in ``model.parameters()`` order.
+
+    Args:
+        model: any module.
+        out: optional preallocated float64 vector of length n (on any device) to fill and return; the hot
+            path of a client passes the same buffer every step, so nothing is allocated.
+
+    Returns:
+        ``out`` or a new CPU-or-model-device float64 tensor; never aliases the parameters.
+    """
+    params = list(model.parameters())
+    n = sum(p.numel() for p in params)
+    if out is None:
+        device = params[0].device if params else torch.device("cpu")
+        out = torch.empty(n, dtype=torch.float64, device=device)
+    elif out.dim() != 1 or out.numel() != n or out.dtype != torch.float64:
+        raise ValueError(
+            f"out must be a float64 vector of length {n}; got dtype {out.dtype}, shape {tuple(out.shape)}"
+        )
+    offset = 0
+    for p in params:
+        k = p.numel()
+        out[offset : offset + k].view_as(p).copy_(p)
+        offset += k
+    return out
+
+
+@torch.no_grad()
+def load_flat_params_(model: nn.Module, w: torch.Tensor) -> nn.Module:
+    """Write the flat vector ``w`` (length n, any float dtype and device) into ``model``'s parameters.
+
+    Each parameter is filled by one ``copy_`` from a view of ``w`` (the cast to the parameter dtype happens
+    inside the copy), so no n-sized temporary is allocated and the parameter tensors keep their identity
+    (an optimizer holding them stays valid).
+
+    Returns:
+        ``model``, for chaining.
+
+    Raises:
+        ValueError: ``w`` is not a vector of length n.
+    """
+    params = list(model.parameters())
+    n = sum(p.numel() for p in params)
+    if w.dim() != 1 or w.numel() != n:
+        raise ValueError(
+            f"expected a flat parameter vector of length {n} for {type(model).__name__}; "
+            f"got shape {tuple(w.shape)}"
+        )
+    offset = 0
+    for p in params:
+        k = p.numel()
+        p.copy_(w[offset : offset + k].view_as(p))
+        offset += k
+    return model

@@ -1,0 +1,89 @@
+"""The aggregator: averages encoded uploads (FedAvg weights) and, in M2, applies key 2 (π2).
+
+SPEC "Parties": the aggregator sees only encoded local models. Its work is split in two pure halves:
+``accumulate`` (validate each client's upload and add it to a running weighted sum: this half runs at the
+leaves of a summation tree, inside the client workers, and needs no key) and :class:`Aggregator.reduce`
+(one shard of the encoded vector: add the partials, divide by the total weight, encode with π2 in M2).
+Weights are renormalised over the accepted uploads, so they sum to one: SIFL's exact decoding needs that.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+from sifl_ray.coding.base import CODING_DTYPE, AggregatorKey, NoiseSpec
+from sifl_ray.roles.messages import Partial
+from sifl_ray.seeding import torch_generator
+
+
+def check_upload(upload: object, *, shape: tuple[int, ...], round: int, stamped_round: int,
+                 key_epoch: int, stamped_epoch: int) -> str | None:
+    """Why an upload must be rejected, or ``None`` if it may be averaged in.
+
+    Nothing non-finite, mis-shaped, late or encoded under another key epoch is ever averaged in: one such
+    vector would corrupt the global model of every client (and, in SIFL, the decoding of it).
+    """
+    if not isinstance(upload, torch.Tensor):
+        return f"not a tensor ({type(upload).__name__})"
+    if tuple(upload.shape) != tuple(shape):
+        return f"wrong shape {tuple(upload.shape)}, expected {tuple(shape)}"
+    if stamped_round != round:
+        return f"stamped with round {stamped_round}, expected {round}"
+    if stamped_epoch != key_epoch:
+        return f"stamped with key epoch {stamped_epoch}, expected {key_epoch}"
+    if not bool(torch.isfinite(upload).all()):
+        return "non-finite values"
+    return None
+
+
+def shard_bounds(length: int, num_shards: int) -> list[tuple[int, int]]:
+    """Contiguous, nearly equal row ranges covering ``range(length)``."""
+    num_shards = max(1, min(num_shards, length))
+    step = math.ceil(length / num_shards)
+    return [(s, min(s + step, length)) for s in range(0, length, step)]
+
+
+class Aggregator:
+    """Aggregator role for one arm and one shard of rows ``[start, stop)`` of the encoded vector.
+
+    Args:
+        mode: ``"plain"``, ``"m1"`` or ``"m2"``.
+        key: key 2 (M2 only).
+        noise: the law of ``R2``.
+        noise_seed: secret seed of the aggregator's noise streams.
+        bounds: the shard's row range.
+    """
+
+    def __init__(self, *, mode: str, key: AggregatorKey | None, noise: NoiseSpec, noise_seed: bytes,
+                 bounds: tuple[int, int], shard: int = 0):
+        self.mode = mode
+        self.key = key
+        self.noise = noise
+        self._noise_seed = noise_seed
+        self.bounds = bounds
+        self.shard = shard
+
+    def reduce(self, t: int, key_epoch: int, partials: list[Partial]) -> tuple[torch.Tensor, dict]:
+        """Steps 3a–3b: ``w~_a = Σ_i (|D_i| / Σ|D|) w~_i`` over this shard; M2: ``W'_a = w~_a P2 + R2 N2``."""
+        start = time.perf_counter()
+        usable = [p for p in partials if p.round == t and p.key_epoch == key_epoch and p.weight > 0]
+        total = sum(p.weight for p in usable)
+        if total <= 0:
+            raise RuntimeError(f"round {t}: no accepted client upload reached aggregator shard {self.shard}")
+        acc = torch.zeros(self.bounds[1] - self.bounds[0], dtype=CODING_DTYPE)
+        for p in usable:  # fixed order (worker index): the sum does not depend on arrival order
+            acc.add_(p.weighted_sum)
+        acc.div_(total)
+        aggregate_s = time.perf_counter() - start
+        encode_s = 0.0
+        if self.mode == "m2":
+            assert self.key is not None
+            gen = torch_generator(self._noise_seed, "aggregator", "R2", key_epoch, t, self.shard)
+            R2 = self.noise.sample((acc.shape[0], self.key.p - 1), gen)
+            acc = self.key.encode(acc, R2)
+            encode_s = time.perf_counter() - start - aggregate_s
+        return acc, {"aggregate_s": aggregate_s, "encode_s": encode_s, "weight": total,
+                     "accepted": sum(p.accepted for p in usable)}

@@ -1,0 +1,158 @@
+"""Clients: local training on the encoded global model (the target optimizer), hosted many per worker.
+
+A client worker hosts many virtual clients and trains them one after the other on one model object. For a
+SIFL arm each client starts from the encoded broadcast ``w~^t`` (in M2 after stripping code 2 with ``P2R``),
+runs the target optimizer (fused: decode once, K ordinary steps, encode the change once; stepwise: the
+paper's per-step form) and uploads ``w~_i^{t+1}``. The worker then plays the first, keyless half of the
+aggregator: it validates every upload and adds it to a weighted running sum (the leaves of the summation
+tree, see :mod:`sifl_ray.roles.aggregator`).
+
+Fused uploads are affine in the local model, ``w~ + P1 (w_K − w_0)``, so without
+``materialize_uploads`` the worker sums ``|D_i| (w_K,i − w_0)`` and applies ``P1`` once per round: the same
+sum as adding the individual encodings, with fewer rounding errors and one transform instead of one per
+client. ``materialize_uploads=True`` encodes every upload (needed to record what the aggregator sees).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from sifl_ray.coding.base import CODING_DTYPE, AggregatorKey, ClientServerKey
+from sifl_ray.data import client_batches
+from sifl_ray.optim import TorchTrainer, fused_update, stepwise_update
+from sifl_ray.privacy.nbafl import privatize_upload
+from sifl_ray.roles.aggregator import check_upload
+from sifl_ray.roles.messages import Partial, WorkerReport
+from sifl_ray.seeding import torch_generator
+
+
+@dataclass(frozen=True)
+class ArmSetup:
+    """What a worker needs to play the clients of one arm (and nothing of the server or aggregator keys)."""
+
+    mode: str  # plain | m1 | m2
+    server_view: ClientServerKey | None = None  # P1, P1L
+    aggregator_view: AggregatorKey | None = None  # P2R (M2)
+    client_form: str = "fused"
+    nbafl_clip: float = 0.0  # > 0: NbAFL clipping and noise before upload
+    nbafl_sigma: float = 0.0
+    key_epoch: int = 0
+
+
+@dataclass(frozen=True)
+class LocalTraining:
+    batch_size: int
+    local_epochs: int
+    local_steps: int
+    seed: int
+    skip_training: bool = False
+
+
+class ClientWorkerRole:
+    """Hosts the virtual clients ``partitions`` (client id → sample indices) of one worker."""
+
+    def __init__(self, *, worker: int, x_train: np.ndarray, y_train: np.ndarray,
+                 partitions: dict[int, np.ndarray], trainer: TorchTrainer, training: LocalTraining,
+                 device: torch.device):
+        self.worker = worker
+        self.device = device
+        self.x = torch.as_tensor(np.asarray(x_train))
+        self.y = torch.as_tensor(np.asarray(y_train))
+        self.partitions = partitions
+        self.trainer = trainer
+        self.training = training
+        self.arms: dict[str, ArmSetup] = {}
+        self.upload_hook = None  # optional callable(arm, t, client, upload) -> upload (fault injection)
+        self.recorder = None  # optional transcript recorder (what the aggregator sees)
+
+    def set_arm(self, arm: str, setup: ArmSetup) -> None:
+        self.arms[arm] = setup
+
+    def _batches(self, client: int, t: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        idx = client_batches(self.partitions[client], batch_size=self.training.batch_size,
+                             epochs=self.training.local_epochs, steps=self.training.local_steps,
+                             seed=self.training.seed, client_id=client, round=t)
+        return [(self.x[torch.as_tensor(b)].to(self.device), self.y[torch.as_tensor(b)].to(self.device))
+                for b in idx]
+
+    def _train(self, w0: torch.Tensor, batches) -> tuple[torch.Tensor, float]:
+        self.trainer.reset(w0)
+        if self.training.skip_training:
+            return w0.clone(), 0.0
+        losses = [self.trainer.step(b) for b in batches]
+        return self.trainer.params(), float(np.mean(losses)) if losses else 0.0
+
+    def train_round(self, arm: str, t: int, broadcast: torch.Tensor, clients: list[int],
+                    bounds: list[tuple[int, int]]) -> tuple[list[Partial], WorkerReport]:
+        """Train ``clients`` for round ``t`` of ``arm``; return one partial sum per shard and a report."""
+        setup = self.arms[arm]
+        report = WorkerReport(worker=self.worker, round=t)
+        tic = time.perf_counter()
+        broadcast = broadcast.to(self.device)
+        if setup.mode == "plain":
+            w_tilde = None
+            w0 = broadcast
+        else:
+            assert setup.server_view is not None
+            w_tilde = broadcast
+            if broadcast.dim() == 2:  # M2 after round 0: strip code 2, w~ = W' P2R (a valid M1 encoding)
+                assert setup.aggregator_view is not None
+                w_tilde = setup.aggregator_view.strip(broadcast)
+            w0 = setup.server_view.decode(w_tilde)
+        report.encode_s += time.perf_counter() - tic
+        upload_len = broadcast.shape[0] if w_tilde is None else w_tilde.shape[0]
+        acc = torch.zeros(upload_len, dtype=CODING_DTYPE, device=self.device)
+        delta_sum = None if w_tilde is None else torch.zeros_like(w0)
+        shortcut = (w_tilde is not None and setup.client_form == "fused" and self.upload_hook is None
+                    and self.recorder is None and not getattr(self, "materialize", False))
+        for client in sorted(clients):
+            size = float(len(self.partitions[client]))
+            batches = self._batches(client, t)
+            t0 = time.perf_counter()
+            if w_tilde is not None and not shortcut:
+                form = stepwise_update if setup.client_form == "stepwise" else fused_update
+                upload, stats = form(setup.server_view, w_tilde, self.trainer, batches)
+                loss = float(stats.get("loss", 0.0)) if isinstance(stats, dict) else 0.0
+                report.train_s += time.perf_counter() - t0
+            else:
+                w_k, loss = self._train(w0, batches)
+                report.train_s += time.perf_counter() - t0
+                if setup.nbafl_clip > 0:
+                    gen = torch_generator(self.training.seed, "nbafl", arm, client, t)
+                    w_k = privatize_upload(w_k.to(CODING_DTYPE).cpu(), clip=setup.nbafl_clip,
+                                           sigma=setup.nbafl_sigma, generator=gen).to(self.device)
+                upload = w_k.to(CODING_DTYPE) if w_tilde is None else None
+            stamped_round, stamped_epoch = t, setup.key_epoch
+            if self.upload_hook is not None and upload is not None:
+                upload, stamped_round, stamped_epoch = self.upload_hook(arm, t, client, upload,
+                                                                        setup.key_epoch)
+            if shortcut:
+                reason = None if bool(torch.isfinite(w_k).all()) else "non-finite values"
+            else:
+                reason = check_upload(upload, shape=(upload_len,), round=t, stamped_round=stamped_round,
+                                      key_epoch=setup.key_epoch, stamped_epoch=stamped_epoch)
+            if reason is not None:
+                report.rejected[client] = reason
+                continue
+            if self.recorder is not None and w_tilde is not None:
+                self.recorder.record_upload(t, client, upload.cpu())
+            if shortcut:
+                delta_sum.add_(w_k.to(CODING_DTYPE) - w0, alpha=size)
+            else:
+                acc.add_(upload.to(CODING_DTYPE), alpha=size)
+            report.accepted.append(client)
+            report.weight += size
+            report.train_loss_sum += size * loss
+        if shortcut and report.weight > 0:
+            t0 = time.perf_counter()
+            acc = w_tilde * report.weight + setup.server_view.apply_P1(delta_sum)
+            report.encode_s += time.perf_counter() - t0
+        acc = acc.cpu()
+        partials = [Partial(round=t, key_epoch=setup.key_epoch, weighted_sum=acc[a:b].clone(),
+                            weight=report.weight, accepted=len(report.accepted)) for a, b in bounds]
+        report.bytes_out = acc.numel() * acc.element_size()
+        return partials, report

@@ -1,0 +1,38 @@
+"""Small records passed between roles (they travel through the Ray object store as ObjectRefs)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class Partial:
+    """One shard of a worker's weighted sum of accepted client uploads for one round.
+
+    The aggregator's summation runs as a tree: each client worker adds up the uploads of the virtual
+    clients it hosts (after validating each one) and hands the aggregator one partial per shard, so no
+    actor ever holds every client's full update at once and memory does not grow with the client count.
+    """
+
+    round: int
+    key_epoch: int
+    weighted_sum: torch.Tensor  # Σ_i |D_i| · upload_i over accepted clients, rows of this shard (float64)
+    weight: float  # Σ_i |D_i| over accepted clients
+    accepted: int
+
+
+@dataclass
+class WorkerReport:
+    """What a worker tells the driver about one round (metrics only, never parameters or keys)."""
+
+    worker: int
+    round: int
+    train_s: float = 0.0
+    encode_s: float = 0.0
+    train_loss_sum: float = 0.0  # Σ_i |D_i| · mean loss of client i (weighted like FedAvg)
+    weight: float = 0.0
+    accepted: list[int] = field(default_factory=list)
+    rejected: dict[int, str] = field(default_factory=dict)  # client id → reason
+    bytes_out: int = 0

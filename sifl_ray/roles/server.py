@@ -1,0 +1,63 @@
+"""The server: key 1 (π1). It encodes the global model and decodes what the aggregator sends back.
+
+SPEC "Parties": the server sees only aggregated, encoded models. In M1 it decodes the average to the plain
+global model ``w^{t+1} = P1L w~_a`` and re-encodes it with fresh noise; in M2 it never holds a plain model:
+``W' = P1 (P1L W'_a) + N1 R1`` keeps the aggregator's code 2 on (Algorithm 2).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from sifl_ray.coding.base import CODING_DTYPE, NoiseSpec, ServerKey
+from sifl_ray.seeding import torch_generator
+
+
+class Server:
+    """Server role for one arm.
+
+    Args:
+        mode: ``"plain"`` (fl and nbafl: the identity code, nothing to encode), ``"m1"`` or ``"m2"``.
+        key: key 1; an identity key for ``plain``.
+        noise: the law of ``r1`` / ``R1``.
+        noise_seed: secret seed of the server's noise streams (one stream per round).
+        p: columns of the aggregator code (M2).
+    """
+
+    def __init__(self, *, mode: str, key: ServerKey, noise: NoiseSpec, noise_seed: bytes, p: int = 2):
+        self.mode = mode
+        self.key = key
+        self.noise = noise
+        self._noise_seed = noise_seed
+        self.p = p
+
+    def _r1(self, t: int, cols: int | None) -> torch.Tensor | None:
+        if self.mode == "plain":
+            return None
+        shape = (self.key.n_tilde - self.key.n,) if cols is None else (self.key.n_tilde - self.key.n, cols)
+        gen = torch_generator(self._noise_seed, "server", "r1", self.key.epoch, t)
+        return self.noise.sample(shape, gen)
+
+    def initial_broadcast(self, w0: torch.Tensor) -> torch.Tensor:
+        """Round 0: ``w~^0 = P1 w^0 + N1 r1^0`` (M1 and M2 both start from an M1 encoding)."""
+        w0 = w0.to(CODING_DTYPE)
+        return w0.clone() if self.mode == "plain" else self.key.encode(w0, self._r1(0, None))
+
+    def finish_round(self, t: int, aggregate: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """Step 4 of a round: decode the aggregate and encode the next broadcast (for round ``t + 1``)."""
+        start = time.perf_counter()
+        if self.mode == "plain":
+            out = aggregate
+            decode_s = encode_s = 0.0
+        elif self.mode == "m1":
+            w = self.key.decode(aggregate)  # w^{t+1} = P1L w~_a (exact: weights sum to 1, P1L N1 = 0)
+            decode_s = time.perf_counter() - start
+            out = self.key.encode(w, self._r1(t + 1, None))
+            encode_s = time.perf_counter() - start - decode_s
+        else:
+            # Wbar = P1L W'_a still carries code 2; re-encode every column with fresh R1 (Algorithm 2).
+            out = self.key.reencode(aggregate, self._r1(t + 1, aggregate.shape[1]))
+            decode_s, encode_s = 0.0, time.perf_counter() - start
+        return out, {"decode_s": decode_s, "encode_s": encode_s}

@@ -1,0 +1,55 @@
+"""The in-process backend: the same role hosts as the Ray actors, called directly, in order.
+
+Why: a reference run without Ray (fast tests, debugging with a plain debugger) that must agree with the Ray
+run number for number. It mirrors :class:`actors.backend.RayBackend`'s small interface.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class LocalRef:
+    """A resolved value standing in for an ObjectRef."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def _resolve(x: Any) -> Any:
+    return x.value if isinstance(x, LocalRef) else x
+
+
+class SequentialBackend:
+    name = "sequential"
+
+    def available(self) -> dict[str, float]:
+        return {"CPU": 1.0}
+
+    def cluster(self) -> dict[str, float]:
+        return {"CPU": 1.0}
+
+    def spawn(self, cls: type, *args: Any, num_cpus: float = 0, num_gpus: float = 0, **kwargs: Any):
+        return cls(*[_resolve(a) for a in args], **{k: _resolve(v) for k, v in kwargs.items()})
+
+    def call(self, handle, method: str, *args: Any, num_returns: int = 1, **kwargs: Any):
+        out = getattr(handle, method)(*[_resolve(a) for a in args], **{k: _resolve(v) for k, v in kwargs.items()})
+        if num_returns == 1:
+            return LocalRef(out)
+        return [LocalRef(v) for v in out]
+
+    def put(self, value: Any) -> LocalRef:
+        return LocalRef(value)
+
+    def get(self, refs):
+        if isinstance(refs, list):
+            return [_resolve(r) for r in refs]
+        return _resolve(refs)
+
+    def kill(self, handle) -> None:
+        raise RuntimeError("the sequential backend has no actors to kill")
+
+    def shutdown(self) -> None:
+        pass
