@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sifl_ray.keys import key_inventory, aggregator_from_state, make_party_aggregator_state
+from sifl_ray.keys import aggregator_from_state, key_inventory, make_party_aggregator_state
 from sifl_ray.roles.aggregator import Aggregator
 from sifl_ray.roles.messages import Partial
 
@@ -18,10 +18,12 @@ class AggregatorActor:
     def create_key(self, arm: str, *, mode: str, coding: dict, run_seed: int) -> dict | None:
         return make_party_aggregator_state(arm=arm, mode=mode, coding=coding, run_seed=run_seed)
 
-    def setup_arm(self, arm: str, *, mode: str, coding: dict, state: dict | None,
-                  bounds: tuple[int, int]) -> None:
-        self.roles[arm] = aggregator_from_state(mode=mode, coding=coding, state=state, bounds=bounds,
-                                                shard=self.shard)
+    def setup_arm(
+        self, arm: str, *, mode: str, coding: dict, state: dict | None, bounds: tuple[int, int]
+    ) -> None:
+        self.roles[arm] = aggregator_from_state(
+            mode=mode, coding=coding, state=state, bounds=bounds, shard=self.shard
+        )
 
     def client_view(self, arm: str):
         key = self.roles[arm].key

@@ -19,12 +19,16 @@ class RayBackend:
 
     name = "ray"
 
-    def __init__(self, *, address: str | None = None, num_cpus: int | None = None,
-                 num_gpus: int | None = None) -> None:
+    def __init__(
+        self, *, address: str | None = None, num_cpus: int | None = None, num_gpus: int | None = None
+    ) -> None:
         self._owns = False
         if not ray.is_initialized():
-            kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True,
-                                      "configure_logging": False}
+            kwargs: dict[str, Any] = {
+                "include_dashboard": False,
+                "log_to_driver": True,
+                "configure_logging": False,
+            }
             if address:
                 ray.init(address=address, **kwargs)
             else:
@@ -39,8 +43,9 @@ class RayBackend:
 
     def spawn(self, cls: type, *args: Any, num_cpus: float = 0, num_gpus: float = 0, **kwargs: Any):
         remote_cls = ray.remote(cls)
-        return remote_cls.options(num_cpus=num_cpus, num_gpus=num_gpus or None,
-                                  max_restarts=0).remote(*args, **kwargs)
+        return remote_cls.options(num_cpus=num_cpus, num_gpus=num_gpus or None, max_restarts=0).remote(
+            *args, **kwargs
+        )
 
     def call(self, handle, method: str, *args: Any, num_returns: int = 1, **kwargs: Any):
         return getattr(handle, method).options(num_returns=num_returns).remote(*args, **kwargs)

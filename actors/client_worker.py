@@ -28,29 +28,55 @@ def pick_device() -> torch.device:
 
 
 class ClientWorkerActor:
-    def __init__(self, worker: int, data: dict, partitions: dict[int, np.ndarray], model: dict,
-                 train: dict, seed: int, threads: int = 1, materialize: bool = False) -> None:
+    def __init__(
+        self,
+        worker: int,
+        data: dict,
+        partitions: dict[int, np.ndarray],
+        model: dict,
+        train: dict,
+        seed: int,
+        threads: int = 1,
+        materialize: bool = False,
+    ) -> None:
         torch.set_num_threads(max(1, threads))
         self.device = pick_device()
         gen = torch_generator(seed, "init")
-        net = build_model(model["name"], input_shape=tuple(model["input_shape"]),
-                          num_classes=model["num_classes"], generator=gen).to(self.device)
+        net = build_model(
+            model["name"],
+            input_shape=tuple(model["input_shape"]),
+            num_classes=model["num_classes"],
+            generator=gen,
+        ).to(self.device, getattr(torch, model.get("dtype", "float32")))
         trainer = TorchTrainer(net, train["optimizer"], lr=train["lr"])
-        training = LocalTraining(batch_size=train["batch_size"], local_epochs=train["local_epochs"],
-                                 local_steps=train["local_steps"], seed=seed,
-                                 skip_training=train.get("skip_training", False))
-        self.role = ClientWorkerRole(worker=worker, x_train=data["x_train"], y_train=data["y_train"],
-                                     partitions=partitions, trainer=trainer, training=training,
-                                     device=self.device)
+        training = LocalTraining(
+            batch_size=train["batch_size"],
+            local_epochs=train["local_epochs"],
+            local_steps=train["local_steps"],
+            seed=seed,
+            skip_training=train.get("skip_training", False),
+        )
+        self.role = ClientWorkerRole(
+            worker=worker,
+            x_train=data["x_train"],
+            y_train=data["y_train"],
+            partitions=partitions,
+            trainer=trainer,
+            training=training,
+            device=self.device,
+        )
         self.role.materialize = materialize
 
     def placement(self) -> dict:
         """Where this worker runs: its GPU ids as Ray assigned them and what CUDA sees."""
         import ray
 
-        return {"gpu_ids": [str(g) for g in ray.get_gpu_ids()] if ray.is_initialized() else [],
-                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-                "device": str(self.device), "pid": os.getpid()}
+        return {
+            "gpu_ids": [str(g) for g in ray.get_gpu_ids()] if ray.is_initialized() else [],
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "device": str(self.device),
+            "pid": os.getpid(),
+        }
 
     def set_arm(self, arm: str, setup: dict, server_view=None, aggregator_view=None) -> None:
         if server_view is not None:
@@ -59,8 +85,9 @@ class ClientWorkerActor:
             aggregator_view = aggregator_view.to(self.device)
         self.role.set_arm(arm, ArmSetup(server_view=server_view, aggregator_view=aggregator_view, **setup))
 
-    def train_round(self, arm: str, t: int, broadcast: torch.Tensor, clients: list[int],
-                    bounds: list[tuple[int, int]]):
+    def train_round(
+        self, arm: str, t: int, broadcast: torch.Tensor, clients: list[int], bounds: list[tuple[int, int]]
+    ):
         partials, report = self.role.train_round(arm, t, broadcast, clients, bounds)
         return (*partials, report)
 

@@ -14,13 +14,26 @@ from sifl_ray.seeding import torch_generator
 class EvaluatorActor:
     def __init__(self, data: dict, model: dict, seed: int, batch_size: int, threads: int = 1) -> None:
         torch.set_num_threads(max(1, threads))
-        net = build_model(model["name"], input_shape=tuple(model["input_shape"]),
-                          num_classes=model["num_classes"], generator=torch_generator(seed, "init"))
-        self.role = EvaluatorRole(model=net, x_test=np.asarray(data["x_test"]), y_test=np.asarray(data["y_test"]),
-                                  batch_size=batch_size, device=torch.device("cpu"))
+        net = build_model(
+            model["name"],
+            input_shape=tuple(model["input_shape"]),
+            num_classes=model["num_classes"],
+            generator=torch_generator(seed, "init"),
+        )
+        net = net.to(getattr(torch, model.get("dtype", "float32")))
+        self.role = EvaluatorRole(
+            model=net,
+            x_test=np.asarray(data["x_test"]),
+            y_test=np.asarray(data["y_test"]),
+            batch_size=batch_size,
+            device=torch.device("cpu"),
+        )
 
     def set_arm(self, arm: str, mode: str, server_view=None, aggregator_view=None) -> None:
         self.role.set_arm(arm, mode, server_view, aggregator_view)
+
+    def decode(self, arm: str, broadcast: torch.Tensor) -> torch.Tensor:
+        return self.role.decode(arm, broadcast)
 
     def evaluate(self, arm: str, t: int, broadcast: torch.Tensor) -> dict:
         return self.role.evaluate(arm, t, broadcast)

@@ -16,7 +16,9 @@ class ServerActor:
 
     def setup_arm(self, arm: str, *, mode: str, n: int, coding: dict, run_seed: int):
         """Create this arm's key 1; return only the clients' view of it (``P1``, ``P1L``)."""
-        self.roles[arm], view = make_party_server_key(arm=arm, mode=mode, n=n, coding=coding, run_seed=run_seed)
+        self.roles[arm], view = make_party_server_key(
+            arm=arm, mode=mode, n=n, coding=coding, run_seed=run_seed
+        )
         return view
 
     def key_norms(self, arm: str):

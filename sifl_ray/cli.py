@@ -26,10 +26,10 @@ def _fail(message: str) -> int:
 
 
 def cmd_run(argv: list[str]) -> int:
+    cfg = load_config(argv)  # validate before the heavy imports: a typo answers at once
     from sifl_ray.coding.precision import PrecisionError
     from sifl_ray.runner import run_scenario, summary_table
 
-    cfg = load_config(argv)
     try:
         result = run_scenario(cfg)
     except PrecisionError as err:
@@ -82,7 +82,13 @@ def cmd_bench(argv: list[str]) -> int:
     return int(bench_main(argv) or 0)
 
 
-COMMANDS = {"run": cmd_run, "describe": cmd_describe, "list": cmd_list, "attack": cmd_attack, "bench": cmd_bench}
+COMMANDS = {
+    "run": cmd_run,
+    "describe": cmd_describe,
+    "list": cmd_list,
+    "attack": cmd_attack,
+    "bench": cmd_bench,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -58,6 +58,7 @@ class TrainConfig:
     local_steps: int = 0  # > 0: this many local steps instead of epochs
     rounds: int = 20
     eval_batch_size: int = 2048
+    dtype: str = "float32"  # model/training dtype (coding is always float64); float64 isolates coding error
     skip_training: bool = False  # no-op clients (benchmarks of framework overhead)
 
 
@@ -83,7 +84,7 @@ class CodingConfig:
     n_extra: int = 64  # ñ − n
     alpha: float = 1e-3  # scale of P1
     beta: float = 1.0  # scale of N1
-    kappa: float = 1.0  # spectral norm of the oblique part K
+    kappa: float | None = None  # ‖K‖₂ of the oblique part; None → 1/alpha (kernel at 45° to col(P1)⊥)
     block_size: int = 64  # block backend only
     p: int = 2  # columns of the aggregator code (M2)
     gamma: float = 1e-3  # scale of P2 (‖P2R‖ = 1/gamma)
@@ -160,6 +161,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "coding.left_inverse": ("oblique", "pinv"),
     "coding.client_form": ("fused", "stepwise"),
     "coding.dtype": ("float64", "float32"),
+    "train.dtype": ("float32", "float64"),
     "coding.noise.distribution": ("gaussian", "laplace"),
     "coding.precision.policy": ("refuse", "warn"),
     "ray.backend": ("ray", "sequential"),
@@ -258,6 +260,11 @@ def _check_type(hint: Any, value: Any) -> tuple[bool, Any]:
     if hint is float:
         if isinstance(value, int | float) and not isinstance(value, bool):
             return True, float(value)
+        if isinstance(value, str):  # YAML 1.1 reads 1.0e3 (no exponent sign) as a string
+            try:
+                return True, float(value)
+            except ValueError:
+                return False, value
         return False, value
     if hint is str:
         return isinstance(value, str), value
@@ -321,7 +328,9 @@ def _cross_checks(cfg: dict, problems: list[str]) -> None:
     nb = cfg.get("nbafl", {})
     for eps in nb.get("epsilons", [1.0]):
         if not eps > 0:
-            problems.append(f"nbafl.epsilons: expected every ε > 0, got {eps}; for example nbafl.epsilons=[1,5]")
+            problems.append(
+                f"nbafl.epsilons: expected every ε > 0, got {eps}; for example nbafl.epsilons=[1,5]"
+            )
     coding = cfg.get("coding", {})
     if coding.get("dtype") == "float32":
         problems.append(
@@ -331,7 +340,7 @@ def _cross_checks(cfg: dict, problems: list[str]) -> None:
     data = cfg.get("data", {})
     if data.get("name") in ("mnist", "fashion_mnist") and data.get("root") and not data.get("download", True):
         root = Path(str(data["root"])).expanduser()
-        if not root.is_dir():
+        if not root.is_dir():  # the files themselves may sit in root/<name>/ or torchvision's layout
             problems.append(
                 f"data.root: expected an existing folder with the IDX files, got {str(root)!r} (missing); "
                 "create it, point data.root at it, or set data.download=true"
@@ -340,7 +349,8 @@ def _cross_checks(cfg: dict, problems: list[str]) -> None:
     num_clients = clients.get("num_clients", 10)
     if data.get("name") == "synthetic" and num_clients > data.get("n_train", 60000):
         problems.append(
-            f"clients.num_clients: {num_clients} clients but only data.n_train={data.get('n_train')} samples; "
+            f"clients.num_clients: {num_clients} clients but only "
+            f"data.n_train={data.get('n_train')} samples; "
             "every client needs at least one sample: lower clients.num_clients or raise data.n_train"
         )
     if data.get("name") == "digits":
@@ -394,7 +404,9 @@ def load_config(overrides: list[str] | None = None, *, scenario: str | None = No
     else:
         loaded = yaml.safe_load(path.read_text()) or {}
         if not isinstance(loaded, dict):
-            problems.append(f"scenario: {path} must contain a mapping of sections, got {type(loaded).__name__}")
+            problems.append(
+                f"scenario: {path} must contain a mapping of sections, got {type(loaded).__name__}"
+            )
         else:
             raw = loaded
     raw["scenario"] = path.stem if path.is_file() else scenario

@@ -37,12 +37,24 @@ def make_party_server_key(*, arm: str, mode: str, n: int, coding: dict, run_seed
         role = Server(mode=mode, key=key, noise=NoiseSpec(), noise_seed=b"")
         return role, None
     seed = party_seed(coding, arm, "server")
-    key = make_server_key(n=n, n_tilde=n + int(coding["n_extra"]), backend=coding["backend"],
-                          left_inverse=coding["left_inverse"], alpha=float(coding["alpha"]),
-                          beta=float(coding["beta"]), kappa=float(coding["kappa"]),
-                          block_size=int(coding["block_size"]), seed=seed)
-    role = Server(mode=mode, key=key, noise=noise_spec(coding, "sigma1"),
-                  noise_seed=derive_bytes(seed, "noise"), p=int(coding["p"]))
+    key = make_server_key(
+        n=n,
+        n_tilde=n + int(coding["n_extra"]),
+        backend=coding["backend"],
+        left_inverse=coding["left_inverse"],
+        alpha=float(coding["alpha"]),
+        beta=float(coding["beta"]),
+        kappa=None if coding.get("kappa") is None else float(coding["kappa"]),
+        block_size=int(coding["block_size"]),
+        seed=seed,
+    )
+    role = Server(
+        mode=mode,
+        key=key,
+        noise=noise_spec(coding, "sigma1"),
+        noise_seed=derive_bytes(seed, "noise"),
+        p=int(coding["p"]),
+    )
     return role, key.client_view()
 
 
@@ -53,23 +65,34 @@ def make_party_aggregator_state(*, arm: str, mode: str, coding: dict, run_seed: 
     return {"seed": party_seed(coding, arm, "aggregator")}
 
 
-def aggregator_from_state(*, mode: str, coding: dict, state: dict | None, bounds: tuple[int, int],
-                          shard: int) -> Aggregator:
+def aggregator_from_state(
+    *, mode: str, coding: dict, state: dict | None, bounds: tuple[int, int], shard: int
+) -> Aggregator:
     key = None
     noise_seed = b""
     if mode == "m2":
         assert state is not None
-        key = make_aggregator_key(p=int(coding["p"]), gamma=float(coding["gamma"]), eta=float(coding["eta"]),
-                                  seed=state["seed"])
+        key = make_aggregator_key(
+            p=int(coding["p"]), gamma=float(coding["gamma"]), eta=float(coding["eta"]), seed=state["seed"]
+        )
         noise_seed = derive_bytes(state["seed"], "noise")
-    return Aggregator(mode=mode, key=key, noise=noise_spec(coding, "sigma2"), noise_seed=noise_seed,
-                      bounds=bounds, shard=shard)
+    return Aggregator(
+        mode=mode,
+        key=key,
+        noise=noise_spec(coding, "sigma2"),
+        noise_seed=noise_seed,
+        bounds=bounds,
+        shard=shard,
+    )
 
 
 def key_inventory(obj: object, *, _seen: set[int] | None = None, _depth: int = 0) -> set[str]:
     """Kinds of key material reachable from ``obj``'s attributes: ``server-key`` (``N1``: the full key 1),
-    ``server-client-view`` (``P1``/``P1L`` only), ``aggregator-key`` (``P2``, ``N2``), ``aggregator-client-view``
-    (``P2R`` only). Used by tests to prove that no actor holds another party's key."""
+    ``server-client-view`` (``P1``/``P1L`` only), ``aggregator-key`` (``P2``, ``N2``),
+    ``aggregator-client-view`` (``P2R`` only).
+
+    Used by tests to prove that no actor holds another party's key.
+    """
     from sifl_ray.coding import IdentityKey
     from sifl_ray.coding.base import AggregatorKey, ClientServerKey, ServerKey
 

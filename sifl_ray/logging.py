@@ -39,8 +39,16 @@ def _finite(x: Any) -> Any:
 class RunLogger:
     """Writes one run's outputs under ``run_dir``."""
 
-    def __init__(self, run_dir: Path, arms: list[str], *, config_yaml: str, hparams: dict[str, Any],
-                 tensorboard: bool = True, purge_step: int | None = None):
+    def __init__(
+        self,
+        run_dir: Path,
+        arms: list[str],
+        *,
+        config_yaml: str,
+        hparams: dict[str, Any],
+        tensorboard: bool = True,
+        purge_step: int | None = None,
+    ):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.arms = arms
@@ -53,8 +61,11 @@ class RunLogger:
             if purge_step is None:
                 top = SummaryWriter(str(self.run_dir / "tb" / "_run"))
                 top.add_text("config", "```yaml\n" + config_yaml + "\n```", 0)
-                top.add_hparams({k: v for k, v in hparams.items() if isinstance(v, int | float | str | bool)},
-                                {"hparam/placeholder_free": 1.0}, run_name=".")
+                top.add_hparams(
+                    {k: v for k, v in hparams.items() if isinstance(v, int | float | str | bool)},
+                    {"hparam/placeholder_free": 1.0},
+                    run_name=".",
+                )
                 top.close()
         atomic_write_text(self.run_dir / "config.yaml", config_yaml)
 
@@ -112,15 +123,17 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     header = ["arm", "final acc", "Δ vs fl (pp)", "max dev", "ε local (per-element)", "ε global", "wall s"]
     lines = [header]
     for r in rows:
-        lines.append([
-            r["arm"],
-            f"{100 * r['final_accuracy']:.2f}%",
-            "—" if r.get("delta_vs_fl_pp") is None else f"{r['delta_vs_fl_pp']:+.2f}",
-            "—" if r.get("max_deviation") is None else f"{r['max_deviation']:.2e}",
-            "—" if r.get("epsilon_local") is None else f"{r['epsilon_local']:.3g}",
-            "—" if r.get("epsilon_global") is None else f"{r['epsilon_global']:.3g}",
-            f"{r['wall_s']:.1f}",
-        ])
+        lines.append(
+            [
+                r["arm"],
+                f"{100 * r['final_accuracy']:.2f}%",
+                "—" if r.get("delta_vs_fl_pp") is None else f"{r['delta_vs_fl_pp']:+.2f}",
+                "—" if r.get("max_deviation") is None else f"{r['max_deviation']:.2e}",
+                "—" if r.get("epsilon_local") is None else f"{r['epsilon_local']:.3g}",
+                "—" if r.get("epsilon_global") is None else f"{r['epsilon_global']:.3g}",
+                f"{r['wall_s']:.1f}",
+            ]
+        )
     widths = [max(len(str(row[i])) for row in lines) for i in range(len(header))]
     out = []
     for j, row in enumerate(lines):

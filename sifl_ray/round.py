@@ -57,22 +57,25 @@ def run_round(backend, parties: Parties, arm: ArmState, t: int, assignment: list
     # 2. Clients train on encoded parameters; each worker validates its clients' uploads and sums them
     #    (weighted by |D_i|), one partial per aggregator shard.
     worker_outs = [
-        backend.call(worker, "train_round", arm.name, t, broadcast, clients, arm.bounds,
-                     num_returns=num_shards + 1)
+        backend.call(
+            worker, "train_round", arm.name, t, broadcast, clients, arm.bounds, num_returns=num_shards + 1
+        )
         for worker, clients in zip(parties.workers, assignment, strict=True)
         if clients
     ]
 
     # 3. Aggregator averages each shard (weights renormalised to sum to 1) and, in M2, encodes it with π2.
     shard_outs = [
-        backend.call(aggregator, "reduce", arm.name, t, arm.key_epoch, *[out[s] for out in worker_outs],
-                     num_returns=2)
+        backend.call(
+            aggregator, "reduce", arm.name, t, arm.key_epoch, *[out[s] for out in worker_outs], num_returns=2
+        )
         for s, aggregator in enumerate(parties.aggregators[:num_shards])
     ]
 
     # 4. Server decodes (M1: the plain average; M2: P1L W'_a, code 2 still on) and encodes the next broadcast.
-    next_broadcast, server_info = backend.call(parties.server, "finish_round", arm.name, t,
-                                               *[out[0] for out in shard_outs], num_returns=2)
+    next_broadcast, server_info = backend.call(
+        parties.server, "finish_round", arm.name, t, *[out[0] for out in shard_outs], num_returns=2
+    )
 
     # Simulation only: the evaluator decodes the new global model for test metrics.
     evaluation = backend.call(parties.evaluator, "evaluate", arm.name, t, next_broadcast)
@@ -97,18 +100,21 @@ def run_round(backend, parties: Parties, arm: ArmState, t: int, assignment: list
     vector_bytes = arm.n_tilde * 8
     cols = 1 if arm.mode != "m2" else 2
     metrics = dict(eval_stats)
-    metrics.update({
-        "train_loss": sum(r.train_loss_sum for r in reports) / weight if weight else float("nan"),
-        "time/round": wall,
-        "time/train": train_s,
-        "time/encode": encode_s,
-        "time/aggregate": aggregate_s,
-        "time/decode": decode_s,
-        "time/transfer": max(0.0, wall - compute),
-        # objects put per round: each worker's shard partials, each shard's result, the next broadcast
-        "bytes/object_store": float(sum(r.bytes_out for r in reports) + 2 * vector_bytes * cols),
-        "clients/accepted": float(sum(len(r.accepted) for r in reports)),
-        "clients/rejected": float(len(rejected)),
-    })
-    return RoundResult(arm=arm.name, round=t, metrics=metrics,
-                       accepted=int(metrics["clients/accepted"]), rejected=rejected)
+    metrics.update(
+        {
+            "train_loss": sum(r.train_loss_sum for r in reports) / weight if weight else float("nan"),
+            "time/round": wall,
+            "time/train": train_s,
+            "time/encode": encode_s,
+            "time/aggregate": aggregate_s,
+            "time/decode": decode_s,
+            "time/transfer": max(0.0, wall - compute),
+            # objects put per round: each worker's shard partials, each shard's result, the next broadcast
+            "bytes/object_store": float(sum(r.bytes_out for r in reports) + 2 * vector_bytes * cols),
+            "clients/accepted": float(sum(len(r.accepted) for r in reports)),
+            "clients/rejected": float(len(rejected)),
+        }
+    )
+    return RoundResult(
+        arm=arm.name, round=t, metrics=metrics, accepted=int(metrics["clients/accepted"]), rejected=rejected
+    )

@@ -35,7 +35,9 @@ class SequentialBackend:
         return cls(*[_resolve(a) for a in args], **{k: _resolve(v) for k, v in kwargs.items()})
 
     def call(self, handle, method: str, *args: Any, num_returns: int = 1, **kwargs: Any):
-        out = getattr(handle, method)(*[_resolve(a) for a in args], **{k: _resolve(v) for k, v in kwargs.items()})
+        out = getattr(handle, method)(
+            *[_resolve(a) for a in args], **{k: _resolve(v) for k, v in kwargs.items()}
+        )
         if num_returns == 1:
             return LocalRef(out)
         return [LocalRef(v) for v in out]

@@ -16,7 +16,8 @@ def ray_session():
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=2, num_gpus=4, include_dashboard=False, configure_logging=False,
-                 log_to_driver=False)
+        ray.init(
+            num_cpus=2, num_gpus=4, include_dashboard=False, configure_logging=False, log_to_driver=False
+        )
     yield ray
     ray.shutdown()

@@ -1,0 +1,17 @@
+"""Adversaries that measure what SIFL's encodings leak (SPEC "Attacks the design must be judged against").
+
+The paper's privacy argument looks at one coordinate at a time; this package measures what an adversary
+recovers from whole vectors, with figures, and prints the per-element ε beside them:
+
+* :mod:`.transcript`: :class:`TranscriptRecorder`, what each party saw (the platform can fill one);
+* :mod:`.adversaries`: the attacks, using only the attacking party's view;
+* :mod:`.audit`: an empirical DP audit with Clopper–Pearson bounds (keys granted);
+* :mod:`.suite`: a small-model SIFL simulator with the real keys, the plain models kept on the side for
+  scoring, and :func:`run_suite`;
+* :mod:`.frontier`: the precision–privacy frontier (``sifl describe --frontier``);
+* :mod:`.report`, :mod:`.cli`: JSON, markdown, TensorBoard, the RESULT line (``sifl attack``).
+"""
+
+from sifl_ray.attacks.transcript import TranscriptRecorder
+
+__all__ = ["TranscriptRecorder"]

@@ -53,7 +53,9 @@ class NoiseSpec:
             # Inverse CDF of Laplace(0, b) from U(-1/2, 1/2); exact in float64 except at |u| = 1/2.
             u = torch.rand(shape, generator=generator, dtype=CODING_DTYPE, device=device) - 0.5
             return -self.scale * torch.sign(u) * torch.log1p(-2.0 * u.abs())
-        raise ValueError(f"unknown noise distribution {self.distribution!r}; expected 'gaussian' or 'laplace'")
+        raise ValueError(
+            f"unknown noise distribution {self.distribution!r}; expected 'gaussian' or 'laplace'"
+        )
 
 
 @dataclass(frozen=True)

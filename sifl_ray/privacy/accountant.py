@@ -54,7 +54,7 @@ _WHAT: dict[Release, str] = {
 }
 
 
-# --------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Pure part: which formula for which release.
 
 
@@ -125,8 +125,8 @@ def release_epsilons(
 ) -> tuple[ReleaseEpsilon, ...]:
     """Worst-element ε of every release of one SIFL round (Theorems 1 and 2, Remark 3).
 
-    M1 gives ``local`` and ``broadcast``; M2 gives ``local`` and ``global``. The mechanism is the family of the
-    server noise ``noise1``. For Laplace, δ is 0 (pure DP) and ``delta`` is unused.
+    M1 gives ``local`` and ``broadcast``; M2 gives ``local`` and ``global``. The mechanism is the family of
+    the server noise ``noise1``. For Laplace, δ is 0 (pure DP) and ``delta`` is unused.
 
     Args:
         key_norms: row norms of the server key (exact or conservative bounds).
@@ -275,8 +275,9 @@ def release_epsilons(
             p1l_spectral=p1l,
         )
         note = (
-            "Sound: Theorem 2's argument on the R1 noise alone (R2 is independent: post-processing). Paper: "
-            "Theorem 2's second inequality as SPEC states it, which adds the R1 and R2 stds (not a guarantee)."
+            "Sound: Theorem 2's argument on the R1 noise alone (R2 is independent: post-processing). "
+            "Paper: Theorem 2's second inequality as SPEC states it, which adds the R1 and R2 stds "
+            "(not a guarantee)."
         )
     else:
         sound = F.laplace_global_epsilon_sound(
@@ -373,7 +374,7 @@ def describe_release_epsilons(
     }
 
 
-# --------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # The accountant: history only.
 
 
@@ -413,7 +414,8 @@ class ReleaseRecord:
         missing, unknown = names - data.keys(), data.keys() - names
         if missing or unknown:
             raise ValueError(
-                f"not an accountant record: missing fields {sorted(missing)}, unknown fields {sorted(unknown)}"
+                f"not an accountant record: missing fields {sorted(missing)}, "
+                f"unknown fields {sorted(unknown)}"
             )
         values = dict(data)
         for key in ("delta", "epsilon", "epsilon_paper", "sensitivity"):
@@ -517,8 +519,9 @@ class SiflAccountant:
             where = "" if round is None else f" in round {round}"
             known = sorted({(r.arm, r.release) for r in self._records})
             raise KeyError(
-                f"no {release!r} release of arm {arm!r} recorded{where}; recorded (arm, release) pairs: {known}"
-                ". M1 has 'local' and 'broadcast', M2 has 'local' and 'global'."
+                f"no {release!r} release of arm {arm!r} recorded{where}; "
+                f"recorded (arm, release) pairs: {known}. "
+                "M1 has 'local' and 'broadcast', M2 has 'local' and 'global'."
             )
         return max(matches, key=lambda r: r.round)
 
@@ -587,8 +590,11 @@ class SiflAccountant:
         lines = [
             "Differential privacy of SIFL (paper §5): per-element, per-round guarantees.",
             *textwrap.wrap(CAVEAT, width=100),
-            "The 'sound' ε is the guarantee; the paper's formula is shown beside it, and where the two differ "
-            "the paper's is not a guarantee (see sifl_ray.privacy.formulas).",
+            *textwrap.wrap(
+                "The 'sound' ε is the guarantee; the paper's formula is shown beside it, and where the two "
+                "differ the paper's is not a guarantee (see sifl_ray.privacy.formulas).",
+                width=100,
+            ),
         ]
         summary = self.summary()["arms"]
         if not summary:
@@ -612,9 +618,10 @@ class SiflAccountant:
                     "(not composed)"
                 )
         lines.append("")
-        lines.append(
-            "The whole released vector has no finite epsilon once the keys are known; measure what an "
-            "adversary recovers with the attacks (SPEC 'Attacks'), not with these numbers."
+        lines += textwrap.wrap(
+            "The whole released vector has no finite ε once the keys are known; measure what an adversary "
+            "recovers with the attacks (SPEC 'Attacks'), not with these numbers.",
+            width=100,
         )
         return "\n".join(lines)
 

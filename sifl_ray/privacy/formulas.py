@@ -25,7 +25,10 @@ are reported beside them so that the paper's figures can be reproduced.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from statistics import NormalDist
+from typing import Any
 
 import numpy as np
 import torch
@@ -77,6 +80,17 @@ def _shift_over_noise(a: np.ndarray, s: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):
         out[ok] = a[ok] / s[ok]
     return out
+
+
+def _quiet(fn: Callable[..., Arrayish]) -> Callable[..., Arrayish]:
+    """Run ``fn`` with float overflow/underflow silent: extreme norms give 0 or inf, never a warning."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Arrayish:
+        with np.errstate(over="ignore", under="ignore"):
+            return fn(*args, **kwargs)
+
+    return wrapper
 
 
 def _check_delta(delta: float) -> float:
@@ -162,6 +176,7 @@ def _gaussian_epsilon(a: np.ndarray, s: np.ndarray, delta: float) -> np.ndarray:
     return np.maximum(eps, 0.0)
 
 
+@_quiet
 def gaussian_local_epsilon(
     *,
     p1_row_l2: Arrayish,
@@ -232,6 +247,7 @@ def gaussian_broadcast_epsilon(
     )
 
 
+@_quiet
 def gaussian_global_epsilon(
     *,
     p1_row_l2: Arrayish,
@@ -278,12 +294,12 @@ def gaussian_global_epsilon(
     n2 = _as_array("n2_spectral", n2_spectral)
     p2 = np.abs(_as_array("p2_m", p2_m, nonnegative=False))
     d = _as_array("sensitivity", sensitivity)
-    with np.errstate(over="ignore"):
-        s = n1 * s1 + p1 * p1l * n2 * s2
+    s = n1 * s1 + p1 * p1l * n2 * s2
     eps = _gaussian_epsilon(p1 * d * p2, s, delta)
     return _wrap(eps, p1_row_l2, n1_row_l2, sigma1, sigma2, p1l_spectral, n2_spectral, p2_m, sensitivity)
 
 
+@_quiet
 def gaussian_global_epsilon_sound(
     *,
     p1_row_l2: Arrayish,
@@ -322,6 +338,7 @@ def gaussian_global_epsilon_sound(
     return _wrap(eps, p1_row_l2, n1_row_l2, sigma1, p2_m, sensitivity)
 
 
+@_quiet
 def gaussian_mechanism_delta(*, epsilon: Arrayish, sigma: Arrayish, sensitivity: Arrayish) -> Arrayish:
     """Exact δ(ε) of the scalar Gaussian mechanism (Balle and Wang 2018, Theorem 8).
 
@@ -352,6 +369,7 @@ def gaussian_mechanism_delta(*, epsilon: Arrayish, sigma: Arrayish, sensitivity:
 # Laplace noise (Theorem 1).
 
 
+@_quiet
 def laplace_local_epsilon_paper(
     *,
     p1_row_l1: Arrayish,
@@ -376,11 +394,11 @@ def laplace_local_epsilon_paper(
     b = _as_array("scale1", scale1)
     d = _as_array("sensitivity", sensitivity)
     p2r = _as_array("p2r_l2", p2r_l2)
-    with np.errstate(over="ignore", under="ignore"):
-        eps = _shift_over_noise(p1 * d, n1 * b * p2r)
+    eps = _shift_over_noise(p1 * d, n1 * b * p2r)
     return _wrap(eps, p1_row_l1, n1_row_l2, scale1, sensitivity, p2r_l2)
 
 
+@_quiet
 def laplace_local_epsilon_sound(
     *,
     p1_row_l1: Arrayish,
@@ -428,8 +446,7 @@ def laplace_local_epsilon_sound(
     b = _as_array("scale1", scale1)
     d = _as_array("sensitivity", sensitivity)
     p2r = _as_array("p2r_maxabs", p2r_maxabs)
-    with np.errstate(over="ignore", under="ignore"):
-        eps = _shift_over_noise(p1 * d, n1 * b * p2r)
+    eps = _shift_over_noise(p1 * d, n1 * b * p2r)
     return _wrap(eps, p1_row_l1, n1_row_maxabs, scale1, sensitivity, p2r_maxabs)
 
 
@@ -458,6 +475,7 @@ def laplace_broadcast_epsilon_sound(
     )
 
 
+@_quiet
 def laplace_global_epsilon_paper(
     *,
     p1_row_l1: Arrayish,
@@ -489,13 +507,13 @@ def laplace_global_epsilon_paper(
     n2 = _as_array("n2_spectral", n2_spectral)
     p2 = np.abs(_as_array("p2_m", p2_m, nonnegative=False))
     d = _as_array("sensitivity", sensitivity)
-    with np.errstate(over="ignore", under="ignore"):
-        eps = _shift_over_noise(p1a * d * p2, n1 * b1 + p1b * p1l * n2 * b2)
+    eps = _shift_over_noise(p1a * d * p2, n1 * b1 + p1b * p1l * n2 * b2)
     return _wrap(
         eps, p1_row_l1, p1_row_l2, n1_row_l2, scale1, scale2, p1l_spectral, n2_spectral, p2_m, sensitivity
     )
 
 
+@_quiet
 def laplace_global_epsilon_sound(
     *,
     p1_row_l1: Arrayish,
@@ -531,8 +549,7 @@ def laplace_global_epsilon_sound(
     b1 = _as_array("scale1", scale1)
     p2 = np.abs(_as_array("p2_m", p2_m, nonnegative=False))
     d = _as_array("sensitivity", sensitivity)
-    with np.errstate(over="ignore", under="ignore"):
-        eps = _shift_over_noise(p1 * d * p2, n1 * b1)
+    eps = _shift_over_noise(p1 * d * p2, n1 * b1)
     return _wrap(eps, p1_row_l1, n1_row_maxabs, scale1, p2_m, sensitivity)
 
 

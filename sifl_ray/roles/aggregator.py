@@ -19,8 +19,15 @@ from sifl_ray.roles.messages import Partial
 from sifl_ray.seeding import torch_generator
 
 
-def check_upload(upload: object, *, shape: tuple[int, ...], round: int, stamped_round: int,
-                 key_epoch: int, stamped_epoch: int) -> str | None:
+def check_upload(
+    upload: object,
+    *,
+    shape: tuple[int, ...],
+    round: int,
+    stamped_round: int,
+    key_epoch: int,
+    stamped_epoch: int,
+) -> str | None:
     """Why an upload must be rejected, or ``None`` if it may be averaged in.
 
     Nothing non-finite, mis-shaped, late or encoded under another key epoch is ever averaged in: one such
@@ -57,8 +64,16 @@ class Aggregator:
         bounds: the shard's row range.
     """
 
-    def __init__(self, *, mode: str, key: AggregatorKey | None, noise: NoiseSpec, noise_seed: bytes,
-                 bounds: tuple[int, int], shard: int = 0):
+    def __init__(
+        self,
+        *,
+        mode: str,
+        key: AggregatorKey | None,
+        noise: NoiseSpec,
+        noise_seed: bytes,
+        bounds: tuple[int, int],
+        shard: int = 0,
+    ):
         self.mode = mode
         self.key = key
         self.noise = noise
@@ -69,12 +84,18 @@ class Aggregator:
     def reduce(self, t: int, key_epoch: int, partials: list[Partial]) -> tuple[torch.Tensor, dict]:
         """Steps 3a–3b: ``w~_a = Σ_i (|D_i| / Σ|D|) w~_i`` over this shard; M2: ``W'_a = w~_a P2 + R2 N2``."""
         start = time.perf_counter()
-        usable = [p for p in partials if p.round == t and p.key_epoch == key_epoch and p.weight > 0]
+        stale = [p.source for p in partials if p.round != t or p.key_epoch != key_epoch]
+        # Sorted by source: float addition is not associative, so a fixed order makes the sum independent
+        # of the order in which partials arrive (and a Ray run equal to an in-process run).
+        usable = sorted(
+            (p for p in partials if p.round == t and p.key_epoch == key_epoch and p.weight > 0),
+            key=lambda p: p.source,
+        )
         total = sum(p.weight for p in usable)
         if total <= 0:
             raise RuntimeError(f"round {t}: no accepted client upload reached aggregator shard {self.shard}")
         acc = torch.zeros(self.bounds[1] - self.bounds[0], dtype=CODING_DTYPE)
-        for p in usable:  # fixed order (worker index): the sum does not depend on arrival order
+        for p in usable:
             acc.add_(p.weighted_sum)
         acc.div_(total)
         aggregate_s = time.perf_counter() - start
@@ -85,5 +106,10 @@ class Aggregator:
             R2 = self.noise.sample((acc.shape[0], self.key.p - 1), gen)
             acc = self.key.encode(acc, R2)
             encode_s = time.perf_counter() - start - aggregate_s
-        return acc, {"aggregate_s": aggregate_s, "encode_s": encode_s, "weight": total,
-                     "accepted": sum(p.accepted for p in usable)}
+        return acc, {
+            "aggregate_s": aggregate_s,
+            "encode_s": encode_s,
+            "weight": total,
+            "accepted": sum(p.accepted for p in usable),
+            "stale_partials": stale,
+        }

@@ -55,17 +55,28 @@ class LocalTraining:
 class ClientWorkerRole:
     """Hosts the virtual clients ``partitions`` (client id → sample indices) of one worker."""
 
-    def __init__(self, *, worker: int, x_train: np.ndarray, y_train: np.ndarray,
-                 partitions: dict[int, np.ndarray], trainer: TorchTrainer, training: LocalTraining,
-                 device: torch.device):
+    def __init__(
+        self,
+        *,
+        worker: int,
+        x_train: np.ndarray,
+        y_train: np.ndarray,
+        partitions: dict[int, np.ndarray],
+        trainer: TorchTrainer,
+        training: LocalTraining,
+        device: torch.device,
+    ):
         self.worker = worker
         self.device = device
-        self.x = torch.as_tensor(np.asarray(x_train))
-        self.y = torch.as_tensor(np.asarray(y_train))
+        # Ray hands the arrays over zero-copy and read-only from the object store; a minibatch is gathered
+        # with numpy fancy indexing (a fresh array), so no worker copies the whole training set.
+        self.x = np.asarray(x_train)
+        self.y = np.asarray(y_train)
         self.partitions = partitions
         self.trainer = trainer
         self.training = training
         self.arms: dict[str, ArmSetup] = {}
+        self.dtype = next(trainer.model.parameters()).dtype
         self.upload_hook = None  # optional callable(arm, t, client, upload) -> upload (fault injection)
         self.recorder = None  # optional transcript recorder (what the aggregator sees)
 
@@ -73,11 +84,22 @@ class ClientWorkerRole:
         self.arms[arm] = setup
 
     def _batches(self, client: int, t: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        idx = client_batches(self.partitions[client], batch_size=self.training.batch_size,
-                             epochs=self.training.local_epochs, steps=self.training.local_steps,
-                             seed=self.training.seed, client_id=client, round=t)
-        return [(self.x[torch.as_tensor(b)].to(self.device), self.y[torch.as_tensor(b)].to(self.device))
-                for b in idx]
+        idx = client_batches(
+            self.partitions[client],
+            batch_size=self.training.batch_size,
+            epochs=self.training.local_epochs,
+            steps=self.training.local_steps,
+            seed=self.training.seed,
+            client_id=client,
+            round=t,
+        )
+        return [
+            (
+                torch.from_numpy(self.x[b]).to(self.device, self.dtype),
+                torch.from_numpy(self.y[b]).to(self.device),
+            )
+            for b in idx
+        ]
 
     def _train(self, w0: torch.Tensor, batches) -> tuple[torch.Tensor, float]:
         self.trainer.reset(w0)
@@ -86,8 +108,9 @@ class ClientWorkerRole:
         losses = [self.trainer.step(b) for b in batches]
         return self.trainer.params(), float(np.mean(losses)) if losses else 0.0
 
-    def train_round(self, arm: str, t: int, broadcast: torch.Tensor, clients: list[int],
-                    bounds: list[tuple[int, int]]) -> tuple[list[Partial], WorkerReport]:
+    def train_round(
+        self, arm: str, t: int, broadcast: torch.Tensor, clients: list[int], bounds: list[tuple[int, int]]
+    ) -> tuple[list[Partial], WorkerReport]:
         """Train ``clients`` for round ``t`` of ``arm``; return one partial sum per shard and a report."""
         setup = self.arms[arm]
         report = WorkerReport(worker=self.worker, round=t)
@@ -107,8 +130,13 @@ class ClientWorkerRole:
         upload_len = broadcast.shape[0] if w_tilde is None else w_tilde.shape[0]
         acc = torch.zeros(upload_len, dtype=CODING_DTYPE, device=self.device)
         delta_sum = None if w_tilde is None else torch.zeros_like(w0)
-        shortcut = (w_tilde is not None and setup.client_form == "fused" and self.upload_hook is None
-                    and self.recorder is None and not getattr(self, "materialize", False))
+        shortcut = (
+            w_tilde is not None
+            and setup.client_form == "fused"
+            and self.upload_hook is None
+            and self.recorder is None
+            and not getattr(self, "materialize", False)
+        )
         for client in sorted(clients):
             size = float(len(self.partitions[client]))
             batches = self._batches(client, t)
@@ -123,18 +151,29 @@ class ClientWorkerRole:
                 report.train_s += time.perf_counter() - t0
                 if setup.nbafl_clip > 0:
                     gen = torch_generator(self.training.seed, "nbafl", arm, client, t)
-                    w_k = privatize_upload(w_k.to(CODING_DTYPE).cpu(), clip=setup.nbafl_clip,
-                                           sigma=setup.nbafl_sigma, generator=gen).to(self.device)
+                    w_k = privatize_upload(
+                        w_k.to(CODING_DTYPE).cpu(),
+                        clip=setup.nbafl_clip,
+                        sigma=setup.nbafl_sigma,
+                        generator=gen,
+                    ).to(self.device)
                 upload = w_k.to(CODING_DTYPE) if w_tilde is None else None
             stamped_round, stamped_epoch = t, setup.key_epoch
             if self.upload_hook is not None and upload is not None:
-                upload, stamped_round, stamped_epoch = self.upload_hook(arm, t, client, upload,
-                                                                        setup.key_epoch)
+                upload, stamped_round, stamped_epoch = self.upload_hook(
+                    arm, t, client, upload, setup.key_epoch
+                )
             if shortcut:
                 reason = None if bool(torch.isfinite(w_k).all()) else "non-finite values"
             else:
-                reason = check_upload(upload, shape=(upload_len,), round=t, stamped_round=stamped_round,
-                                      key_epoch=setup.key_epoch, stamped_epoch=stamped_epoch)
+                reason = check_upload(
+                    upload,
+                    shape=(upload_len,),
+                    round=t,
+                    stamped_round=stamped_round,
+                    key_epoch=setup.key_epoch,
+                    stamped_epoch=stamped_epoch,
+                )
             if reason is not None:
                 report.rejected[client] = reason
                 continue
@@ -152,7 +191,16 @@ class ClientWorkerRole:
             acc = w_tilde * report.weight + setup.server_view.apply_P1(delta_sum)
             report.encode_s += time.perf_counter() - t0
         acc = acc.cpu()
-        partials = [Partial(round=t, key_epoch=setup.key_epoch, weighted_sum=acc[a:b].clone(),
-                            weight=report.weight, accepted=len(report.accepted)) for a, b in bounds]
+        partials = [
+            Partial(
+                source=self.worker,
+                round=t,
+                key_epoch=setup.key_epoch,
+                weighted_sum=acc[a:b].clone(),
+                weight=report.weight,
+                accepted=len(report.accepted),
+            )
+            for a, b in bounds
+        ]
         report.bytes_out = acc.numel() * acc.element_size()
         return partials, report

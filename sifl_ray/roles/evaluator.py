@@ -19,19 +19,28 @@ SIMULATION_ONLY = "evaluator: simulation device holding both decoding keys; no r
 
 
 class EvaluatorRole:
-    def __init__(self, *, model: torch.nn.Module, x_test: np.ndarray, y_test: np.ndarray,
-                 batch_size: int, device: torch.device):
+    def __init__(
+        self,
+        *,
+        model: torch.nn.Module,
+        x_test: np.ndarray,
+        y_test: np.ndarray,
+        batch_size: int,
+        device: torch.device,
+    ):
         self.model = model.to(device).eval()
-        self.x = torch.as_tensor(np.asarray(x_test))
-        self.y = torch.as_tensor(np.asarray(y_test))
+        self.x = torch.tensor(np.asarray(x_test))  # a private copy: Ray's zero-copy arrays are read-only
+        self.y = torch.tensor(np.asarray(y_test))
         self.batch_size = batch_size
         self.device = device
         self.views: dict[str, tuple[str, ClientServerKey | None, AggregatorKey | None]] = {}
         self.reference: dict[int, torch.Tensor] = {}  # plain fl model per round (paired deviation)
         self.label = SIMULATION_ONLY
+        self.dtype = next(self.model.parameters()).dtype
 
-    def set_arm(self, arm: str, mode: str, server_view: ClientServerKey | None,
-                aggregator_view: AggregatorKey | None) -> None:
+    def set_arm(
+        self, arm: str, mode: str, server_view: ClientServerKey | None, aggregator_view: AggregatorKey | None
+    ) -> None:
         self.views[arm] = (mode, server_view, aggregator_view)
 
     def decode(self, arm: str, broadcast: torch.Tensor) -> torch.Tensor:
@@ -49,13 +58,16 @@ class EvaluatorRole:
         load_flat_params_(self.model, w)
         correct, loss_sum = 0, 0.0
         for s in range(0, len(self.y), self.batch_size):
-            xb = self.x[s:s + self.batch_size].to(self.device)
-            yb = self.y[s:s + self.batch_size].to(self.device)
+            xb = self.x[s : s + self.batch_size].to(self.device, self.dtype)
+            yb = self.y[s : s + self.batch_size].to(self.device)
             logits = self.model(xb)
             loss_sum += float(F.cross_entropy(logits, yb, reduction="sum"))
             correct += int((logits.argmax(1) == yb).sum())
-        out = {"test_accuracy": correct / len(self.y), "test_loss": loss_sum / len(self.y),
-               "finite": float(bool(torch.isfinite(w).all()))}
+        out = {
+            "test_accuracy": correct / len(self.y),
+            "test_loss": loss_sum / len(self.y),
+            "finite": float(bool(torch.isfinite(w).all())),
+        }
         if arm == "fl":
             self.reference = {t: w.detach().clone()}
         elif t in self.reference and self.views[arm][0] != "plain":

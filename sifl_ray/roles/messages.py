@@ -16,6 +16,7 @@ class Partial:
     actor ever holds every client's full update at once and memory does not grow with the client count.
     """
 
+    source: int  # the worker that summed these uploads (fixes the summation order)
     round: int
     key_epoch: int
     weighted_sum: torch.Tensor  # Σ_i |D_i| · upload_i over accepted clients, rows of this shard (float64)

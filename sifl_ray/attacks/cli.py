@@ -1,0 +1,52 @@
+"""``sifl attack [scenario=attack_small] [key=value ...] [out_dir=PATH]``: run the attack suite.
+
+Loads ``scenarios/<scenario>.yaml`` over :class:`~sifl_ray.attacks.config.AttackConfig`, applies the
+overrides, simulates every key design, runs the adversaries, and writes ``result.json``, ``report.md``,
+TensorBoard text and the recorded transcripts to ``out_dir`` (default
+``runs/attack/<scenario>/<timestamp>/``).
+The last line printed is the RESULT line (:func:`sifl_ray.attacks.report.result_line`).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from sifl_ray.config import ConfigError
+
+USAGE = __doc__ or ""
+
+
+def attack_main(argv: list[str] | None = None) -> int:
+    """Entry point of ``sifl attack``; returns the exit code (2 for configuration problems)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("-h", "--help", "help") for a in argv):
+        print(USAGE)
+        return 0
+    from sifl_ray.attacks.config import load_attack_config
+
+    try:
+        cfg = load_attack_config(argv)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    from sifl_ray.attacks.report import result_line, summary_table, write_all
+    from sifl_ray.attacks.suite import run_suite
+
+    out_dir = (
+        Path(cfg.out_dir)
+        if cfg.out_dir
+        else Path("runs") / "attack" / cfg.scenario / time.strftime("%Y%m%d-%H%M%S")
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result = run_suite(cfg, transcript_dir=out_dir / "transcripts", log=lambda msg: print(msg, flush=True))
+    paths = write_all(result, out_dir)
+    print(summary_table(result))
+    print(f"\nwritten: {paths['json']}, {paths['markdown']}, TensorBoard: {paths['tensorboard']}")
+    print(result_line(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(attack_main())

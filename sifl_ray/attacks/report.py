@@ -1,0 +1,290 @@
+"""Writing the attack suite's results: JSON, a markdown report, TensorBoard text, and the RESULT line.
+
+What goes out. Figures measured against the plain models, the per-element ε of the accountant printed beside
+them (labelled per-element: it is not a guarantee on the vector), descriptions of what was recorded, and the
+configuration. No key material: the keys stay in memory with the scorer; the audit's use of the keys is stated
+as its threat model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from sifl_ray.attacks.suite import EXPLANATIONS, Figure, SuiteResult
+
+PER_ELEMENT_NOTE = (
+    "The per-element ε is the paper's guarantee for ONE coordinate of ONE upload in ONE round; it is printed "
+    "beside each figure for comparison and is not a guarantee on the vector, from which the attacks recover "
+    "the figures shown."
+)
+
+
+def _fmt(x: Any) -> str:
+    if x is None:
+        return "not reached"
+    if isinstance(x, bool):
+        return str(x)
+    if isinstance(x, int):
+        return str(x)
+    if isinstance(x, float):
+        if math.isnan(x):
+            return "n/a"
+        return f"{x:.3g}" if 1e-3 <= abs(x) < 1e4 or x == 0 else f"{x:.2e}"
+    return str(x)
+
+
+def _jsonable(x: Any) -> Any:
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return {f.name: _jsonable(getattr(x, f.name)) for f in dataclasses.fields(x)}
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    return x
+
+
+def to_json(result: SuiteResult) -> dict[str, Any]:
+    """The whole result as JSON-safe data (non-finite floats as strings)."""
+    data = _jsonable(result)
+    data["headline"] = _jsonable(result.headline())
+    data["per_element_note"] = PER_ELEMENT_NOTE
+    return data
+
+
+def result_line(result: SuiteResult) -> str:
+    """``RESULT attacks full_rank_round=<r> projection_error=<x> m2_server_corr=<c> audit_eps_lb=<e>
+    paper_eps=<e>`` for the primary design.
+
+    ``full_rank_round``: rounds until the aggregator knows ``col(P1)`` (``none``: never within a key epoch).
+    ``projection_error``: the noise-removal attack (b) at the last round, the best of its three variants
+    (projection, regression, telescoped regression), as a relative error up to the unknown map.
+    ``m2_server_corr``: the M2 server's ``|corr(ŵ, w)|`` in round 1 (worst over the R2 noise scales).
+    ``audit_eps_lb``: the audit's empirical ε lower bound for the whole upload, keys known.
+    ``paper_eps``: the paper's per-element ε of that upload (worst element).
+    """
+    h = result.headline()
+
+    def g(x: Any, digits: int = 3) -> str:
+        if x is None:
+            return "none"
+        return str(x) if isinstance(x, int) else f"{x:.{digits}g}"
+
+    return (
+        f"RESULT attacks full_rank_round={g(h['full_rank_round'])} "
+        f"projection_error={g(h['projection_error'])} "
+        f"m2_server_corr={g(h['m2_server_corr'], 6)} audit_eps_lb={g(h['audit_eps_lb'])} "
+        f"paper_eps={g(h['paper_eps'])}"
+    )
+
+
+def _cell(text: str) -> str:
+    """A markdown table cell: the norms' bars would otherwise split the cell."""
+    return text.replace("|", "\\|")
+
+
+def _row(threat: str, attack: str, figure: str, value: Any, eps_paper: float, eps_sound: float) -> str:
+    cells = [threat, attack, figure, _fmt(value), _fmt(eps_paper), _fmt(eps_sound)]
+    return "| " + " | ".join(_cell(c) for c in cells) + " |"
+
+
+def markdown(result: SuiteResult) -> str:
+    """The report: one line per (design, attack) with threat model, attack, figure and per-element ε."""
+    cfg = result.config
+    lines = [
+        f"# Attack suite: {cfg['scenario']}",
+        "",
+        "What an adversary actually recovers from SIFL's encodings, measured on a small model simulated with "
+        "the "
+        "platform's keys (SPEC 'Attacks the design must be judged against'). Every figure is scored against "
+        "the "
+        "plain models, which no party of a real deployment holds.",
+        "",
+        f"- Model: n = {result.designs[0].n} parameters, ñ = {result.designs[0].n_tilde}; "
+        f"{cfg['data']['clients']} clients, {cfg['training']['rounds']} rounds, "
+        f"K = {cfg['training']['local_steps']} local SGD steps (fused client).",
+        f"- Key scales: alpha = {cfg['key']['alpha']:g}, beta = {cfg['key']['beta']:g}, "
+        f"{cfg['key']['noise']} noise of scale {cfg['key']['noise_scale']:g}; all coding in float64.",
+        "- Keys: "
+        + (
+            f"reproducible simulation keys derived from key_seed = {cfg['key_seed']} (not secret). "
+            if cfg["key_seed"] is not None
+            else "256 secure random bits per key. "
+        )
+        + "No key material is written here; the scorer and the audit hold the keys in memory only.",
+        f"- {PER_ELEMENT_NOTE}",
+        "- Recovered models are scored up to the one unknown linear map A = U^T P1 of the adversary's basis "
+        "U "
+        "(the scorer computes A from the key; the adversary would get it from n known pairs or one colluding "
+        "client): max over the round's uploads of ||A^-1 c_i - w_i|| / ||w_i||.",
+        f"- Run time: {result.seconds:.1f} s.",
+        "",
+        "## The attacks",
+        "",
+    ]
+    titles = {k: f for k, f in result.designs[0].figures.items()}
+    lines += [
+        f"- **{titles[k].attack}** ({titles[k].threat_model}). {text}" for k, text in EXPLANATIONS.items()
+    ]
+    lines.append("")
+    for d in result.designs:
+        rekey = f", new key every {d.rekey_every} rounds" if d.rekey_every else ", fixed key"
+        scales = f"alpha = {d.alpha:g}, beta = {d.beta:g}, noise scale {d.noise_scale:g}"
+        lines += [
+            f"## Design {d.design}: {d.backend} backend, {d.left_inverse} left inverse{rekey}; {scales}",
+            "",
+            f"Key layout: {d.layout}. Transcript: {d.transcript}. The legitimate decoder's own relative "
+            f"round-off on a fresh encoding: {_fmt(d.key_holder_decode_error)}.",
+            "",
+            "| threat model | attack | figure | value | per-element ε (paper) | per-element ε (sound) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for f in d.figures.values():
+            lines.append(_row(f.threat_model, f.attack, f.figure, f.value, d.epsilon_paper, d.epsilon_sound))
+        lines += ["", "Details:", ""]
+        lines += [f"- {f.attack}: {f.note}" for f in d.figures.values() if f.note]
+        lines.append("")
+    if result.m2:
+        lines += [
+            "## M2: the server's view",
+            "",
+            "| threat model | attack | figure | value | per-element ε (paper) | per-element ε (sound) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for m in result.m2:
+            first = min(m.corr_per_round)
+            lines.append(
+                _row(
+                    "server in M2 (honest-but-curious)",
+                    f"(e) smallest right singular vector of P1L W'_a (n = {m.n}, p = {m.p}, R2 scale "
+                    f"{m.noise2_scale:g})",
+                    f"|corr(w_hat, w)| in round {first} (later rounds: "
+                    + ", ".join(f"{v:.6f}" for t, v in sorted(m.corr_per_round.items()) if t != first)
+                    + ")",
+                    f"{m.corr_per_round[first]:.6f}",
+                    math.nan,
+                    math.nan,
+                )
+            )
+        lines += [
+            "",
+            "The paper's theorems do not cover this view (the server's P1L W'_a); the per-element columns "
+            "are "
+            "n/a. The correlation stays at about 1 - 1/n whatever the noise scale.",
+            "",
+        ]
+    if result.audit_whole is not None and result.audit_single is not None:
+        primary = result.primary_result()
+        lines += [
+            f"## DP audit (design {result.audit_design})",
+            "",
+            "Threat model: an auditor granted the server key (what the colluding client or the subspace "
+            "attacks "
+            "deliver). Neighbouring models w0 and w0 + Δ with ||Δ||_2 = Remark 3's sensitivity "
+            f"{result.audit_sensitivity:.3g}; threshold fixed in advance; Clopper–Pearson intervals at "
+            f"{cfg['audit']['confidence']:g} each; δ = {cfg['audit']['delta']:g}.",
+            "",
+            "| test | trials per hypothesis | false positives | true positives | empirical ε lower bound | "
+            "per-element ε (paper) | per-element ε (sound) |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for a in (result.audit_whole, result.audit_single):
+            lines.append(
+                f"| {a.name} | {a.trials} | {a.false_positives} | {a.true_positives} | "
+                f"{_fmt(a.epsilon_lower_bound)} | {_fmt(primary.epsilon_paper)} | "
+                f"{_fmt(primary.epsilon_sound)} |"
+            )
+        lines += [
+            "",
+            "The whole-vector bound is limited only by the number of trials: the two hypotheses never "
+            "overlap "
+            "(the vector release has no finite ε). The single-coordinate test is what the per-element ε "
+            "covers, and it stays consistent with it.",
+            "",
+        ]
+    lines.append(result_line(result))
+    return "\n".join(lines) + "\n"
+
+
+def summary_table(result: SuiteResult) -> str:
+    """A compact console summary: one line per design, then M2 and the audit."""
+    head = (
+        f"{'design':22s} {'full rank':>9s} {'project':>9s} {'regress':>9s} {'telescope':>9s} {'cos err':>9s} "
+        f"{'KP pairs':>8s} {'collude':>9s} {'eps paper':>9s}"
+    )
+    lines = [head, "-" * len(head)]
+    for d in result.designs:
+        f = d.figures
+        lines.append(
+            f"{d.design:22s} {_fmt(f['difference_rank'].value):>9s} {_fmt(f['projection'].value):>9s} "
+            f"{_fmt(f['regression'].value):>9s} {_fmt(f['telescoped'].value):>9s} "
+            f"{_fmt(f['geometry_cosine'].value):>9s} {_fmt(f['known_plaintext'].value):>8s} "
+            f"{_fmt(f['collusion'].value):>9s} {_fmt(d.epsilon_paper):>9s}"
+        )
+    for m in result.m2:
+        corr = ", ".join(f"round {t}: {v:.6f}" for t, v in sorted(m.corr_per_round.items()))
+        lines.append(f"M2 server, n = {m.n}, R2 scale {m.noise2_scale:g}: |corr(w_hat, w)| {corr}")
+    if result.audit_whole is not None and result.audit_single is not None:
+        lines.append(
+            f"audit ({result.audit_design}, keys known): whole vector eps >= "
+            f"{result.audit_whole.epsilon_lower_bound:.3g}, one coordinate eps >= "
+            f"{result.audit_single.epsilon_lower_bound:.3g}; per-element eps (paper) "
+            f"{result.primary_result().epsilon_paper:.3g}"
+        )
+    return "\n".join(lines)
+
+
+def _scalar_series(f: Figure) -> list[tuple[int, float]]:
+    return [
+        (t, float(v)) for t, v in sorted(f.per_round.items()) if v is not None and math.isfinite(float(v))
+    ]
+
+
+def write_tensorboard(result: SuiteResult, logdir: Path, report_md: str) -> None:
+    """The report as TensorBoard text (``attack/report``), one text per design, and per-round scalars."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(log_dir=str(logdir))
+    try:
+        writer.add_text("attack/report", report_md)
+        writer.add_text("attack/result", result_line(result))
+        for d in result.designs:
+            table = [
+                "| threat model | attack | figure | value | per-element ε (paper) |",
+                "|---|---|---|---|---|",
+            ]
+            table += [
+                "| "
+                + " | ".join(_cell(c) for c in (f.threat_model, f.attack, f.figure, _fmt(f.value)))
+                + f" | {_fmt(d.epsilon_paper)} |"
+                for f in d.figures.values()
+            ]
+            writer.add_text(f"attack/{d.design}", "\n".join(table))
+            for name, f in d.figures.items():
+                for t, v in _scalar_series(f):
+                    writer.add_scalar(f"attack/{d.design}/{name}", v, t)
+        for m in result.m2:
+            for t, v in sorted(m.corr_per_round.items()):
+                writer.add_scalar(f"attack/m2_server_corr/R2_scale_{m.noise2_scale:g}", v, t)
+    finally:
+        writer.close()
+
+
+def write_all(result: SuiteResult, out_dir: Path) -> dict[str, Path]:
+    """Write ``result.json``, ``report.md`` and TensorBoard files under ``out_dir``; return their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {
+        "json": out_dir / "result.json",
+        "markdown": out_dir / "report.md",
+        "tensorboard": out_dir / "tb",
+    }
+    paths["json"].write_text(json.dumps(to_json(result), indent=2, allow_nan=False) + "\n")
+    md = markdown(result)
+    paths["markdown"].write_text(md)
+    write_tensorboard(result, paths["tensorboard"], md)
+    return paths

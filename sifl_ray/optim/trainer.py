@@ -1,0 +1,121 @@
+"""The base optimizer a client runs: a thin, stateful wrapper around a torch model and optimizer.
+
+SPEC "Standard FL": a client runs K ordinary optimizer steps ``w_{k+1} = w_k − g(w_k, batch)``. The target
+optimizers (:mod:`sifl_ray.optim.target`) only need four things from it — load parameters with fresh or
+kept optimizer state, take one step, read the parameters back — so any trainer with this protocol works.
+Parameters cross the boundary as one flat float64 vector (the coding dtype); the model keeps its own dtype.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from sifl_ray.coding.base import CODING_DTYPE
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+@runtime_checkable
+class Trainer(Protocol):
+    """What a target optimizer needs from the base optimizer."""
+
+    def reset(self, w0: torch.Tensor) -> None:
+        """Load ``w0`` (float64, (n,)) into the model and start a fresh optimizer state."""
+
+    def load(self, w: torch.Tensor) -> None:
+        """Load ``w`` into the model, keeping the optimizer state."""
+
+    def step(self, batch: Batch) -> float:
+        """One ordinary optimizer step on ``batch``; returns the loss before the step."""
+
+    def params(self) -> torch.Tensor:
+        """The model parameters as a flat float64 vector (n,)."""
+
+
+_NAMED = {
+    "sgd": (torch.optim.SGD, {}),
+    "momentum": (torch.optim.SGD, {"momentum": 0.9}),
+    "adam": (torch.optim.Adam, {}),
+}
+
+
+def make_optimizer_factory(optimizer: str | Callable[..., torch.optim.Optimizer], lr: float, **kwargs: Any):
+    """``params -> torch.optim.Optimizer`` for a name (``sgd``, ``momentum`` = SGD with momentum 0.9,
+    ``adam``, or any ``torch.optim`` class name such as ``"AdamW"``), or a callable
+    ``f(params, lr=..., **kwargs)``."""
+    if callable(optimizer):
+        return lambda params: optimizer(params, lr=lr, **kwargs)
+    if optimizer in _NAMED:
+        cls, defaults = _NAMED[optimizer]
+        return lambda params: cls(params, lr=lr, **{**defaults, **kwargs})
+    cls = getattr(torch.optim, optimizer, None)
+    if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
+        known = ", ".join([*_NAMED, "or a torch.optim class name (e.g. 'AdamW', 'RMSprop')"])
+        raise ValueError(f"unknown optimizer {optimizer!r}; expected {known}")
+    return lambda params: cls(params, lr=lr, **kwargs)
+
+
+class TorchTrainer:
+    """A :class:`Trainer` over ``model`` (any ``nn.Module``) and a torch optimizer.
+
+    Args:
+        model: the network; its parameters, in ``model.parameters()`` order, are the vector w.
+        optimizer: ``"sgd"``, ``"momentum"`` (SGD, momentum 0.9), ``"adam"``, any ``torch.optim`` class
+            name, or a callable ``f(params, lr=..., **opt_kwargs)``.
+        lr: learning rate.
+        loss_fn: ``loss_fn(model(x), y)``; cross-entropy by default.
+        **opt_kwargs: passed to the optimizer (e.g. ``weight_decay``).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: str | Callable[..., torch.optim.Optimizer],
+        lr: float,
+        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.cross_entropy,
+        **opt_kwargs: Any,
+    ):
+        self.model = model
+        self.loss_fn = loss_fn
+        self._make_optimizer = make_optimizer_factory(optimizer, lr, **opt_kwargs)
+        self._params = [p for p in model.parameters() if p.requires_grad]
+        self.n = sum(p.numel() for p in self._params)
+        self.optimizer = self._make_optimizer(self._params)
+
+    @property
+    def device(self) -> torch.device:
+        return self._params[0].device
+
+    def reset(self, w0: torch.Tensor) -> None:
+        self.load(w0)
+        self.optimizer = self._make_optimizer(self._params)
+
+    def load(self, w: torch.Tensor) -> None:
+        if w.dim() != 1 or w.numel() != self.n:
+            raise ValueError(
+                f"expected a flat parameter vector of {self.n} entries; got shape {tuple(w.shape)}"
+            )
+        with torch.no_grad():
+            offset = 0
+            for p in self._params:
+                k = p.numel()
+                p.copy_(w[offset : offset + k].view_as(p))  # in place: the optimizer keeps its state
+                offset += k
+
+    def step(self, batch: Batch) -> float:
+        x, y = batch
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.loss_fn(self.model(x), y)
+        loss.backward()
+        self.optimizer.step()
+        return float(loss.detach())
+
+    def params(self) -> torch.Tensor:
+        with torch.no_grad():
+            return torch.cat([p.detach().reshape(-1) for p in self._params]).to(CODING_DTYPE)

@@ -1,0 +1,236 @@
+"""What a configuration costs and promises before any training: sizes, predicted decode error, ε.
+
+``sifl describe`` prints this; the runner uses the same functions to refuse a configuration float64 cannot
+carry (SPEC "Precision") and to report the per-element ε of every release (SPEC "Differential privacy").
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from sifl_ray.coding.base import AggregatorNorms, KeyNorms, NoiseSpec
+from sifl_ray.coding.precision import check_precision, predict_decode_error
+from sifl_ray.privacy.accountant import describe_release_epsilons, release_epsilons
+
+INPUT_SHAPES = {"digits": (1, 8, 8), "mnist": (1, 28, 28), "fashion_mnist": (1, 28, 28)}
+TRAIN_SIZES = {"mnist": 60000, "fashion_mnist": 60000}
+
+
+def noise_specs(cfg: DictConfig) -> tuple[NoiseSpec, NoiseSpec]:
+    noise = cfg.coding.noise
+    return (
+        NoiseSpec(distribution=noise.distribution, scale=float(noise.sigma1)),
+        NoiseSpec(distribution=noise.distribution, scale=float(noise.sigma2)),
+    )
+
+
+def predict(cfg: DictConfig, *, mode: str, n: int, w_max: float):
+    """The precision model's report for one round of an arm of ``mode`` (``m1`` or ``m2``)."""
+    c = cfg.coding
+    return predict_decode_error(
+        scheme=mode.upper(),
+        dtype=getattr(torch, c.dtype),
+        n=n,
+        n_tilde=n + c.n_extra,
+        alpha=c.alpha,
+        beta=c.beta,
+        kappa=c.kappa if c.kappa is not None else 1.0 / c.alpha,
+        left_inverse=c.left_inverse,
+        backend=c.backend,
+        distribution=c.noise.distribution,
+        sigma1=c.noise.sigma1,
+        sigma2=c.noise.sigma2,
+        p=c.p,
+        gamma=c.gamma,
+        eta=c.eta,
+        w_max=w_max,
+        clients=cfg.clients.num_clients,
+    )
+
+
+def arm_precision(cfg: DictConfig, *, mode: str, n: int, w_max: float) -> dict[str, Any]:
+    """Predict the decode error of one round and the bound on the deviation from FedAvg over the run.
+
+    Raises:
+        PrecisionError: the prediction exceeds ``coding.precision.tolerance`` and the policy is ``refuse``.
+
+    The run bound adds the per-round bound once per round: every round decodes once more, and the paired
+    FedAvg run sees the same minibatches, so the two trajectories differ by the accumulated coding error
+    as long as local training does not amplify a perturbation (a property of the model and learning rate
+    that the measured ``max_deviation`` checks, round by round).
+    """
+    report = predict(cfg, mode=mode, n=n, w_max=w_max)
+    check_precision(report, tolerance=cfg.coding.precision.tolerance, policy=cfg.coding.precision.policy)
+    per_round = float(report.predicted_max_error)
+    return {
+        "per_round": per_round,
+        "run_bound": per_round * cfg.train.rounds,
+        "tolerance": float(cfg.coding.precision.tolerance),
+    }
+
+
+def arm_releases(
+    cfg: DictConfig,
+    *,
+    mode: str,
+    key_norms: KeyNorms,
+    agg_norms: AggregatorNorms | None,
+    local_size: int,
+    total_size: int,
+):
+    """The ε of every release of one round of a SIFL arm (the keys are fixed, so once per run)."""
+    noise1, noise2 = noise_specs(cfg)
+    return release_epsilons(
+        key_norms=key_norms,
+        agg_norms=agg_norms if mode == "m2" else None,
+        noise1=noise1,
+        noise2=noise2 if mode == "m2" else None,
+        clip=cfg.privacy.clip,
+        local_size=local_size,
+        total_size=total_size,
+        delta=cfg.privacy.delta,
+        mode=mode,
+    )
+
+
+def describe_arm(
+    cfg: DictConfig,
+    *,
+    mode: str,
+    key_norms: KeyNorms,
+    agg_norms: AggregatorNorms | None,
+    local_size: int,
+    total_size: int,
+) -> dict[str, Any]:
+    """JSON-safe privacy summary of one SIFL arm: sound ε (the guarantee) and the paper's, per release."""
+    noise1, noise2 = noise_specs(cfg)
+    info = describe_release_epsilons(
+        key_norms=key_norms,
+        agg_norms=agg_norms if mode == "m2" else None,
+        noise1=noise1,
+        noise2=noise2 if mode == "m2" else None,
+        clip=cfg.privacy.clip,
+        local_size=local_size,
+        total_size=total_size,
+        delta=cfg.privacy.delta,
+        mode=mode,
+    )
+    out: dict[str, Any] = {"mechanism": f"sifl-{cfg.coding.noise.distribution}", "delta": cfg.privacy.delta}
+    for release, rel in info["releases"].items():
+        out[f"epsilon_{release}"] = float(rel["epsilon"])
+        out[f"epsilon_{release}_paper"] = float(rel["epsilon_paper"])
+    out["scope"] = info["scope"]
+    out["caveat"] = info["caveat"]
+    out["norms_exact"] = info["norms_exact"]
+    return out
+
+
+def dataset_sizes(cfg: DictConfig) -> tuple[int, int]:
+    """(smallest client's |D_i|, |D|) for an IID split, without loading MNIST."""
+    if cfg.data.name == "digits":
+        from sklearn.datasets import load_digits
+
+        total = len(load_digits().target)
+        total -= math.ceil(total * cfg.data.test_fraction)
+    elif cfg.data.name == "synthetic":
+        total = cfg.data.n_train
+    else:
+        total = TRAIN_SIZES[cfg.data.name]
+    if cfg.data.limit_train:
+        total = min(total, cfg.data.limit_train)
+    return total // cfg.clients.num_clients, total
+
+
+def describe_scenario(cfg: DictConfig) -> dict[str, Any]:
+    """Sizes, predicted decode error and ε per release of a scenario, without training (``sifl describe``)."""
+    from sifl_ray.keys import make_party_aggregator_state, make_party_server_key
+    from sifl_ray.models import build_model, count_params
+    from sifl_ray.seeding import torch_generator
+
+    from .coding import make_aggregator_key
+
+    shape = INPUT_SHAPES.get(cfg.data.name, (1, 28, 28))
+    model = build_model(
+        cfg.train.model, input_shape=shape, num_classes=10, generator=torch_generator(cfg.seed, "init")
+    )
+    n = count_params(model)
+    w_max = max(float(p.detach().abs().max()) for p in model.parameters())
+    n_tilde = n + cfg.coding.n_extra
+    local, total = dataset_sizes(cfg)
+    coding = OmegaConf.to_container(cfg.coding)
+    out: dict[str, Any] = {
+        "scenario": cfg.scenario,
+        "model": cfg.train.model,
+        "n": n,
+        "n_tilde": n_tilde,
+        "n_prime": n_tilde * cfg.coding.p,
+        "p": cfg.coding.p,
+        "backend": cfg.coding.backend,
+        "left_inverse": cfg.coding.left_inverse,
+        "clients": cfg.clients.num_clients,
+        "local_size": local,
+        "total_size": total,
+        "arms": list(cfg.arms),
+        "modes": {},
+    }
+    for mode in ("m1", "m2"):
+        report = predict(cfg, mode=mode, n=n, w_max=w_max)
+        role, _ = make_party_server_key(arm="describe", mode=mode, n=n, coding=coding, run_seed=cfg.seed)
+        agg_norms = None
+        if mode == "m2":
+            state = make_party_aggregator_state(arm="describe", mode=mode, coding=coding, run_seed=cfg.seed)
+            agg_norms = make_aggregator_key(
+                p=cfg.coding.p, gamma=cfg.coding.gamma, eta=cfg.coding.eta, seed=state["seed"]
+            ).norms()
+        priv = describe_arm(
+            cfg,
+            mode=mode,
+            key_norms=role.key.norms(),
+            agg_norms=agg_norms,
+            local_size=local,
+            total_size=total,
+        )
+        out["modes"][mode] = {
+            "predicted_decode_error": float(report.predicted_max_error),
+            "tolerance": float(cfg.coding.precision.tolerance),
+            "within_tolerance": bool(report.predicted_max_error <= cfg.coding.precision.tolerance),
+            **priv,
+        }
+    m2 = out["modes"]["m2"]
+    out["predicted_decode_error"] = max(v["predicted_decode_error"] for v in out["modes"].values())
+    out["epsilon"] = {
+        "local": m2["epsilon_local"],
+        "global": m2["epsilon_global"],
+        "local_paper": m2["epsilon_local_paper"],
+        "global_paper": m2["epsilon_global_paper"],
+        "m1_broadcast": out["modes"]["m1"]["epsilon_broadcast"],
+    }
+    out["scope"] = m2["scope"]
+    return out
+
+
+def format_description(info: dict[str, Any]) -> str:
+    lines = [
+        f"scenario {info['scenario']}: model {info['model']}, {info['clients']} clients, "
+        f"|D_i| ≈ {info['local_size']}, |D| = {info['total_size']}",
+        f"  n  = {info['n']:,}   (model parameters)",
+        f"  ñ  = {info['n_tilde']:,}   (server code π1: ñ − n = {info['n_tilde'] - info['n']})",
+        f"  n' = {info['n_prime']:,}   (aggregator code π2: ñ × p, p = {info['p']})",
+        f"  coding: {info['backend']} backend, {info['left_inverse']} left inverse, float64",
+    ]
+    for mode, m in info["modes"].items():
+        ok = "ok" if m["within_tolerance"] else "EXCEEDS tolerance"
+        lines.append(
+            f"  SIFL {mode.upper()}: predicted max decode error per round {m['predicted_decode_error']:.3e} "
+            f"(tolerance {m['tolerance']:.1e}: {ok})"
+        )
+        for key in sorted(k for k in m if k.startswith("epsilon_") and not k.endswith("_paper")):
+            lines.append(
+                f"    ε {key[8:]:9s} = {m[key]:.4g} (sound)   paper's formula: {m[key + '_paper']:.4g}"
+            )
+    lines.append(f"  scope: {info['scope']}")
+    return "\n".join(lines)

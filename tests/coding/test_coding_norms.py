@@ -1,0 +1,80 @@
+"""Norms for the accountant: exact for every backend (bounds only where ``exact`` says so, and then on the
+conservative side), and the fast backend equals the dense matrices of itself."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from coding_cases import CASES, make_key, rand
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+
+def reference_norms(key):
+    P1, P1L, N1 = key.dense()
+    return {
+        "p1_row_l2": P1.norm(dim=1),
+        "p1_row_l1": P1.abs().sum(1),
+        "n1_row_l2": N1.norm(dim=1) if N1.numel() else torch.zeros(key.n_tilde, dtype=torch.float64),
+        "n1_row_maxabs": N1.abs().amax(1) if N1.numel() else torch.zeros(key.n_tilde, dtype=torch.float64),
+        "p1l_spectral": float(torch.linalg.matrix_norm(P1L, 2)),
+    }
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    case=st.sampled_from(CASES),
+    n=st.integers(1, 40),
+    m=st.integers(1, 10),
+    seed=st.integers(0, 2**16),
+)
+def test_norms_are_exact(case, n, m, seed):
+    key = make_key(*case, n=n, m=m, seed=seed)
+    norms, ref = key.norms(), reference_norms(key)
+    assert norms.exact and norms.note
+    for name in ("p1_row_l2", "p1_row_l1", "n1_row_l2", "n1_row_maxabs"):
+        got, want = getattr(norms, name), ref[name]
+        assert got.shape == (key.n_tilde,)
+        assert torch.allclose(got, want, rtol=1e-9, atol=1e-14 * float(want.abs().max() + 1)), name
+    assert math.isclose(norms.p1l_spectral, ref["p1l_spectral"], rel_tol=1e-9)
+    if case[0] != "identity":
+        assert key.norms() is norms  # cached on the (frozen) key
+
+
+@pytest.mark.parametrize("left_inverse", ["pinv", "oblique"])
+def test_multi_round_norms_are_conservative_bounds(left_inverse):
+    key = make_key("fast", left_inverse, n=50, m=9, seed=2, rounds=2)
+    norms, ref = key.norms(), reference_norms(key)
+    assert not norms.exact and "bound" in norms.note
+    assert torch.allclose(norms.p1_row_l2, ref["p1_row_l2"], rtol=1e-9, atol=1e-15)
+    assert bool((norms.p1_row_l1 >= ref["p1_row_l1"] * (1 - 1e-12)).all())  # upper bound for ε
+    assert torch.allclose(norms.n1_row_l2, ref["n1_row_l2"], rtol=1e-9)
+
+
+@pytest.mark.parametrize("left_inverse, expected", [("pinv", 1e2), ("oblique", math.sqrt(1e4 + 50.0**2))])
+def test_fast_p1l_spectral_norm_formula(left_inverse, expected):
+    """‖P1L‖₂ = 1/α (pinv) or √(1/α² + κ²) (oblique), exactly."""
+    key = make_key("fast", left_inverse, n=60, m=13, seed=4, alpha=1e-2, kappa=50.0)
+    assert math.isclose(key.norms().p1l_spectral, expected, rel_tol=1e-12)
+    assert math.isclose(reference_norms(key)["p1l_spectral"], expected, rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("rounds", [1, 2])
+@pytest.mark.parametrize("left_inverse", ["pinv", "oblique"])
+def test_fast_equals_its_dense_matrices(rounds, left_inverse):
+    """fast ≡ dense-of-itself: the structured maps are exactly the matrices they materialise, and those
+    satisfy Proposition 1 to round-off."""
+    key = make_key("fast", left_inverse, n=70, m=11, seed=rounds, rounds=rounds)
+    P1, P1L, N1 = key.dense()
+    eye = torch.eye(70, dtype=torch.float64)
+    assert (P1L @ P1 - eye).abs().max() < 1e-12
+    assert (P1L @ N1).abs().max() < 1e-12 * key.beta / key.alpha
+    assert (P1.T @ P1 - key.alpha**2 * eye).abs().max() < 1e-16  # α·(orthonormal columns)
+    if left_inverse == "pinv":
+        assert (P1.T @ N1).abs().max() < 1e-14  # kernel ⟂ col(P1): the weak choice (SPEC "Noise removal")
+    else:
+        assert (P1.T @ N1).abs().max() > 1e-3 * key.alpha * key.beta  # oblique: not orthogonal
+    W, R = rand((70, 3), 0), rand((11, 3), 1)
+    assert torch.allclose(key.encode(W, R), P1 @ W + N1 @ R, rtol=0, atol=1e-12)

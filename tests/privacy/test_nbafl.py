@@ -1,0 +1,140 @@
+"""The NbAFL baseline: calibration, clipping, and the privatized upload."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sifl_ray.privacy import formulas as F
+from sifl_ray.privacy.nbafl import clip_model, nbafl_sigma, privatize_upload
+
+
+def approx(expected, **kw):
+    """``pytest.approx`` without its default absolute tolerance of 1e-12, which would pass any ε < 1e-12."""
+    kw.setdefault("rel", 1e-6)
+    kw.setdefault("abs", 0.0)
+    return pytest.approx(expected, **kw)
+
+
+# Fig. 6's baseline: C = 10, δ = 1e-5, N_c = 50 clients of 60,000/50 = 1,200 samples.
+CLIP, DELTA, SIZE = 10.0, 1e-5, 1200
+
+
+def gen(seed: int) -> torch.Generator:
+    g = torch.Generator()
+    g.manual_seed(seed)
+    return g
+
+
+def test_classical_sigma_golden_value():
+    # σ = Δ·√(2 ln(1.25/δ))/ε with Δ = 2C/|D_i| = 1/60.
+    expected = (2 * CLIP / SIZE) * math.sqrt(2 * math.log(1.25 / DELTA)) / 1.0
+    assert nbafl_sigma(epsilon=1.0, delta=DELTA, clip=CLIP, local_size=SIZE) == approx(expected)
+    assert expected == approx(0.0807468, rel=1e-6)
+    assert nbafl_sigma(epsilon=5.0, delta=DELTA, clip=CLIP, local_size=SIZE) == approx(expected / 5)
+    assert nbafl_sigma(epsilon=1.0, delta=DELTA, clip=CLIP, local_size=SIZE, exposures=3) == approx(
+        3 * expected
+    )
+
+
+def test_classical_calibration_validity_is_as_documented():
+    d = 2 * CLIP / SIZE
+    for eps in (0.1, 0.5, 0.99, 1.0, 5.0):  # proven for ε < 1; still holds at 1 and 5 here
+        sigma = nbafl_sigma(epsilon=eps, delta=DELTA, clip=CLIP, local_size=SIZE)
+        assert F.gaussian_mechanism_delta(epsilon=eps, sigma=sigma, sensitivity=d) <= DELTA
+    for eps, documented in ((10.0, 2.3e-5), (20.0, 1.5e-3)):  # the docstring's warning: it fails at large ε
+        sigma = nbafl_sigma(epsilon=eps, delta=DELTA, clip=CLIP, local_size=SIZE)
+        assert F.gaussian_mechanism_delta(epsilon=eps, sigma=sigma, sensitivity=d) == approx(
+            documented, rel=0.05
+        )
+
+
+@pytest.mark.parametrize("eps", [0.5, 1.0, 10.0, 20.0])
+def test_analytic_calibration_is_the_smallest_valid_sigma(eps):
+    d = 2 * CLIP / SIZE
+    sigma = nbafl_sigma(epsilon=eps, delta=DELTA, clip=CLIP, local_size=SIZE, calibration="analytic")
+    assert F.gaussian_mechanism_delta(epsilon=eps, sigma=sigma, sensitivity=d) <= DELTA
+    assert F.gaussian_mechanism_delta(epsilon=eps, sigma=sigma * (1 - 1e-6), sensitivity=d) > DELTA
+
+
+def test_invalid_calibration_inputs():
+    with pytest.raises(ValueError, match="epsilon"):
+        nbafl_sigma(epsilon=0.0, delta=DELTA, clip=CLIP, local_size=SIZE)
+    with pytest.raises(ValueError, match="delta"):
+        nbafl_sigma(epsilon=1.0, delta=1.0, clip=CLIP, local_size=SIZE)
+    with pytest.raises(ValueError, match="calibration"):
+        nbafl_sigma(epsilon=1.0, delta=DELTA, clip=CLIP, local_size=SIZE, calibration="rdp")
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    values=st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=1, max_size=64),
+    clip=st.floats(1e-3, 1e3),
+)
+def test_clipping_bound_holds(values, clip):
+    w = torch.tensor(values, dtype=torch.float32)
+    before = w.clone()
+    out = clip_model(w, clip=clip)
+    assert torch.equal(w, before)  # the input is untouched
+    assert out.dtype == torch.float64 and out.shape == w.shape
+    norm_in = float(torch.linalg.vector_norm(w.double()))
+    norm_out = float(torch.linalg.vector_norm(out))
+    assert norm_out <= clip
+    if norm_in <= clip:
+        assert torch.equal(out, w.double())
+    else:
+        assert norm_out == approx(clip, rel=1e-12)
+        assert torch.allclose(out * (norm_in / norm_out), w.double(), rtol=1e-9, atol=0)
+
+
+def test_clip_zero_vector_and_non_finite():
+    z = torch.zeros(10)
+    out = clip_model(z, clip=1.0)
+    assert torch.equal(out, torch.zeros(10, dtype=torch.float64))
+    out64 = torch.zeros(3, dtype=torch.float64)
+    assert clip_model(out64, clip=1.0).data_ptr() != out64.data_ptr()  # a new tensor even when unchanged
+    with pytest.raises(ValueError, match="NaN or inf"):
+        clip_model(torch.tensor([1.0, math.nan]), clip=1.0)
+    with pytest.raises(ValueError, match="clip"):
+        clip_model(z, clip=0.0)
+
+
+def test_privatize_upload_noise_has_the_calibrated_std():
+    n = 200_000
+    w = torch.full((n,), 0.01, dtype=torch.float64)  # norm 4.47 < C: not clipped
+    sigma = nbafl_sigma(epsilon=1.0, delta=DELTA, clip=CLIP, local_size=SIZE)
+    out = privatize_upload(w, clip=CLIP, sigma=sigma, generator=gen(7))
+    noise = out - w
+    assert float(noise.std()) == approx(sigma, rel=0.01)  # std error of the estimate is 0.16 %
+    assert abs(float(noise.mean())) < 5 * sigma / math.sqrt(n)
+    assert torch.equal(w, torch.full((n,), 0.01, dtype=torch.float64))  # no in-place mutation
+
+
+def test_privatize_upload_clips_before_adding_noise():
+    w = torch.full((1000,), 3.0)  # norm ≈ 94.9 > C = 10
+    out = privatize_upload(w, clip=CLIP, sigma=0.0, generator=gen(0))
+    assert float(torch.linalg.vector_norm(out)) == approx(CLIP, rel=1e-12)
+
+
+def test_privatize_upload_uses_only_the_given_generator():
+    w = torch.linspace(-1, 1, 500)
+    torch.manual_seed(1)
+    state = torch.get_rng_state()
+    a = privatize_upload(w, clip=CLIP, sigma=0.5, generator=gen(42))
+    assert torch.equal(torch.get_rng_state(), state)  # the global stream is not touched
+    torch.manual_seed(999)
+    b = privatize_upload(w, clip=CLIP, sigma=0.5, generator=gen(42))
+    assert torch.equal(a, b)  # same generator seed, same noise, whatever the global seed
+    c = privatize_upload(w, clip=CLIP, sigma=0.5, generator=gen(43))
+    assert not torch.equal(a, c)
+    # σ = 0 still consumes the same draws, so later draws do not depend on σ.
+    g1, g2 = gen(5), gen(5)
+    privatize_upload(w, clip=CLIP, sigma=0.0, generator=g1)
+    privatize_upload(w, clip=CLIP, sigma=3.0, generator=g2)
+    assert torch.equal(torch.randn(4, generator=g1), torch.randn(4, generator=g2))
+    with pytest.raises(ValueError, match="sigma"):
+        privatize_upload(w, clip=CLIP, sigma=-1.0, generator=gen(0))

@@ -1,0 +1,164 @@
+"""The platform end to end on real Ray: Ray ≡ in-process, SIFL ≡ FedAvg within the bound, TensorBoard tags,
+key custody (no actor holds another party's key), no key material in the outputs, GPU placement."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from sifl_ray.config import load_config
+from sifl_ray.keys import party_seed
+from sifl_ray.runner import Simulation
+
+TINY = [
+    "scenario=quickstart",
+    "train.rounds=3",
+    "clients.num_clients=6",
+    "coding.key_seed=7",
+    "ray.num_workers=2",
+    "output.progress=false",
+    "arms=[fl,sifl_m1,sifl_m2,nbafl]",
+]
+EXPECTED_TAGS = {
+    "test_accuracy",
+    "test_loss",
+    "train_loss",
+    "time/round",
+    "time/train",
+    "time/encode",
+    "time/aggregate",
+    "time/decode",
+    "time/transfer",
+    "bytes/object_store",
+}
+
+
+@pytest.fixture(scope="module")
+def ray_run(ray_session, tmp_path_factory):
+    out = tmp_path_factory.mktemp("ray_run")
+    cfg = load_config([*TINY, f"output.dir={out}"])
+    sim = Simulation(cfg, run_dir=out / "run")
+    result = sim.run()
+    models = {arm: sim.global_model(arm) for arm in sim.arms}
+    inventory = {name: ray_session.get(h.key_inventory.remote()) for name, h in sim.actors().items()}
+    sim.close()
+    return cfg, result, models, inventory
+
+
+@pytest.fixture(scope="module")
+def sequential_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("seq_run")
+    cfg = load_config([*TINY, f"output.dir={out}", "ray.backend=sequential"])
+    sim = Simulation(cfg, run_dir=out / "run")
+    result = sim.run()
+    models = {arm: sim.global_model(arm) for arm in sim.arms}
+    sim.close()
+    return cfg, result, models
+
+
+def test_ray_and_in_process_runs_agree(ray_run, sequential_run):
+    _, ray_result, ray_models, _ = ray_run
+    _, seq_result, seq_models = sequential_run
+    for arm, rows in ray_result.history.items():
+        assert [r["test_accuracy"] for r in rows] == [r["test_accuracy"] for r in seq_result.history[arm]], (
+            arm
+        )
+    assert float((ray_models["fl"] - seq_models["fl"]).abs().max()) <= 1e-9
+    bound = ray_result.summary["predicted_bound"]
+    for arm in ("sifl_m1", "sifl_m2"):
+        assert float((ray_models[arm] - seq_models[arm]).abs().max()) <= bound, arm
+
+
+def test_sifl_arms_equal_fedavg_within_the_predicted_bound(ray_run):
+    _, result, models, _ = ray_run
+    summary = result.summary
+    bound = summary["predicted_bound"]
+    assert bound is not None and bound > 0
+    fl_acc = summary["arms"]["fl"]["final_accuracy"]
+    for arm in ("sifl_m1", "sifl_m2"):
+        a = summary["arms"][arm]
+        assert a["max_deviation"] is not None and a["max_deviation"] <= bound, (
+            arm,
+            a["max_deviation"],
+            bound,
+        )
+        assert abs(a["final_accuracy"] - fl_acc) <= 0.005
+        assert float((models[arm] - models["fl"]).abs().max()) <= bound
+    # the DP baseline really perturbs: its model is far from FedAvg's
+    assert float((models["nbafl_eps1"] - models["fl"]).abs().max()) > 1e-3
+    assert result.result_line.startswith("RESULT quickstart fl=")
+    assert f"run_dir={result.run_dir}" in result.result_line
+
+
+def test_tensorboard_files_carry_every_tag_for_every_arm(ray_run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    cfg, result, _, _ = ray_run
+    for arm in result.history:
+        acc = EventAccumulator(str(Path(result.run_dir) / "tb" / arm))
+        acc.Reload()
+        tags = set(acc.Tags()["scalars"])
+        assert tags >= EXPECTED_TAGS, (arm, EXPECTED_TAGS - tags)
+        steps = [e.step for e in acc.Scalars("test_accuracy")]
+        assert steps == list(range(cfg.train.rounds))
+        if arm.startswith("sifl"):
+            assert "max_deviation" in tags and "privacy/epsilon_local" in tags
+    summary = json.loads((Path(result.run_dir) / "summary.json").read_text())
+    assert set(summary["arms"]) == set(result.history)
+    assert (Path(result.run_dir) / "accuracy.png").stat().st_size > 1000
+
+
+def test_no_actor_holds_another_partys_key(ray_run):
+    *_, inventory = ray_run
+    assert inventory["server"] == ["server-key"]
+    assert inventory["evaluator"] == ["aggregator-client-view", "server-client-view"]
+    for name, kinds in inventory.items():
+        if name.startswith("aggregator"):
+            assert kinds == ["aggregator-key"], (name, kinds)
+        if name.startswith("worker"):
+            assert kinds == ["aggregator-client-view", "server-client-view"], (name, kinds)
+
+
+def test_no_key_material_in_event_files_or_summary(ray_run):
+    cfg, result, _, _ = ray_run
+    secrets_ = []
+    for arm in ("sifl_m1", "sifl_m2"):
+        for party in ("server", "aggregator"):
+            seed = party_seed({"key_seed": cfg.coding.key_seed}, arm, party)
+            secrets_ += [seed, seed.hex().encode(), base64.b64encode(seed)]
+    files = [p for p in Path(result.run_dir).rglob("*") if p.is_file()]
+    assert any(p.name == "summary.json" for p in files)
+    for path in files:
+        blob = path.read_bytes()
+        for secret in secrets_:
+            assert secret not in blob, path
+    summary = json.loads((Path(result.run_dir) / "summary.json").read_text())
+    assert "key_seed" not in json.dumps(summary["arms"])
+
+
+def test_workers_are_pinned_to_declared_gpus(ray_session):
+    """Ray accepts declared GPUs on a CPU machine: each worker sees its own GPU ids, fractions share one."""
+    from actors.client_worker import ClientWorkerActor
+
+    data = {"x_train": torch.zeros(4, 1, 8, 8).numpy(), "y_train": torch.zeros(4, dtype=torch.long).numpy()}
+    model = {"name": "digits_mlp", "input_shape": [1, 8, 8], "num_classes": 10}
+    train = {"optimizer": "sgd", "lr": 0.1, "batch_size": 2, "local_epochs": 1, "local_steps": 0}
+    remote = ray_session.remote(ClientWorkerActor)
+    whole = [
+        remote.options(num_cpus=0, num_gpus=1).remote(k, data, {k: [k]}, model, train, 0) for k in range(2)
+    ]
+    half = [
+        remote.options(num_cpus=0, num_gpus=0.5).remote(k, data, {k: [k]}, model, train, 0) for k in range(2)
+    ]
+    placed = ray_session.get([w.placement.remote() for w in whole + half])
+    for p in placed:
+        assert len(p["gpu_ids"]) == 1
+        assert p["cuda_visible_devices"] == p["gpu_ids"][0]
+        assert p["device"] == ("cuda:0" if torch.cuda.is_available() else "cpu")
+    assert placed[0]["gpu_ids"] != placed[1]["gpu_ids"]
+    for w in whole + half:
+        ray_session.kill(w)
