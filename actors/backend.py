@@ -56,8 +56,22 @@ class RayBackend:
     def get(self, refs):
         return ray.get(refs)
 
+    def wait(self, refs: list, timeout: float | None = None) -> tuple[list, list]:
+        """``(ready, not_ready)`` after at most ``timeout`` seconds; a failed task counts as ready."""
+        if not refs:
+            return [], []
+        return ray.wait(list(refs), num_returns=len(refs), timeout=timeout, fetch_local=False)
+
+    @staticmethod
+    def is_lost(err: BaseException) -> bool:
+        """Whether ``err`` says an actor (or an object it owned) is gone, as opposed to a bug in a task."""
+        lost = (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError, ray.exceptions.OwnerDiedError)
+        if isinstance(err, lost):
+            return True
+        return isinstance(err, ray.exceptions.RayTaskError) and isinstance(getattr(err, "cause", None), lost)
+
     def kill(self, handle) -> None:
-        ray.kill(handle)
+        ray.kill(handle, no_restart=True)
 
     def shutdown(self) -> None:
         if self._owns:

@@ -7,6 +7,7 @@ import os
 import numpy as np
 import torch
 
+from sifl_ray.faults import WorkerFaults
 from sifl_ray.keys import key_inventory
 from sifl_ray.models import build_model
 from sifl_ray.optim import TorchTrainer
@@ -66,6 +67,19 @@ class ClientWorkerActor:
             device=self.device,
         )
         self.role.materialize = materialize
+        self.faults = WorkerFaults([])
+
+    def set_faults(self, events: list[dict]) -> None:
+        """The faults this worker fires itself (:class:`sifl_ray.faults.WorkerFaults`); tests and drills only.
+
+        The upload hook is installed only when a hosted client is to send garbage: it turns off the fused
+        shortcut (every upload is then built and checked on its own), which other runs must not pay for.
+        """
+        self.faults = WorkerFaults(events)
+        self.role.upload_hook = self.faults.upload_hook if self.faults.has_upload_faults() else None
+
+    def pid(self) -> int:
+        return os.getpid()
 
     def placement(self) -> dict:
         """Where this worker runs: its GPU ids as Ray assigned them and what CUDA sees."""
@@ -86,9 +100,20 @@ class ClientWorkerActor:
         self.role.set_arm(arm, ArmSetup(server_view=server_view, aggregator_view=aggregator_view, **setup))
 
     def train_round(
-        self, arm: str, t: int, broadcast: torch.Tensor, clients: list[int], bounds: list[tuple[int, int]]
+        self,
+        arm: str,
+        t: int,
+        broadcast: torch.Tensor,
+        clients: list[int],
+        bounds: list[tuple[int, int]],
+        attempt: int = 0,
     ):
+        """One partial sum per aggregator shard, then the report; ``attempt`` > 0 when the round is retried."""
+        if self.faults:
+            self.faults.before_training(arm, t, attempt)
         partials, report = self.role.train_round(arm, t, broadcast, clients, bounds)
+        if self.faults:
+            partials = self.faults.corrupt_partials(arm, t, partials)
         return (*partials, report)
 
     def key_inventory(self) -> list[str]:

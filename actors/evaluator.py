@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import torch
 
@@ -37,6 +39,9 @@ class EvaluatorActor:
 
     def evaluate(self, arm: str, t: int, broadcast: torch.Tensor) -> dict:
         return self.role.evaluate(arm, t, broadcast)
+
+    def pid(self) -> int:
+        return os.getpid()
 
     def key_inventory(self) -> list[str]:
         """Which kinds of key material this actor holds (see :func:`sifl_ray.keys.key_inventory`)."""

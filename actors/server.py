@@ -1,9 +1,22 @@
-"""Ray shell around the server role. The server generates key 1 itself: no other party ever sees it."""
+"""Ray shell around the server role. The server generates key 1 itself: no other party ever sees it.
+
+It also keeps its own state on disk (paths come from the driver, contents never go back to it): its key
+file (mode 0600, written once) and, at every checkpoint, each arm's next broadcast.
+"""
 
 from __future__ import annotations
 
+import os
+
 import torch
 
+from sifl_ray.checkpoint import (
+    CheckpointError,
+    load_party_key,
+    read_checkpoint_file,
+    save_party_key,
+    write_checkpoint_file,
+)
 from sifl_ray.keys import key_inventory, make_party_server_key
 from sifl_ray.roles.server import Server
 
@@ -13,13 +26,40 @@ class ServerActor:
 
     def __init__(self) -> None:
         self.roles: dict[str, Server] = {}
+        self._loaded: dict[str, torch.Tensor] = {}
 
-    def setup_arm(self, arm: str, *, mode: str, n: int, coding: dict, run_seed: int):
-        """Create this arm's key 1; return only the clients' view of it (``P1``, ``P1L``)."""
+    def setup_arm(
+        self, arm: str, *, mode: str, n: int, coding: dict, run_seed: int, key_path: str | None = None
+    ):
+        """Create this arm's key 1 (and save it to ``key_path``); return only the clients' view of it."""
         self.roles[arm], view = make_party_server_key(
             arm=arm, mode=mode, n=n, coding=coding, run_seed=run_seed
         )
+        if key_path is not None and mode != "plain":
+            save_party_key(key_path, party="server", arm=arm, mode=mode, state=self.roles[arm].state_dict())
         return view
+
+    def restore_arm(
+        self, arm: str, *, mode: str, n: int, coding: dict, run_seed: int, key_path: str | None
+    ) -> None:
+        """Take this arm's key 1 back from the server's own key file (a restarted server, or a resume).
+        Returns nothing: the clients' view is asked for separately (:meth:`client_view`), by reference."""
+        if mode == "plain":
+            self.setup_arm(arm, mode=mode, n=n, coding=coding, run_seed=run_seed)
+            return
+        if key_path is None:
+            raise CheckpointError(f"arm {arm}: the server's key file is unknown; the key cannot be restored")
+        saved = load_party_key(key_path, party="server", arm=arm)
+        role = Server.from_state_dict(saved["state"])
+        if role.mode != mode or role.key.n != n:
+            raise CheckpointError(
+                f"{key_path}: a key for mode {role.mode}, n={role.key.n}; expected {mode}, n={n}"
+            )
+        self.roles[arm] = role
+
+    def client_view(self, arm: str):
+        role = self.roles[arm]
+        return None if role.mode == "plain" else role.key.client_view()
 
     def key_norms(self, arm: str):
         role = self.roles[arm]
@@ -31,6 +71,32 @@ class ServerActor:
     def finish_round(self, arm: str, t: int, *shards: torch.Tensor):
         aggregate = torch.cat(shards, dim=0)
         return self.roles[arm].finish_round(t, aggregate)
+
+    def save_broadcasts(self, path: str, t: int, arms: list[str], *broadcasts: torch.Tensor) -> str:
+        """Checkpoint every arm's next broadcast (what this server holds); return the file's SHA-256."""
+        payload = {"format": 1, "round": t, "broadcasts": dict(zip(arms, broadcasts, strict=True))}
+        return write_checkpoint_file(path, payload)
+
+    def load_broadcasts(self, path: str, sha256: str, arms: list[str]) -> int:
+        """Read and check a checkpoint's broadcasts (each against its arm's key); keep them until
+        :meth:`loaded_broadcast` hands each out by reference. Returns the checkpoint's round."""
+        data = read_checkpoint_file(path, expect_sha256=sha256)
+        found = data.get("broadcasts", {}) if isinstance(data, dict) else {}
+        out = []
+        for arm in arms:
+            b = found.get(arm)
+            expected = self.roles[arm].key.n_tilde
+            if not isinstance(b, torch.Tensor) or b.shape[0] != expected or not bool(torch.isfinite(b).all()):
+                raise CheckpointError(f"{path}: the broadcast of arm {arm} is missing or malformed")
+            out.append(b)
+        self._loaded = dict(zip(arms, out, strict=True))
+        return int(data.get("round", -1))
+
+    def loaded_broadcast(self, arm: str) -> torch.Tensor:
+        return self._loaded.pop(arm)
+
+    def pid(self) -> int:
+        return os.getpid()
 
     def key_inventory(self) -> list[str]:
         """Which kinds of key material this actor holds (see :func:`sifl_ray.keys.key_inventory`)."""

@@ -1,6 +1,7 @@
 """``sifl``: run, describe and list scenarios; run the attack suite and the benchmarks.
 
     sifl run [scenario=NAME] [key=value ...]        # same as: python run.py ...
+    sifl run --resume RUN_DIR                       # continue a run from its latest checkpoint
     sifl describe [scenario=NAME] [key=value ...] [--json] [--frontier]
     sifl list
     sifl attack [scenario=attack_small] [key=value ...]
@@ -26,6 +27,8 @@ def _fail(message: str) -> int:
 
 
 def cmd_run(argv: list[str]) -> int:
+    if "--resume" in argv:
+        return cmd_resume(argv)
     cfg = load_config(argv)  # validate before the heavy imports: a typo answers at once
     from sifl_ray.coding.precision import PrecisionError
     from sifl_ray.runner import run_scenario, summary_table
@@ -34,6 +37,35 @@ def cmd_run(argv: list[str]) -> int:
         result = run_scenario(cfg)
     except PrecisionError as err:
         return _fail(str(err))
+    print(summary_table(result.summary))
+    print(f"run folder: {result.run_dir} (tensorboard --logdir {result.run_dir / 'tb'})")
+    print(result.result_line)
+    return 0
+
+
+def cmd_resume(argv: list[str]) -> int:
+    """``sifl run --resume RUN_DIR``: continue a run from its latest checkpoint (or from the checkpoint
+    folder ``RUN_DIR/checkpoints/round-NNNNNN`` given instead). The run keeps its saved configuration."""
+    i = argv.index("--resume")
+    rest = argv[:i] + argv[i + 2 :]
+    if i + 1 >= len(argv) or argv[i + 1].startswith("-"):
+        return _fail("--resume needs the run folder: sifl run --resume RUN_DIR")
+    if rest:
+        return _fail(
+            f"--resume takes no other arguments (got {' '.join(rest)}): a resumed run keeps the "
+            "configuration it started with"
+        )
+    from sifl_ray.checkpoint import CheckpointError, describe_error
+    from sifl_ray.runner import Simulation, summary_table
+
+    try:
+        sim = Simulation.resume(argv[i + 1])
+    except CheckpointError as err:
+        return _fail(f"cannot resume: {describe_error(err)}. Nothing was written.")
+    try:
+        result = sim.run()
+    finally:
+        sim.close()
     print(summary_table(result.summary))
     print(f"run folder: {result.run_dir} (tensorboard --logdir {result.run_dir / 'tb'})")
     print(result.result_line)

@@ -129,6 +129,42 @@ class OutputConfig:
 
 
 @dataclass
+class FaultEventConfig:
+    """One injected fault (tests, benchmarks, drills). See :mod:`sifl_ray.faults` for what each kind does."""
+
+    kind: str = ""  # worker_exit | worker_kill | straggle | corrupt_upload | corrupt_partial |
+    #                 server_kill | aggregator_kill | evaluator_kill | driver_kill
+    round: int = 0
+    arm: str | None = None  # None: the first arm of the run
+    worker: int | None = None  # worker_exit, worker_kill, straggle, corrupt_partial
+    client: int | None = None  # corrupt_upload
+    shard: int = 0  # aggregator_kill
+    corruption: str = "nan"  # corrupt_*: nan | inf | shape | round | epoch
+    seconds: float = 0.0  # straggle: the delay; worker_exit: how long the worker trains before it dies
+
+
+@dataclass
+class FaultsConfig:
+    """What the platform does when a party fails, and the faults to inject (``inject``)."""
+
+    worker_policy: str = "retry"  # a client worker died: retry (respawn, re-run) | drop (survivors only)
+    straggler_policy: str = "drop"  # a worker missed the deadline: retry | drop
+    deadline_s: float | None = None  # per-round deadline for a worker's clients; None: no deadline
+    max_retries: int = 2  # per worker and round; then the worker's clients are dropped (and logged)
+    max_restores: int = 3  # server / aggregator / evaluator restores per run before the run gives up
+    inject: list[FaultEventConfig] = field(default_factory=list)
+
+
+@dataclass
+class CheckpointConfig:
+    """Periodic checkpoints (``sifl run --resume RUN_DIR``; restoring a dead server or aggregator)."""
+
+    every: int = 1  # rounds between checkpoints (and the last round); 0: off
+    keep: int = 2  # complete checkpoints kept
+    key_dir: str | None = None  # where the parties keep their key files; None: <run_dir>/../.keys/<run>
+
+
+@dataclass
 class ScenarioConfig:
     scenario: str = "quickstart"
     seed: int = 0
@@ -141,6 +177,8 @@ class ScenarioConfig:
     nbafl: NbaflConfig = field(default_factory=NbaflConfig)
     ray: RayConfig = field(default_factory=RayConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
+    faults: FaultsConfig = field(default_factory=FaultsConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
 
 class ConfigError(ValueError):
@@ -165,7 +203,21 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "coding.noise.distribution": ("gaussian", "laplace"),
     "coding.precision.policy": ("refuse", "warn"),
     "ray.backend": ("ray", "sequential"),
+    "faults.worker_policy": ("retry", "drop"),
+    "faults.straggler_policy": ("drop", "retry"),
 }
+FAULT_KINDS = (
+    "worker_exit",
+    "worker_kill",
+    "straggle",
+    "corrupt_upload",
+    "corrupt_partial",
+    "server_kill",
+    "aggregator_kill",
+    "evaluator_kill",
+    "driver_kill",
+)
+CORRUPTIONS = ("nan", "inf", "shape", "round", "epoch")
 
 # key → (predicate, what is expected, how to fix)
 _POSITIVE = (lambda v: v > 0, "a number > 0")
@@ -203,6 +255,11 @@ RANGES: dict[str, tuple[typing.Callable[[Any], bool], str]] = {
     "ray.cpus_per_worker": _NONNEG,
     "ray.gpus_per_worker": _NONNEG,
     "ray.num_shards": (lambda v: v >= 1, "an integer ≥ 1"),
+    "faults.deadline_s": (lambda v: v > 0, "a number of seconds > 0 (or null: no deadline)"),
+    "faults.max_retries": _NONNEG,
+    "faults.max_restores": _NONNEG,
+    "checkpoint.every": (lambda v: v >= 0, "an integer ≥ 0 (0 turns checkpoints off)"),
+    "checkpoint.keep": (lambda v: v >= 1, "an integer ≥ 1"),
 }
 
 
@@ -288,6 +345,18 @@ def _validate_tree(schema: type, raw: dict, prefix: str, problems: list[str]) ->
             problems.append(f"{dotted}: unknown key{hint} (remove it or fix the spelling)")
             continue
         hint_t = hints[key]
+        item_t = (typing.get_args(hint_t) or (None,))[0] if typing.get_origin(hint_t) is list else None
+        if item_t is not None and dataclasses.is_dataclass(item_t):
+            if value is None:
+                value = []
+            if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+                problems.append(
+                    f"{dotted}: expected a list of mappings, got {value!r}; "
+                    f"for example {dotted}=[{{kind: worker_exit, worker: 0, round: 1}}]"
+                )
+                continue
+            out[key] = [_validate_tree(item_t, v, f"{dotted}[{i}].", problems) for i, v in enumerate(value)]
+            continue
         if dataclasses.is_dataclass(hint_t):
             if not isinstance(value, dict):
                 problems.append(f"{dotted}: expected a section (mapping), got {value!r}")
@@ -338,15 +407,36 @@ def _cross_checks(cfg: dict, problems: list[str]) -> None:
             "encoded vector is dominated by noise (SPEC 'Precision'); set coding.dtype=float64"
         )
     data = cfg.get("data", {})
-    if data.get("name") in ("mnist", "fashion_mnist") and data.get("root") and not data.get("download", True):
-        root = Path(str(data["root"])).expanduser()
+    if data.get("name") in ("mnist", "fashion_mnist") and not data.get("download", True):
+        root = Path(str(data.get("root") or "data_cache")).expanduser()
+        layouts = [
+            root / data["name"],
+            root / {"mnist": "MNIST", "fashion_mnist": "FashionMNIST"}[data["name"]],
+        ]
         if not root.is_dir():  # the files themselves may sit in root/<name>/ or torchvision's layout
             problems.append(
                 f"data.root: expected an existing folder with the IDX files, got {str(root)!r} (missing); "
                 "create it, point data.root at it, or set data.download=true"
             )
+        elif not any(p.is_dir() for p in layouts):
+            problems.append(
+                f"data.root: no {data['name']} folder in {str(root)!r} (expected {layouts[0]}/ with the "
+                "IDX files, or torchvision's layout); put the files there or set data.download=true"
+            )
     clients = cfg.get("clients", {})
     num_clients = clients.get("num_clients", 10)
+    limit = data.get("limit_train")
+    if data.get("name") in ("mnist", "fashion_mnist") and num_clients > (limit or 60000):
+        problems.append(
+            f"clients.num_clients: {num_clients} clients but only {limit or 60000} training samples"
+            f"{' (data.limit_train)' if limit else ''}; every client needs at least one sample: lower "
+            "clients.num_clients or raise data.limit_train"
+        )
+    elif limit is not None and num_clients > limit:
+        problems.append(
+            f"clients.num_clients: {num_clients} clients but data.limit_train={limit} samples; every client "
+            "needs at least one sample: lower clients.num_clients or raise data.limit_train"
+        )
     if data.get("name") == "synthetic" and num_clients > data.get("n_train", 60000):
         problems.append(
             f"clients.num_clients: {num_clients} clients but only "
@@ -368,6 +458,92 @@ def _cross_checks(cfg: dict, problems: list[str]) -> None:
                 "data.shards_per_client: clients × shards exceeds the training samples; "
                 "lower data.shards_per_client or clients.num_clients"
             )
+
+
+def _fault_checks(cfg: dict, problems: list[str]) -> None:
+    """Each injected fault must name something that exists in this run (see :mod:`sifl_ray.faults`)."""
+    faults = cfg.get("faults", {})
+    events = faults.get("inject", [])
+    if not events:
+        return
+    if cfg.get("ray", {}).get("backend") == "sequential":
+        problems.append(
+            "faults.inject: fault injection kills and restarts Ray actors; set ray.backend=ray "
+            "(or remove faults.inject)"
+        )
+    rounds = cfg.get("train", {}).get("rounds", 20)
+    num_clients = cfg.get("clients", {}).get("num_clients", 10)
+    workers = cfg.get("ray", {}).get("num_workers", 0)
+    max_workers = min(workers, num_clients) if workers else num_clients
+    shards = cfg.get("ray", {}).get("num_shards", 2)
+    arms = _arm_names_of(cfg)
+    for i, ev in enumerate(events):
+        at = f"faults.inject[{i}]"
+        kind = ev.get("kind")
+        if kind not in FAULT_KINDS:
+            problems.append(
+                f"{at}.kind: expected one of {', '.join(FAULT_KINDS)}, got {kind!r}; set {at}.kind"
+            )
+            continue
+        if not 0 <= ev.get("round", 0) < rounds:
+            problems.append(
+                f"{at}.round: expected a round in [0, {rounds}) (train.rounds={rounds}), got {ev.get('round')}; "
+                f"change {at}.round"
+            )
+        if ev.get("arm") is not None and ev["arm"] not in arms:
+            problems.append(
+                f"{at}.arm: expected one of {', '.join(arms)}, got {ev['arm']!r}; change {at}.arm"
+            )
+        if kind in ("worker_exit", "worker_kill", "straggle", "corrupt_partial"):
+            w = ev.get("worker")
+            if w is None or not 0 <= w < max_workers:
+                problems.append(
+                    f"{at}.worker: expected a worker index in [0, {max_workers}) for {kind}, got {w!r}; "
+                    f"set {at}.worker"
+                )
+        if kind == "corrupt_upload":
+            c = ev.get("client")
+            if c is None or not 0 <= c < num_clients:
+                problems.append(
+                    f"{at}.client: expected a client id in [0, {num_clients}) for corrupt_upload, got {c!r}; "
+                    f"set {at}.client"
+                )
+        if kind.startswith("corrupt") and ev.get("corruption", "nan") not in CORRUPTIONS:
+            problems.append(
+                f"{at}.corruption: expected one of {', '.join(CORRUPTIONS)}, got {ev.get('corruption')!r}; "
+                f"set {at}.corruption"
+            )
+        if kind == "aggregator_kill" and not 0 <= ev.get("shard", 0) < shards:
+            problems.append(
+                f"{at}.shard: expected a shard in [0, {shards}) (ray.num_shards={shards}), got {ev.get('shard')}; "
+                f"change {at}.shard"
+            )
+        if ev.get("seconds", 0.0) < 0:
+            problems.append(
+                f"{at}.seconds: expected a number ≥ 0, got {ev.get('seconds')}; change {at}.seconds"
+            )
+        if kind in ("server_kill", "aggregator_kill", "evaluator_kill") and not cfg.get("checkpoint", {}).get(
+            "every", 1
+        ):
+            problems.append(
+                f"{at}: a {kind.split('_')[0]} is restored from the last checkpoint, but checkpoint.every=0; "
+                "set checkpoint.every ≥ 1"
+            )
+    if any(ev.get("kind") == "straggle" for ev in events) and faults.get("deadline_s") is None:
+        problems.append(
+            "faults.deadline_s: a straggle fault needs a per-round deadline, got null; "
+            "for example faults.deadline_s=5"
+        )
+
+
+def _arm_names_of(cfg: dict) -> list[str]:
+    names: list[str] = []
+    for arm in cfg.get("arms", list(ARM_KINDS)):
+        if arm == "nbafl":
+            names += [f"nbafl_eps{_fmt_eps(e)}" for e in cfg.get("nbafl", {}).get("epsilons", [1.0])]
+        else:
+            names.append(arm)
+    return names
 
 
 def load_config(overrides: list[str] | None = None, *, scenario: str | None = None) -> DictConfig:
@@ -413,12 +589,39 @@ def load_config(overrides: list[str] | None = None, *, scenario: str | None = No
     for key, value in parsed:
         if key != "scenario":
             _set_path(raw, key, value)
+    return _validated(raw, problems)
+
+
+def load_run_config(path: str | Path) -> DictConfig:
+    """The resolved configuration a run saved (``<run_dir>/config.yaml``), validated again (for resume).
+
+    Raises:
+        ConfigError: the file is missing, not YAML, or no longer valid.
+    """
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError([f"{path}: missing; is this a run folder (made by sifl run)?"]) from None
+    except yaml.YAMLError as err:
+        raise ConfigError([f"{path}: not valid YAML ({err.__class__.__name__})"]) from None
+    if not isinstance(raw, dict):
+        raise ConfigError([f"{path}: expected a mapping of sections, got {type(raw).__name__}"])
+    return _validated(raw, [])
+
+
+def _validated(raw: dict, problems: list[str]) -> DictConfig:
     if os.environ.get("RAY_ADDRESS") and not (raw.get("ray") or {}).get("address"):
         _set_path(raw, "ray.address", os.environ["RAY_ADDRESS"])
     checked = _validate_tree(ScenarioConfig, raw, "", problems)
-    merged = OmegaConf.merge(OmegaConf.structured(ScenarioConfig), checked) if not problems else None
-    if merged is not None:
-        _cross_checks(OmegaConf.to_container(merged), problems)
+    # ``checked`` holds only values that passed, so the cross-field checks can run even when some keys
+    # failed: the user sees every problem in one message, not a second batch after fixing the first.
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(ScenarioConfig), checked)
+    except Exception as err:  # defensive: ``checked`` holds validated values only
+        raise ConfigError([*problems, f"configuration: cannot be merged ({err})"]) from None
+    _cross_checks(OmegaConf.to_container(merged), problems)
+    _fault_checks(OmegaConf.to_container(merged), problems)
     if problems:
         raise ConfigError(problems)
     OmegaConf.set_readonly(merged, True)

@@ -7,10 +7,14 @@ differ only by what the arm does: nothing (fl), SIFL coding (sifl_m1, sifl_m2) o
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import hashlib
 import os
+import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,14 +27,27 @@ from actors.aggregator import AggregatorActor
 from actors.client_worker import ClientWorkerActor
 from actors.evaluator import EvaluatorActor
 from actors.server import ServerActor
-from sifl_ray.config import arm_kind, arm_names, nbafl_epsilon, to_yaml
+from sifl_ray.checkpoint import (
+    DRIVER_FILE,
+    MANIFEST,
+    SERVER_FILE,
+    CheckpointError,
+    CheckpointRef,
+    CheckpointStore,
+    describe_error,
+    key_file,
+    read_checkpoint_file,
+    write_checkpoint_file,
+)
+from sifl_ray.config import ConfigError, arm_kind, arm_names, load_run_config, nbafl_epsilon, to_yaml
 from sifl_ray.data import load_dataset, partition_dataset, sample_clients
+from sifl_ray.faults import FaultJournal, FaultPlan
 from sifl_ray.logging import RunLogger, format_table
 from sifl_ray.models import build_model, flatten_params
 from sifl_ray.privacy.accountant import SiflAccountant
 from sifl_ray.privacy.nbafl import nbafl_sigma
 from sifl_ray.roles.aggregator import shard_bounds
-from sifl_ray.round import ArmState, Parties, RoundResult, run_round
+from sifl_ray.round import ArmState, Parties, PartyLost, RoundPolicy, RoundResult, collect, run_round
 from sifl_ray.seeding import torch_generator
 from sifl_ray.sizing import arm_precision, arm_releases, describe_arm
 
@@ -43,6 +60,39 @@ class RunResult:
     summary: dict[str, Any]
     history: dict[str, list[dict[str, float]]] = field(default_factory=dict)
     result_line: str = ""
+
+
+@dataclass(frozen=True)
+class _Resume:
+    """What :meth:`Simulation.resume` verified: the checkpoint (``None``: none yet, start over with the
+    saved keys), the driver's state in it, and the parties' key folder."""
+
+    checkpoint: CheckpointRef | None
+    state: dict | None
+    key_dir: str | None
+
+
+def default_key_dir(cfg: DictConfig, run_dir: Path) -> Path:
+    """Where the parties keep their key files: ``checkpoint.key_dir``, else ``<run_dir>/../.keys/<run>``.
+
+    Why not inside the run folder: a run folder (TensorBoard, summary, encoded checkpoints) is meant to be
+    shared; the keys are each party's secret and stay apart, in a 0700 folder, one 0600 file per party.
+    """
+    if cfg.checkpoint.key_dir:
+        return Path(cfg.checkpoint.key_dir) / Path(run_dir).name
+    return Path(run_dir).parent / ".keys" / Path(run_dir).name
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _is_checkpoint_error(err: BaseException) -> bool:
+    return isinstance(err, CheckpointError) or "CheckpointError" in f"{type(err).__name__}{err}"
+
+
+def _record_text(record: dict) -> str:
+    return "\n".join(f"- **{k}**: {v}" for k, v in record.items())
 
 
 def make_backend(cfg: DictConfig, **ray_kwargs: Any):
@@ -96,17 +146,138 @@ class Progress:
 
 
 class Simulation:
-    """A configured scenario with its parties spawned; :meth:`run` executes it."""
+    """A configured scenario with its parties spawned; :meth:`run` executes it.
 
-    def __init__(self, cfg: DictConfig, *, backend=None, run_dir: Path | None = None):
+    Reliability (see ``faults`` and ``checkpoint`` in :mod:`sifl_ray.config`): a client worker that dies
+    or straggles is retried or dropped inside the round (:func:`~sifl_ray.round.run_round`); a server,
+    aggregator or evaluator that dies is respawned, takes its key back from its own key file, and the run
+    continues from the last checkpoint (the rounds since are replayed: every stream is deterministic, so
+    nothing changes but the wall time); :meth:`resume` continues a run whose driver died.
+    """
+
+    def __init__(
+        self, cfg: DictConfig, *, backend=None, run_dir: Path | None = None, _resume: _Resume | None = None
+    ):
         self.cfg = cfg
         self.arms = arm_names(cfg)
-        self.backend = backend or make_backend(cfg)
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
         self.run_dir = Path(run_dir) if run_dir else Path(cfg.output.dir) / cfg.scenario / stamp
-        self._build()
+        self._resume = _resume
+        self.key_dir = (
+            Path(_resume.key_dir) if _resume and _resume.key_dir else default_key_dir(cfg, self.run_dir)
+        )
+        self.store = CheckpointStore(self.run_dir, keep=cfg.checkpoint.keep)
+        self.plan = FaultPlan.from_config(cfg, self.arms)
+        self.journal = FaultJournal(self.run_dir)
+        self.fired_once = self.journal.fired_once() if _resume else set()
+        self.policy = RoundPolicy(
+            worker_policy=cfg.faults.worker_policy,
+            straggler_policy=cfg.faults.straggler_policy,
+            deadline_s=cfg.faults.deadline_s,
+            max_retries=cfg.faults.max_retries,
+        )
+        self.backend = backend or make_backend(cfg)
+        self._state_reset()
+        self.restored: list[dict] = []  # restores and resumes: carried across rollbacks
+        self.restores = 0
+        self.checkpoint_s: list[float] = []
+        self.logger: RunLogger | None = None
+        try:
+            self._build()
+        except BaseException:
+            self._abort()
+            raise
+
+    def _abort(self) -> None:
+        """Undo a failed set-up: stop the actors spawned so far, and Ray if this simulation started it."""
+        parties = getattr(self, "parties", None)
+        if parties is not None and self.backend.name == "ray":
+            for handle in self.actors().values():
+                with contextlib.suppress(Exception):
+                    self.backend.kill(handle)
+        self.backend.shutdown()
+
+    @classmethod
+    def resume(cls, path: str | Path, *, backend=None) -> Simulation:
+        """Continue the run in ``path`` (a run folder, or one of its ``checkpoints/round-*`` folders).
+
+        Everything is verified before anything is written or any actor is asked to restore: the saved
+        configuration, the manifest and the driver's state (here), the broadcasts and key files (by the
+        server and aggregator actors, which alone may read them).
+
+        Raises:
+            CheckpointError: nothing to resume from, or a file is missing, truncated or corrupted.
+        """
+        path = Path(path)
+        explicit = (path / MANIFEST).exists() or path.name.startswith("round-")
+        run_dir = path.parent.parent if explicit else path
+        if not (run_dir / "config.yaml").exists():
+            raise CheckpointError(f"{run_dir}: not a run folder (no config.yaml)")
+        config_text = (run_dir / "config.yaml").read_text()
+        cfg = load_run_config(run_dir / "config.yaml")
+        store = CheckpointStore(run_dir, keep=cfg.checkpoint.keep)
+        ckpt = store.open(path) if explicit else store.latest()
+        state = None
+        if ckpt is not None:
+            files = ckpt.manifest.get("files", {})
+            state = read_checkpoint_file(ckpt.driver_file, expect_sha256=files.get(DRIVER_FILE))
+            if not isinstance(state, dict) or state.get("format") != 1:
+                raise CheckpointError(f"{ckpt.driver_file}: not a driver state of this format")
+            if state.get("config_sha256") != _sha(config_text):
+                raise CheckpointError(
+                    f"{run_dir / 'config.yaml'}: changed since the checkpoint was taken; restore it (a resumed "
+                    "run must have the configuration it started with)"
+                )
+            if state.get("arms") != arm_names(cfg):
+                raise CheckpointError(f"{ckpt.driver_file}: arms {state.get('arms')} ≠ {arm_names(cfg)}")
+        elif not cfg.checkpoint.every:
+            raise CheckpointError(f"{run_dir}: nothing to resume from (the run had checkpoint.every=0)")
+        key_dir = Path(ckpt.manifest["key_dir"]) if ckpt is not None else default_key_dir(cfg, run_dir)
+        for arm in arm_names(cfg):  # existence only: the driver never opens a key file
+            mode = MODE[arm_kind(arm)]
+            needed = [] if mode == "plain" else ["server"] + (["aggregator"] if mode == "m2" else [])
+            for party in needed:
+                if not key_file(key_dir, party, arm).exists():
+                    raise CheckpointError(
+                        f"{key_file(key_dir, party, arm)}: missing; the {party}'s key of {arm} cannot be restored"
+                    )
+        return cls(cfg, backend=backend, run_dir=run_dir, _resume=_Resume(ckpt, state, str(key_dir)))
 
     # ---------------------------------------------------------------- set-up
+    def _state_reset(self) -> None:
+        """The driver's own state: what a checkpoint keeps of it (and a rollback or resume restores)."""
+        self.history: dict[str, list[dict[str, float]]] = {arm: [] for arm in self.arms}
+        self.wall: dict[str, float] = dict.fromkeys(self.arms, 0.0)
+        self.dropped: dict[str, list[dict]] = {arm: [] for arm in self.arms}
+        self.incidents: list[dict] = []
+        self.accountant = SiflAccountant()
+
+    def _driver_state(self, t: int) -> dict[str, Any]:
+        return {
+            "format": 1,
+            "round": t,
+            "arms": list(self.arms),
+            "config_sha256": _sha(to_yaml(self.cfg)),
+            "history": self.history,
+            "wall": self.wall,
+            "dropped": self.dropped,
+            "incidents": self.incidents,
+            "restored": self.restored,
+            "accountant": self.accountant.state_dict(),
+            "checkpoint_s": self.checkpoint_s,
+        }
+
+    def _load_driver_state(self, state: dict | None) -> None:
+        self._state_reset()
+        if state is None:
+            return
+        self.history = {arm: list(state["history"][arm]) for arm in self.arms}
+        self.wall = {arm: float(state["wall"][arm]) for arm in self.arms}
+        self.dropped = {arm: list(state["dropped"][arm]) for arm in self.arms}
+        self.incidents = list(state["incidents"])
+        self.accountant.load_state_dict(state["accountant"])
+        self.checkpoint_s = list(state.get("checkpoint_s", []))
+
     def _build(self) -> None:
         cfg, backend = self.cfg, self.backend
         self.dataset = load_dataset(
@@ -125,7 +296,13 @@ class Simulation:
         self.num_workers = _worker_count(cfg, backend)
         owners = np.array_split(np.arange(cfg.clients.num_clients), self.num_workers)
         self.owner = {int(c): k for k, cs in enumerate(owners) for c in cs}
-        model_spec = {
+        for ev in self.plan.events:
+            if ev.worker is not None and ev.worker >= self.num_workers:
+                raise ConfigError(
+                    [f"faults.inject[{ev.index}].worker: this run has {self.num_workers} workers, got worker "
+                     f"{ev.worker}; set ray.num_workers or change the worker"]
+                )  # fmt: skip
+        self.model_spec = {
             "name": cfg.train.model,
             "input_shape": list(self.dataset.x_train.shape[1:]),
             "num_classes": int(self.dataset.num_classes),
@@ -133,53 +310,81 @@ class Simulation:
         }
         net = build_model(
             cfg.train.model,
-            input_shape=tuple(model_spec["input_shape"]),
-            num_classes=model_spec["num_classes"],
+            input_shape=tuple(self.model_spec["input_shape"]),
+            num_classes=self.model_spec["num_classes"],
             generator=torch_generator(cfg.seed, "init"),
         )
         self.w0 = flatten_params(net).to(torch.float64)
         self.n = int(self.w0.numel())
-        train = OmegaConf.to_container(cfg.train)
-        data_ref = backend.put(
+        self._train = OmegaConf.to_container(cfg.train)
+        self._data_ref = backend.put(
             {"x_train": np.asarray(self.dataset.x_train), "y_train": np.asarray(self.dataset.y_train)}
         )
-        test_ref = backend.put(
+        self._test_ref = backend.put(
             {"x_test": np.asarray(self.dataset.x_test), "y_test": np.asarray(self.dataset.y_test)}
         )
-        threads = max(1, int(cfg.ray.cpus_per_worker)) if backend.name == "ray" else 1
+        self._threads = max(1, int(cfg.ray.cpus_per_worker)) if backend.name == "ray" else 1
+        self._partitions = [{int(c): parts[c] for c in owners[k]} for k in range(self.num_workers)]
+        if cfg.checkpoint.every:
+            self.key_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self.key_dir.chmod(0o700)
         self.parties = Parties(
             server=backend.spawn(ServerActor),
             aggregators=[backend.spawn(AggregatorActor, s) for s in range(cfg.ray.num_shards)],
-            workers=[
-                backend.spawn(
-                    ClientWorkerActor,
-                    k,
-                    data_ref,
-                    {int(c): parts[c] for c in owners[k]},
-                    model_spec,
-                    train,
-                    cfg.seed,
-                    threads,
-                    cfg.ray.materialize_uploads,
-                    num_cpus=cfg.ray.cpus_per_worker,
-                    num_gpus=cfg.ray.gpus_per_worker,
-                )
-                for k in range(self.num_workers)
-            ],
-            evaluator=backend.spawn(
-                EvaluatorActor, test_ref, model_spec, cfg.seed, cfg.train.eval_batch_size
-            ),
+            workers=[self._spawn_worker(k) for k in range(self.num_workers)],
+            evaluator=self._spawn_evaluator(),
         )
         self.states: dict[str, ArmState] = {}
+        self.setups: dict[str, dict] = {}
+        self.views: dict[str, tuple] = {}  # arm → refs of the clients' key views (made by their owners)
         self.precision: dict[str, dict[str, Any]] = {}
         self.privacy: dict[str, dict[str, Any]] = {}
         self.releases: dict[str, tuple] = {}
-        self.accountant = SiflAccountant()
         coding = OmegaConf.to_container(cfg.coding)
-        for arm in self.arms:
-            self._setup_arm(arm, coding)
+        self._coding = coding
+        try:
+            for arm in self.arms:
+                self._setup_arm(arm, coding, restore=self._resume is not None)
+            if self._resume is not None:
+                self._load_broadcasts(self._resume.checkpoint)
+        except Exception as err:
+            if self._resume is None or not _is_checkpoint_error(err):
+                raise
+            raise CheckpointError(describe_error(err)) from None
+        self._load_driver_state(self._resume.state if self._resume else None)
+        if self._resume is not None and self._resume.state is not None:
+            self.restored = list(self._resume.state.get("restored", []))
 
-    def _setup_arm(self, arm: str, coding: dict) -> None:
+    def _spawn_worker(self, k: int):
+        cfg = self.cfg
+        handle = self.backend.spawn(
+            ClientWorkerActor,
+            k,
+            self._data_ref,
+            self._partitions[k],
+            self.model_spec,
+            self._train,
+            cfg.seed,
+            self._threads,
+            cfg.ray.materialize_uploads,
+            num_cpus=cfg.ray.cpus_per_worker,
+            num_gpus=cfg.ray.gpus_per_worker,
+        )
+        events = self.plan.for_worker(k, sorted(self._partitions[k]))
+        if events:
+            self.backend.call(handle, "set_faults", events)
+        return handle
+
+    def _spawn_evaluator(self):
+        return self.backend.spawn(
+            EvaluatorActor, self._test_ref, self.model_spec, self.cfg.seed, self.cfg.train.eval_batch_size
+        )
+
+    def _key_path(self, party: str, arm: str) -> str | None:
+        return str(key_file(self.key_dir, party, arm)) if self.cfg.checkpoint.every else None
+
+    def _setup_arm(self, arm: str, coding: dict, *, restore: bool) -> None:
+        """Give every party its part of ``arm``: fresh keys, or (``restore``) the keys from their files."""
         cfg, backend, parties = self.cfg, self.backend, self.parties
         kind = arm_kind(arm)
         mode = MODE[kind]
@@ -188,17 +393,31 @@ class Simulation:
             self.precision[arm] = arm_precision(cfg, mode=mode, n=self.n, w_max=float(self.w0.abs().max()))
         n_tilde = self.n if mode == "plain" else self.n + cfg.coding.n_extra
         bounds = shard_bounds(n_tilde, cfg.ray.num_shards)
-        server_view = backend.call(
-            parties.server, "setup_arm", arm, mode=mode, n=self.n, coding=coding, run_seed=cfg.seed
+        server_kw = dict(
+            mode=mode, n=self.n, coding=coding, run_seed=cfg.seed, key_path=self._key_path("server", arm)
         )
-        agg_state = backend.call(
-            parties.aggregators[0], "create_key", arm, mode=mode, coding=coding, run_seed=cfg.seed
-        )
-        done = [
-            backend.call(a, "setup_arm", arm, mode=mode, coding=coding, state=agg_state, bounds=bounds[s])
-            for s, a in enumerate(parties.aggregators[: len(bounds)])
-        ]
+        if restore:
+            done = [backend.call(parties.server, "restore_arm", arm, **server_kw)]
+            done += [
+                backend.call(a, "restore_arm", arm, mode=mode, coding=coding,
+                             key_path=self._key_path("aggregator", arm), bounds=bounds[s])
+                for s, a in enumerate(parties.aggregators[: len(bounds)])
+            ]  # fmt: skip
+        else:
+            server_view = backend.call(parties.server, "setup_arm", arm, **server_kw)
+            agg_state = backend.call(
+                parties.aggregators[0], "create_key", arm, mode=mode, coding=coding, run_seed=cfg.seed,
+                key_path=self._key_path("aggregator", arm),
+            )  # fmt: skip
+            done = [
+                backend.call(a, "setup_arm", arm, mode=mode, coding=coding, state=agg_state, bounds=bounds[s])
+                for s, a in enumerate(parties.aggregators[: len(bounds)])
+            ]
+        backend.get(done)
+        if restore:
+            server_view = backend.call(parties.server, "client_view", arm)
         agg_view = backend.call(parties.aggregators[0], "client_view", arm)
+        self.views[arm] = (server_view, agg_view)
         setup = {"mode": mode, "client_form": cfg.coding.client_form, "key_epoch": 0}
         if kind == "nbafl":
             eps = nbafl_epsilon(cfg, arm)
@@ -216,9 +435,12 @@ class Simulation:
                 "clip": cfg.nbafl.clip,
                 "scope": "per client upload, per round (Gaussian mechanism)",
             }
-        done += [backend.call(w, "set_arm", arm, setup, server_view, agg_view) for w in parties.workers]
+        self.setups[arm] = setup
+        done = [backend.call(w, "set_arm", arm, setup, server_view, agg_view) for w in parties.workers]
         done.append(backend.call(parties.evaluator, "set_arm", arm, mode, server_view, agg_view))
-        broadcast = backend.call(parties.server, "initial_broadcast", arm, backend.put(self.w0))
+        broadcast = None
+        if not restore:
+            broadcast = backend.call(parties.server, "initial_broadcast", arm, backend.put(self.w0))
         backend.get(done)
         if mode != "plain":
             key_norms, agg_norms = backend.get(
@@ -236,6 +458,156 @@ class Simulation:
             )
         self.states[arm] = ArmState(name=arm, mode=mode, n_tilde=n_tilde, bounds=bounds, broadcast=broadcast)
 
+    # ---------------------------------------------------------------- checkpoints
+    @property
+    def next_round(self) -> int:
+        """The first round :meth:`run` will play (0, or the round after the restored checkpoint)."""
+        return len(next(iter(self.history.values()))) if self.history else 0
+
+    def _checkpoint(self, t: int) -> None:
+        """End of round ``t``: the server saves the broadcasts, the driver its state, then the manifest."""
+        tic = time.perf_counter()
+        staging = self.store.begin(t)
+        refs = [self.states[arm].broadcast for arm in self.arms]
+        sha = self.backend.call(
+            self.parties.server, "save_broadcasts", str(staging / SERVER_FILE), t, self.arms, *refs
+        )
+        server_sha = collect(self.backend, sha, "server", 0, arm=self.arms[0], t=t)
+        self.checkpoint_s.append(time.perf_counter() - tic)
+        driver_sha = write_checkpoint_file(staging / DRIVER_FILE, self._driver_state(t))
+        self.store.commit(
+            staging, t, arms=self.arms, files={SERVER_FILE: server_sha, DRIVER_FILE: driver_sha},
+            key_dir=str(self.key_dir),
+        )  # fmt: skip
+
+    def _load_broadcasts(self, ckpt: CheckpointRef | None) -> None:
+        """Every arm's broadcast from checkpoint ``ckpt`` (read and verified by the server, which keeps it
+        until asked for it by reference), or the initial broadcast when there is no checkpoint yet."""
+        backend, server = self.backend, self.parties.server
+        if ckpt is None:
+            for arm in self.arms:
+                self.states[arm].broadcast = backend.call(
+                    server, "initial_broadcast", arm, backend.put(self.w0)
+                )
+            return
+        sha = ckpt.manifest.get("files", {}).get(SERVER_FILE)
+        status = backend.call(server, "load_broadcasts", str(ckpt.server_file), sha, self.arms)
+        collect(backend, status, "server", 0, arm=self.arms[0], t=ckpt.round)  # raises if the file is bad
+        for arm in self.arms:
+            self.states[arm].broadcast = backend.call(server, "loaded_broadcast", arm)
+
+    # ---------------------------------------------------------------- failures
+    def replace_worker(self, k: int, *, arm: str, t: int, reason: str) -> None:
+        """:class:`~sifl_ray.round.Supervisor`: a fresh worker ``k`` (same clients, every arm set up again)."""
+        with contextlib.suppress(Exception):  # already gone
+            self.backend.kill(self.parties.workers[k])
+        tic = time.perf_counter()
+        handle = self._spawn_worker(k)
+        ready = [self.backend.call(handle, "set_arm", a, self.setups[a], *self.views[a]) for a in self.arms]
+        self.backend.get(ready)
+        self.parties.workers[k] = handle
+        self._say(f"round {t} {arm}: worker {k} {reason}; replaced it ({time.perf_counter() - tic:.1f} s)")
+
+    def after_submit(self, stage: str, *, arm: str, t: int) -> None:
+        """:class:`~sifl_ray.round.Supervisor`: the faults the driver injects itself (``ray.kill``)."""
+        if stage == "train":
+            for ev in self.plan.at("worker_kill", arm, t):
+                self.journal.append(
+                    {"event": "fired", "fault": ev.index, "kind": ev.kind, "round": t, "arm": arm}
+                )
+                self.backend.kill(self.parties.workers[ev.worker])
+            return
+        targets = {
+            "server_kill": lambda ev: self.parties.server,
+            "aggregator_kill": lambda ev: self.parties.aggregators[ev.shard],
+            "evaluator_kill": lambda ev: self.parties.evaluator,
+        }
+        for kind, handle in targets.items():
+            for ev in self.plan.at(kind, arm, t):
+                if ev.index in self.fired_once:
+                    continue
+                self.fired_once.add(ev.index)
+                self.journal.append(
+                    {"event": "fired", "fault": ev.index, "kind": ev.kind, "round": t, "arm": arm}
+                )
+                self.backend.kill(handle(ev))
+
+    def _maybe_kill_driver(self, arm: str, t: int) -> None:
+        for ev in self.plan.at("driver_kill", arm, t):
+            if ev.index in self.fired_once:
+                continue
+            self.journal.append(
+                {"event": "fired", "fault": ev.index, "kind": ev.kind, "round": t, "arm": arm}
+            )
+            self._say(f"round {t} {arm}: injected fault: the driver SIGKILLs itself (resume with --resume)")
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def _recover(self, lost: PartyLost) -> int:
+        """Respawn the lost party, restore it from its key file and every arm from the last checkpoint;
+        return the round to continue from."""
+        cfg = self.cfg
+        self.restores += 1
+        if not cfg.checkpoint.every:
+            raise RuntimeError(
+                f"{lost}; checkpointing is off (checkpoint.every=0), so its key is lost and the run cannot "
+                "continue. Set checkpoint.every ≥ 1 to make a party restorable."
+            ) from lost
+        if self.restores > cfg.faults.max_restores:
+            raise RuntimeError(f"{lost}; gave up after {cfg.faults.max_restores} restores") from lost
+        tic = time.perf_counter()
+        self.journal.append({"event": "party_lost", "party": lost.party, "index": lost.index,
+                             "round": lost.round, "arm": lost.arm})  # fmt: skip
+        self._respawn_party(lost.party, lost.index)
+        ckpt = self.store.latest()
+        self._load_broadcasts(ckpt)
+        self._load_driver_state(None if ckpt is None else read_checkpoint_file(
+            ckpt.driver_file, expect_sha256=ckpt.manifest["files"][DRIVER_FILE]))  # fmt: skip
+        resume_at = self.next_round
+        record = {
+            "party": lost.party if lost.party != "aggregator" else f"aggregator{lost.index}",
+            "died_in_round": lost.round,
+            "arm": lost.arm,
+            "from_checkpoint": ckpt.dir.name if ckpt else "start",
+            "replayed_from_round": resume_at,
+            "restore_s": round(time.perf_counter() - tic, 3),
+        }
+        self.restored.append(record)
+        self.journal.append({"event": "restored", **record})
+        self._open_logger(purge_step=resume_at)
+        for arm in self.arms:
+            self.logger.log_text(arm, "faults/restored", _record_text(record), resume_at)
+        self._say(
+            f"round {lost.round} {lost.arm}: {lost}; restored it from "
+            f"{record['from_checkpoint']} and replaying from round {resume_at}"
+        )
+        return resume_at
+
+    def _respawn_party(self, party: str, index: int) -> None:
+        backend, parties, coding = self.backend, self.parties, self._coding
+        if party == "server":
+            old, parties.server = parties.server, backend.spawn(ServerActor)
+        elif party == "aggregator":
+            old = parties.aggregators[index]
+            parties.aggregators[index] = backend.spawn(AggregatorActor, index)
+        else:
+            old, parties.evaluator = parties.evaluator, self._spawn_evaluator()
+        with contextlib.suppress(Exception):  # already gone
+            backend.kill(old)
+        done = []
+        for arm in self.arms:
+            st = self.states[arm]
+            if party == "server":
+                done.append(backend.call(parties.server, "restore_arm", arm, mode=st.mode, n=self.n,
+                                         coding=coding, run_seed=self.cfg.seed,
+                                         key_path=self._key_path("server", arm)))  # fmt: skip
+            elif party == "aggregator" and index < len(st.bounds):
+                done.append(backend.call(parties.aggregators[index], "restore_arm", arm, mode=st.mode,
+                                         coding=coding, key_path=self._key_path("aggregator", arm),
+                                         bounds=st.bounds[index]))  # fmt: skip
+            elif party == "evaluator":
+                done.append(backend.call(parties.evaluator, "set_arm", arm, st.mode, *self.views[arm]))
+        backend.get(done)
+
     # ---------------------------------------------------------------- rounds
     def assignment(self, t: int) -> list[list[int]]:
         sampled = sample_clients(self.cfg.clients.num_clients, self.cfg.clients.fraction, t, self.cfg.seed)
@@ -244,50 +616,128 @@ class Simulation:
             out[self.owner[int(c)]].append(int(c))
         return out
 
-    def run(self) -> RunResult:
-        cfg = self.cfg
-        logger = RunLogger(
+    def _open_logger(self, *, purge_step: int | None) -> None:
+        if self.logger is not None:
+            self.logger.close()
+        self.logger = RunLogger(
             self.run_dir,
             self.arms,
-            config_yaml=to_yaml(cfg),
-            hparams=_flat_hparams(cfg),
-            tensorboard=cfg.output.tensorboard,
+            config_yaml=to_yaml(self.cfg),
+            hparams=_flat_hparams(self.cfg),
+            tensorboard=self.cfg.output.tensorboard,
+            purge_step=purge_step,
         )
-        history: dict[str, list[dict[str, float]]] = {arm: [] for arm in self.arms}
-        wall: dict[str, float] = dict.fromkeys(self.arms, 0.0)
-        dropped: dict[str, list[dict]] = {arm: [] for arm in self.arms}
-        for arm, info in self.privacy.items():
-            logger.log_text(arm, "privacy", _privacy_text(info))
-        progress = Progress(cfg.train.rounds, cfg.output.progress)
-        for t in range(cfg.train.rounds):
-            assignment = self.assignment(t)
-            latest: dict[str, float] = {}
+
+    def _play_round(self, t: int, progress: Progress) -> None:
+        assignment = self.assignment(t)
+        latest: dict[str, float] = {}
+        for arm in self.arms:
+            result: RoundResult = run_round(
+                self.backend,
+                self.parties,
+                self.states[arm],
+                t,
+                assignment,
+                policy=self.policy,
+                supervisor=self,
+            )
+            if arm in self.releases:
+                self.accountant.record(arm=arm, round=t, releases=self.releases[arm])
+            metrics = dict(result.metrics)
+            metrics.update(_epsilon_metrics(self.privacy.get(arm)))
+            self.wall[arm] += metrics["time/round"]
+            self.logger.log_round(arm, t, metrics)
+            self.history[arm].append({"round": t, **metrics})
+            latest[arm] = metrics["test_accuracy"]
+            self._record_incidents(arm, t, result)
+            self._maybe_kill_driver(arm, t)
+        progress.update(t, latest)
+
+    def _record_incidents(self, arm: str, t: int, result: RoundResult) -> None:
+        if not (result.rejected or result.dropped or result.retried or result.skipped):
+            return
+        entry = {"round": t, "rejected": {str(k): v for k, v in result.rejected.items()}}
+        if result.dropped:
+            entry["dropped"] = result.dropped
+        if result.retried:
+            entry["retried"] = result.retried
+        if result.skipped:
+            entry["skipped"] = "no update was accepted: the model stays, the broadcast is reused"
+        self.dropped[arm].append(entry)
+        self.logger.log_text(arm, "faults", _record_text(entry), t)
+        for c, why in sorted(result.rejected.items()):
+            self.incidents.append({"round": t, "arm": arm, "what": f"client {c} upload rejected: {why}",
+                                   "action": "dropped"})  # fmt: skip
+        for d in result.dropped:
+            self.incidents.append({"round": t, "arm": arm, "what": f"worker {d['worker']}: {d['reason']}",
+                                   "action": f"dropped clients {d['clients']}"})  # fmt: skip
+            self._say(
+                f"round {t} {arm}: dropped worker {d['worker']} (clients {d['clients']}): {d['reason']}"
+            )
+        for r in result.retried:
+            self.incidents.append({"round": t, "arm": arm, "what": f"worker {r['worker']}: {r['reason']}",
+                                   "action": f"retried (attempt {r['attempt']})"})  # fmt: skip
+        if result.rejected:
+            self._say(f"round {t} {arm}: rejected {len(result.rejected)} upload(s): "
+                      + "; ".join(f"client {c}: {w}" for c, w in sorted(result.rejected.items())))  # fmt: skip
+
+    def _say(self, text: str) -> None:
+        print(f"[sifl] {text}", file=sys.stderr, flush=True)
+
+    def run(self, *, on_round_end: Callable[[Simulation, int], None] | None = None) -> RunResult:
+        """Play the remaining rounds (all of them, or those after the restored checkpoint).
+
+        Args:
+            on_round_end: called as ``on_round_end(sim, t)`` after round ``t`` (and its checkpoint).
+        """
+        cfg = self.cfg
+        start = self.next_round
+        resumed = self._resume is not None
+        self._open_logger(purge_step=start if resumed else None)
+        if resumed:
+            ckpt = self._resume.checkpoint
+            record = {
+                "party": "driver",
+                "from_checkpoint": ckpt.dir.name if ckpt else "start",
+                "replayed_from_round": start,
+                "journal": [r for r in self.journal.records() if r.get("kind") == "driver_kill"],
+            }
+            self.restored.append(record)
+            self.journal.append({"event": "resumed", **record})
             for arm in self.arms:
-                result: RoundResult = run_round(self.backend, self.parties, self.states[arm], t, assignment)
-                if arm in self.releases:
-                    self.accountant.record(arm=arm, round=t, releases=self.releases[arm])
-                metrics = dict(result.metrics)
-                metrics.update(_epsilon_metrics(self.privacy.get(arm)))
-                wall[arm] += metrics["time/round"]
-                logger.log_round(arm, t, metrics)
-                history[arm].append({"round": t, **metrics})
-                latest[arm] = metrics["test_accuracy"]
-                if result.rejected:
-                    dropped[arm].append(
-                        {"round": t, "rejected": {str(k): v for k, v in result.rejected.items()}}
-                    )
-            progress.update(t, latest)
-        summary = self._summary(history, wall, dropped)
-        logger.write_summary(summary)
+                self.logger.log_text(arm, "faults/restored", _record_text(record), start)
+            self._say(
+                f"resumed {self.run_dir} from {record['from_checkpoint']}: rounds {start}..{cfg.train.rounds - 1}"
+            )
+        else:
+            for arm, info in self.privacy.items():
+                self.logger.log_text(arm, "privacy", _privacy_text(info))
+        progress = Progress(cfg.train.rounds, cfg.output.progress)
+        t = start
+        while t < cfg.train.rounds:
+            try:
+                self._play_round(t, progress)
+                if cfg.checkpoint.every and (
+                    (t + 1) % cfg.checkpoint.every == 0 or t == cfg.train.rounds - 1
+                ):
+                    self._checkpoint(t)
+            except PartyLost as lost:
+                t = self._recover(lost)
+                continue
+            if on_round_end is not None:
+                on_round_end(self, t)
+            t += 1
+        summary = self._summary(self.history, self.wall, self.dropped)
+        self.logger.write_summary(summary)
         if len(self.accountant):
             report = self.accountant.report()
             for arm in self.releases:
-                logger.log_text(arm, "privacy/accountant", report, cfg.train.rounds - 1)
+                self.logger.log_text(arm, "privacy/accountant", report, cfg.train.rounds - 1)
         if cfg.output.plot:
-            logger.plot(history, f"{cfg.scenario}: test accuracy")
-        logger.close()
+            self.logger.plot(self.history, f"{cfg.scenario}: test accuracy")
+        self.logger.close()
         return RunResult(
-            run_dir=self.run_dir, summary=summary, history=history, result_line=result_line(summary)
+            run_dir=self.run_dir, summary=summary, history=self.history, result_line=result_line(summary)
         )
 
     def _summary(self, history, wall, dropped) -> dict[str, Any]:
@@ -313,6 +763,8 @@ class Simulation:
                 "object_store_bytes_per_round": float(np.median([r["bytes/object_store"] for r in rows])),
                 "rounds": [{k: v for k, v in r.items()} for r in rows],
                 "dropped": dropped[arm],
+                "clients_dropped": int(sum(r.get("clients/dropped", 0) for r in rows)),
+                "clients_rejected": int(sum(r.get("clients/rejected", 0) for r in rows)),
             }
         bound = max((p["run_bound"] for p in self.precision.values()), default=None)
         return {
@@ -331,6 +783,20 @@ class Simulation:
             "they say "
             "nothing about the whole vector or about many rounds (see README, Threat model).",
             "accountant": self.accountant.summary() if len(self.accountant) else None,
+            "faults": {
+                "worker_policy": cfg.faults.worker_policy,
+                "straggler_policy": cfg.faults.straggler_policy,
+                "deadline_s": cfg.faults.deadline_s,
+                "injected": [ev.describe() for ev in self.plan.events],
+                "incidents": self.incidents,
+                "journal": str(self.journal.path) if self.journal.path.exists() else None,
+            },
+            "restored": self.restored,
+            "checkpoint": {
+                "every": cfg.checkpoint.every,
+                "dir": str(self.store.root) if cfg.checkpoint.every else None,
+                "median_s": float(np.median(self.checkpoint_s)) if self.checkpoint_s else None,
+            },
             "arms": arms,
         }
 

@@ -46,6 +46,32 @@ def check_upload(
     return None
 
 
+def check_partial(partial: object, *, round: int, key_epoch: int, length: int) -> str | None:
+    """Why a worker's partial sum must be refused, or ``None``.
+
+    The workers run the keyless leaves of the summation tree, so the aggregator checks what they hand it
+    as it would check a client's upload: a worker that died half-way, went bad or replays an old round
+    must not corrupt the average.
+    """
+    if not isinstance(partial, Partial):
+        return f"not a partial sum ({type(partial).__name__})"
+    if partial.round != round:
+        return f"stamped with round {partial.round}, expected {round}"
+    if partial.key_epoch != key_epoch:
+        return f"stamped with key epoch {partial.key_epoch}, expected {key_epoch}"
+    ws = partial.weighted_sum
+    if not isinstance(ws, torch.Tensor) or tuple(ws.shape) != (length,):
+        shape = tuple(ws.shape) if isinstance(ws, torch.Tensor) else type(ws).__name__
+        return f"wrong shape {shape}, expected {(length,)}"
+    if not (
+        isinstance(partial.weight, int | float) and math.isfinite(partial.weight) and partial.weight >= 0
+    ):
+        return f"invalid weight {partial.weight!r}"
+    if not bool(torch.isfinite(ws).all()):
+        return "non-finite values"
+    return None
+
+
 def shard_bounds(length: int, num_shards: int) -> list[tuple[int, int]]:
     """Contiguous, nearly equal row ranges covering ``range(length)``."""
     num_shards = max(1, min(num_shards, length))
@@ -81,18 +107,54 @@ class Aggregator:
         self.bounds = bounds
         self.shard = shard
 
-    def reduce(self, t: int, key_epoch: int, partials: list[Partial]) -> tuple[torch.Tensor, dict]:
-        """Steps 3a–3b: ``w~_a = Σ_i (|D_i| / Σ|D|) w~_i`` over this shard; M2: ``W'_a = w~_a P2 + R2 N2``."""
+    def reduce(
+        self, t: int, key_epoch: int, partials: list[Partial], *, allow_empty: bool = False
+    ) -> tuple[torch.Tensor | None, dict]:
+        """Steps 3a–3b: ``w~_a = Σ_i (|D_i| / Σ|D|) w~_i`` over this shard; M2: ``W'_a = w~_a P2 + R2 N2``.
+
+        Partials that fail :func:`check_partial` (or come twice from one source) are left out and listed in
+        ``info["rejected"]``; the caller must then reduce every shard again without those sources, so that
+        all shards average the same set of workers (see :func:`sifl_ray.round.run_round`).
+
+        Raises:
+            RuntimeError: nothing usable reached this shard (unless ``allow_empty``: then the aggregate is
+                ``None``).
+        """
         start = time.perf_counter()
-        stale = [p.source for p in partials if p.round != t or p.key_epoch != key_epoch]
+        length = self.bounds[1] - self.bounds[0]
+        rejected: dict[int, str] = {}
+        counts: dict[int, int] = {}
+        for p in partials:
+            source = getattr(p, "source", -1)
+            counts[source] = counts.get(source, 0) + 1
+            reason = check_partial(p, round=t, key_epoch=key_epoch, length=length)
+            if reason is not None:
+                rejected[source] = reason
+        for source, n in counts.items():
+            if n > 1:
+                rejected[source] = f"{n} partial sums from one source"
+        stale = [
+            p.source
+            for p in partials
+            if isinstance(p, Partial) and (p.round != t or p.key_epoch != key_epoch)
+        ]
         # Sorted by source: float addition is not associative, so a fixed order makes the sum independent
         # of the order in which partials arrive (and a Ray run equal to an in-process run).
         usable = sorted(
-            (p for p in partials if p.round == t and p.key_epoch == key_epoch and p.weight > 0),
+            (p for p in partials if isinstance(p, Partial) and p.source not in rejected and p.weight > 0),
             key=lambda p: p.source,
         )
         total = sum(p.weight for p in usable)
+        info = {
+            "aggregate_s": 0.0,
+            "encode_s": 0.0,
+            "weight": total,
+            "rejected": rejected,
+            "stale_partials": stale,
+        }
         if total <= 0:
+            if allow_empty:
+                return None, {**info, "accepted": 0}
             raise RuntimeError(f"round {t}: no accepted client upload reached aggregator shard {self.shard}")
         acc = torch.zeros(self.bounds[1] - self.bounds[0], dtype=CODING_DTYPE)
         for p in usable:
@@ -106,10 +168,5 @@ class Aggregator:
             R2 = self.noise.sample((acc.shape[0], self.key.p - 1), gen)
             acc = self.key.encode(acc, R2)
             encode_s = time.perf_counter() - start - aggregate_s
-        return acc, {
-            "aggregate_s": aggregate_s,
-            "encode_s": encode_s,
-            "weight": total,
-            "accepted": sum(p.accepted for p in usable),
-            "stale_partials": stale,
-        }
+        info.update(aggregate_s=aggregate_s, encode_s=encode_s, accepted=sum(p.accepted for p in usable))
+        return acc, info

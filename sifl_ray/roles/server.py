@@ -33,6 +33,29 @@ class Server:
         self._noise_seed = noise_seed
         self.p = p
 
+    def state_dict(self) -> dict:
+        """Everything that makes this server this server: key 1 and its noise seed (secret: the server's own
+        key file only, see :mod:`sifl_ray.checkpoint`). The server keeps nothing else across rounds."""
+        return {
+            "mode": self.mode,
+            "key": self.key.state_dict(),
+            "noise": {"distribution": self.noise.distribution, "scale": self.noise.scale},
+            "noise_seed": self._noise_seed,
+            "p": self.p,
+        }
+
+    @classmethod
+    def from_state_dict(cls, state: dict) -> Server:
+        from sifl_ray.coding.keys import server_key_from_state_dict
+
+        return cls(
+            mode=state["mode"],
+            key=server_key_from_state_dict(state["key"]),
+            noise=NoiseSpec(**state["noise"]),
+            noise_seed=state["noise_seed"],
+            p=int(state["p"]),
+        )
+
     def _r1(self, t: int, cols: int | None) -> torch.Tensor | None:
         if self.mode == "plain":
             return None

@@ -1,0 +1,69 @@
+"""The ``sifl`` command line: ``describe`` prints the paper's Table 3 sizes and the ε of every release;
+``list`` shows the bundled scenarios."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TABLE3 = {
+    "mlp": (199_210, 199_411, 398_822),
+    "cnn": (1_199_882, 1_200_011, 2_400_022),
+    "cnn2": (582_026, 582_539, 1_165_078),
+}
+
+
+def sifl(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "sifl_ray.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.parametrize("model", sorted(TABLE3))
+def test_describe_prints_table3_sizes(model):
+    proc = sifl("describe", f"scenario=paper_mnist_{model}_sgd", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    info = json.loads(proc.stdout)
+    assert (info["n"], info["n_tilde"], info["n_prime"]) == TABLE3[model]
+    assert 0 < info["predicted_decode_error"] <= info["modes"]["m2"]["tolerance"]
+    for release in ("local", "global", "m1_broadcast"):
+        assert 0 < info["epsilon"][release] < 1, (release, info["epsilon"])
+    # the sound bound is the reported guarantee and is never below the paper's formula
+    assert info["epsilon"]["global"] >= info["epsilon"]["global_paper"]
+    assert info["scope"] == "per-element, per-round"
+
+
+def test_describe_text_and_list():
+    proc = sifl("describe", "scenario=quickstart")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "n  = 2,410" in proc.stdout and "SIFL M2: predicted max decode error" in proc.stdout
+    listing = sifl("list")
+    assert listing.returncode == 0
+    names = {line.split()[0] for line in listing.stdout.splitlines() if line.strip()}
+    assert {"quickstart", "dp_compare", "scale_1000", "paper_fmnist_cnn_momentum", "attack_small"} <= names
+
+
+def test_describe_refuses_nothing_but_reports_an_excess():
+    """A configuration float64 cannot carry is reported by describe (and refused by run, exit code 2)."""
+    proc = sifl("describe", "scenario=quickstart", "coding.gamma=1e-4", "--json")
+    assert proc.returncode == 0
+    info = json.loads(proc.stdout)
+    assert info["modes"]["m2"]["within_tolerance"] is False
+    run = subprocess.run(
+        [sys.executable, "run.py", "coding.gamma=1e-4", "ray.backend=sequential", "train.rounds=1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert "exceeds the tolerance" in run.stderr and "Fix:" in run.stderr and "Traceback" not in run.stderr
