@@ -53,26 +53,22 @@ class RunLogger:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.arms = arms
         self.writers: dict[str, Any] = {}
+        self.hparams = {k: v for k, v in hparams.items() if isinstance(v, int | float | str | bool)}
+        self.final: dict[str, float] = {}  # latest test accuracy per arm: the hparams metrics at close()
+        self.config_yaml = config_yaml
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
             for arm in arms:
                 self.writers[arm] = SummaryWriter(str(self.run_dir / "tb" / arm), purge_step=purge_step)
-            if purge_step is None:
-                top = SummaryWriter(str(self.run_dir / "tb" / "_run"))
-                top.add_text("config", "```yaml\n" + config_yaml + "\n```", 0)
-                top.add_hparams(
-                    {k: v for k, v in hparams.items() if isinstance(v, int | float | str | bool)},
-                    {"hparam/placeholder_free": 1.0},
-                    run_name=".",
-                )
-                top.close()
         atomic_write_text(self.run_dir / "config.yaml", config_yaml)
 
     def log_round(self, arm: str, t: int, metrics: dict[str, float]) -> None:
         writer = self.writers.get(arm)
         if writer is None:
             return
+        if "test_accuracy" in metrics:
+            self.final[arm] = float(metrics["test_accuracy"])
         for tag, value in metrics.items():
             if isinstance(value, int | float) and math.isfinite(float(value)):
                 writer.add_scalar(tag, float(value), t)
@@ -85,8 +81,17 @@ class RunLogger:
             writer.flush()
 
     def close(self) -> None:
+        """Flush the arms' writers and record the run (configuration text, hparams with final accuracies)."""
         for writer in self.writers.values():
             writer.close()
+        if self.writers and self.final:
+            from torch.utils.tensorboard import SummaryWriter
+
+            top = SummaryWriter(str(self.run_dir / "tb" / "_run"))
+            top.add_text("config", "```yaml\n" + self.config_yaml + "\n```", 0)
+            metrics = {f"final_accuracy/{arm}": acc for arm, acc in self.final.items()}
+            top.add_hparams(self.hparams, metrics, run_name=".")
+            top.close()
 
     def write_summary(self, summary: dict[str, Any]) -> Path:
         path = self.run_dir / "summary.json"

@@ -28,8 +28,13 @@ def noise_specs(cfg: DictConfig) -> tuple[NoiseSpec, NoiseSpec]:
     )
 
 
-def predict(cfg: DictConfig, *, mode: str, n: int, w_max: float):
-    """The precision model's report for one round of an arm of ``mode`` (``m1`` or ``m2``)."""
+def predict(cfg: DictConfig, *, mode: str, n: int, w_max: float, key=None, **key_inputs: float):
+    """The precision model's report for one round of an arm of ``mode`` (``m1`` or ``m2``).
+
+    The configuration alone gives the fast design's ‖P1L‖₂ and conditioning; dense and block keys are worse
+    conditioned, so their owner passes ``key`` (or the scalars ``p1l_norm``, ``cond``, ``depth`` it computed
+    from its key) and the prediction uses the real values.
+    """
     c = cfg.coding
     return predict_decode_error(
         scheme=mode.upper(),
@@ -49,6 +54,8 @@ def predict(cfg: DictConfig, *, mode: str, n: int, w_max: float):
         eta=c.eta,
         w_max=w_max,
         clients=cfg.clients.num_clients,
+        key=key,
+        **key_inputs,
     )
 
 
@@ -130,19 +137,47 @@ def describe_arm(
 
 
 def dataset_sizes(cfg: DictConfig) -> tuple[int, int]:
-    """(smallest client's |D_i|, |D|) for an IID split, without loading MNIST."""
-    if cfg.data.name == "digits":
-        from sklearn.datasets import load_digits
+    """(smallest client's |D_i|, |D|): the sensitivities 2C/|D_i| and 2C/|D| need the real split.
 
-        total = len(load_digits().target)
-        total -= math.ceil(total * cfg.data.test_fraction)
-    elif cfg.data.name == "synthetic":
-        total = cfg.data.n_train
-    else:
-        total = TRAIN_SIZES[cfg.data.name]
-    if cfg.data.limit_train:
-        total = min(total, cfg.data.limit_train)
-    return total // cfg.clients.num_clients, total
+    An IID split is computed from the sizes alone (no data needed); a non-IID split (Dirichlet, shards)
+    depends on the labels, so the dataset is loaded (MNIST only from a local copy: describe never downloads)
+    and partitioned exactly as a run would.
+    """
+    if cfg.data.partition == "iid":
+        if cfg.data.name == "digits":
+            from sklearn.datasets import load_digits
+
+            total = len(load_digits().target)
+            total -= math.ceil(total * cfg.data.test_fraction)
+        elif cfg.data.name == "synthetic":
+            total = cfg.data.n_train
+        else:
+            total = TRAIN_SIZES[cfg.data.name]
+        if cfg.data.limit_train:
+            total = min(total, cfg.data.limit_train)
+        return total // cfg.clients.num_clients, total
+    from sifl_ray.data import load_dataset, partition_dataset
+
+    ds = load_dataset(
+        cfg.data.name,
+        seed=cfg.seed,
+        root=cfg.data.root or "data_cache",
+        download=False,
+        test_fraction=cfg.data.test_fraction,
+        synthetic_train=cfg.data.n_train,
+        synthetic_test=cfg.data.n_test,
+        limit_train=cfg.data.limit_train,
+        limit_test=cfg.data.limit_test,
+    )
+    parts = partition_dataset(
+        ds.y_train,
+        scheme=cfg.data.partition,
+        num_clients=cfg.clients.num_clients,
+        seed=cfg.seed,
+        alpha=cfg.data.dirichlet_alpha,
+        shards_per_client=cfg.data.shards_per_client,
+    )
+    return min(len(p) for p in parts), sum(len(p) for p in parts)
 
 
 def describe_scenario(cfg: DictConfig) -> dict[str, Any]:
@@ -178,8 +213,8 @@ def describe_scenario(cfg: DictConfig) -> dict[str, Any]:
         "modes": {},
     }
     for mode in ("m1", "m2"):
-        report = predict(cfg, mode=mode, n=n, w_max=w_max)
         role, _ = make_party_server_key(arm="describe", mode=mode, n=n, coding=coding, run_seed=cfg.seed)
+        report = predict(cfg, mode=mode, n=n, w_max=w_max, key=role.key)
         agg_norms = None
         if mode == "m2":
             state = make_party_aggregator_state(arm="describe", mode=mode, coding=coding, run_seed=cfg.seed)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from sifl_ray.config import load_config
-from sifl_ray.keys import party_seed
+from sifl_ray.keys import key_inventory, party_seed
 from sifl_ray.runner import Simulation
 
 TINY = [
@@ -114,13 +114,33 @@ def test_tensorboard_files_carry_every_tag_for_every_arm(ray_run):
 
 def test_no_actor_holds_another_partys_key(ray_run):
     *_, inventory = ray_run
-    assert inventory["server"] == ["server-key"]
+    assert inventory["server"] == ["secret-seed", "server-key"]
     assert inventory["evaluator"] == ["aggregator-client-view", "server-client-view"]
     for name, kinds in inventory.items():
         if name.startswith("aggregator"):
-            assert kinds == ["aggregator-key"], (name, kinds)
+            assert kinds == ["aggregator-key", "secret-seed"], (name, kinds)
         if name.startswith("worker"):
             assert kinds == ["aggregator-client-view", "server-client-view"], (name, kinds)
+
+
+def test_key_inventory_sees_seeds_raw_cores_and_keys():
+    """The custody check itself must be able to fail: seeds, key internals and keys are all seen."""
+    from sifl_ray.coding import make_aggregator_key, make_server_key
+
+    key = make_server_key(
+        n=20, n_tilde=24, backend="dense", left_inverse="oblique", alpha=1e-3, beta=1.0, seed=b"k" * 32
+    )
+    agg = make_aggregator_key(p=2, gamma=1e-2, eta=1.0, seed=b"a" * 32)
+
+    class Holder:
+        def __init__(self, **kw):
+            self.__dict__.update(kw)
+
+    assert key_inventory(Holder(state={"seed": b"s" * 32})) == {"secret-seed"}
+    assert key_inventory(Holder(parts=[key.client_view().core])) == {"key-internals"}
+    assert key_inventory(Holder(k=key, v=agg.client_view())) == {"server-key", "aggregator-client-view"}
+    assert key_inventory(Holder(nested={"x": [Holder(a=agg)]})) == {"aggregator-key"}
+    assert key_inventory(Holder(w=torch.zeros(3), name="seedless", n=5)) == set()
 
 
 def test_no_key_material_in_event_files_or_summary(ray_run):

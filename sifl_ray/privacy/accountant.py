@@ -44,13 +44,16 @@ CAVEAT = (
     "are separable, so the vector release has no finite ε at all (SPEC 'Attacks': whole-vector release, "
     "noise-free differences, noise removal, M2 server). They say nothing about many rounds either: no "
     "composition is applied. They rest on Remark 3's sensitivity 2C/|D_i| (NbAFL's model of local "
-    "training; clipping alone only gives 2C)."
+    "training; clipping alone only gives 2C). Each ε is against an observer WITHOUT key 1: the clients hold "
+    "P1L (and P2R in M2) and decode the broadcasts exactly, so against them the broadcast protects nothing."
 )
 
 _WHAT: dict[Release, str] = {
     "local": "client upload w~_i, seen by the aggregator",
-    "broadcast": "M1 encoded global model w~ = P1 w + N1 r1, seen by the clients",
-    "global": "M2 encoded global model W' = P1 Wbar + N1 R1, seen by the clients",
+    "broadcast": "M1 encoded global model w~ = P1 w + N1 r1 (ε against an observer without key 1; the "
+    "clients hold P1L and decode it)",
+    "global": "M2 encoded global model W' = P1 Wbar + N1 R1 (ε against an observer without key 1; the "
+    "clients hold P1L and P2R and decode it)",
 }
 
 
