@@ -3,7 +3,8 @@
 The paper's privacy argument looks at one coordinate at a time; this package measures what an adversary
 recovers from whole vectors, with figures, and prints the per-element ε beside them:
 
-* :mod:`.transcript`: :class:`TranscriptRecorder`, what each party saw (the platform can fill one);
+* :mod:`.transcript`: :class:`TranscriptRecorder`, what each channel carried (uploads, broadcasts, M2 server
+  inputs; no seed, no key, no plain model);
 * :mod:`.adversaries`: the attacks, using only the attacking party's view;
 * :mod:`.audit`: an empirical DP audit with Clopper–Pearson bounds (keys granted);
 * :mod:`.suite`: a small-model SIFL simulator with the real keys, the plain models kept on the side for

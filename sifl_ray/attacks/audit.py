@@ -16,7 +16,10 @@ on the release ``w~ = P1 w + N1 r`` of a client upload:
   signal-to-noise ratio. This is what the per-element ε covers, and the measured bound stays near 0.
 
 The threshold is fixed before the trials (the midpoint of the two means), so the Clopper–Pearson intervals are
-valid as stated.
+valid as stated. Confidence: each ε lower bound uses one end of each of two two-sided intervals at
+``confidence`` (the upper end for the false positive rate, the lower end for the true positive rate); each end
+alone fails with probability at most ``(1 − confidence)/2``, so the bound holds with probability at least
+``confidence`` (union bound).
 """
 
 from __future__ import annotations
@@ -50,8 +53,10 @@ def epsilon_lower_bound(
 ) -> float:
     """The ε that any (ε, δ)-DP mechanism would need to allow the observed test (0 if none is needed).
 
-    Uses the upper Clopper–Pearson bound on FPR and the lower one on TPR; each interval is two-sided at
-    ``confidence``, so the bound holds with probability at least ``1 − 2·(1 − confidence)`` (union bound).
+    Uses the upper end of the two-sided Clopper–Pearson interval at ``confidence`` for FPR and the lower end
+    of the one for TPR. Only one tail of each interval is used, and each tail alone fails with probability
+    at most ``(1 − confidence)/2`` (a one-sided bound at level ``(1 + confidence)/2``), so by the union bound
+    both hold, and with them the returned ε lower bound, with probability at least ``confidence``.
     Zero-safe: Clopper–Pearson never returns 0 as an upper bound (nor 1 as a lower one) for finite trials.
     """
     fpr_hi = clopper_pearson(false_positives, trials, confidence=confidence)[1]
@@ -124,7 +129,8 @@ def audit_upload_release(
         trials: encodings per hypothesis.
         generator: the audit's random stream (direction, noise).
         delta: δ of the bound (the accountant's).
-        confidence: level of each Clopper–Pearson interval.
+        confidence: level of each two-sided Clopper–Pearson interval, and (one tail of each used) the
+            probability with which each test's ε lower bound holds.
         batch: encodings per vectorised call.
 
     Returns:

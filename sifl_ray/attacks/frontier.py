@@ -6,8 +6,10 @@ raise that error. :func:`frontier` sweeps σ and α over one key configuration a
 
 * the per-element ε of a client upload (worst element), from the accountant's formulas: Gaussian (Theorem 2,
   sound as stated), Laplace as the paper states it (Theorem 1) and the sound Laplace bound;
-* the decode error predicted by the precision model (``sifl_ray.coding.precision``);
-* the decode error measured in float64 (encode random models with fresh noise, decode, compare).
+* the decode error predicted by the precision model (``sifl_ray.coding.precision``), for each noise law;
+* the decode error measured in float64 (encode random models with fresh noise, decode, compare), once with
+  Gaussian noise of std σ (beside the Gaussian ε) and once with Laplace noise of scale b = σ (beside the
+  Laplace ε): each ε is set against the error of the noise it is computed for.
 
 The ε are per-element, per-round figures, as the paper states them; the attack suite shows what they do not
 cover. ``frontier_main`` is the entry point of ``sifl describe --frontier``.
@@ -27,11 +29,9 @@ from typing import Any
 import torch
 
 from sifl_ray.coding.base import CODING_DTYPE, NoiseSpec, ServerKey
+from sifl_ray.coding.dense import DENSE_MAX_N  # the dense key's own limit: checked here before any work
 from sifl_ray.config import ConfigError
 from sifl_ray.seeding import derive_bytes, torch_generator
-
-#: Largest n for which the dense backend is swept (its key is an explicit ñ×n matrix).
-DENSE_MAX_N = 5000
 
 
 @dataclass
@@ -60,7 +60,10 @@ class FrontierConfig:
 
 @dataclass(frozen=True)
 class FrontierPoint:
-    """One (α, σ) point: per-element ε of a client upload and the decode error it costs."""
+    """One (α, σ) point: per-element ε of a client upload and the decode error it costs.
+
+    ``predicted_error``, ``measured_error`` and ``measured_relative_error`` are for Gaussian noise of std σ
+    (the Gaussian ε); the ``laplace_`` fields for Laplace noise of scale b = σ (the Laplace ε)."""
 
     alpha: float
     noise_scale: float
@@ -70,6 +73,9 @@ class FrontierPoint:
     predicted_error: float
     measured_error: float
     measured_relative_error: float
+    laplace_predicted_error: float
+    laplace_measured_error: float
+    laplace_measured_relative_error: float
 
 
 def _upload_epsilons(
@@ -157,13 +163,23 @@ def frontier(
                 seed=derive_bytes(seed, "frontier", "server-key", alpha),
             )
             for scale in map(float, noise_scales):
-                noise = NoiseSpec("gaussian", scale)
                 eps_g, eps_lp, eps_ls = _upload_epsilons(
                     key, scale=scale, clip=clip, local_size=local_size, delta=delta
                 )
-                gen = torch_generator(seed, "frontier", "measure", alpha, scale)
-                abs_err, rel_err = measure_decode_error(
-                    key, noise=noise, w_scale=w_scale, samples=samples, generator=gen
+                gauss, lap = NoiseSpec("gaussian", scale), NoiseSpec("laplace", scale)
+                abs_g, rel_g = measure_decode_error(
+                    key,
+                    noise=gauss,
+                    w_scale=w_scale,
+                    samples=samples,
+                    generator=torch_generator(seed, "frontier", "measure", alpha, scale),
+                )
+                abs_l, rel_l = measure_decode_error(
+                    key,
+                    noise=lap,
+                    w_scale=w_scale,
+                    samples=samples,
+                    generator=torch_generator(seed, "frontier", "measure", "laplace", alpha, scale),
                 )
                 points.append(
                     FrontierPoint(
@@ -172,9 +188,12 @@ def frontier(
                         eps_gaussian=eps_g,
                         eps_laplace_paper=eps_lp,
                         eps_laplace_sound=eps_ls,
-                        predicted_error=_predicted_error(key, noise=noise, w_scale=w_scale),
-                        measured_error=abs_err,
-                        measured_relative_error=rel_err,
+                        predicted_error=_predicted_error(key, noise=gauss, w_scale=w_scale),
+                        measured_error=abs_g,
+                        measured_relative_error=rel_g,
+                        laplace_predicted_error=_predicted_error(key, noise=lap, w_scale=w_scale),
+                        laplace_measured_error=abs_l,
+                        laplace_measured_relative_error=rel_l,
                     )
                 )
     return points
@@ -183,23 +202,25 @@ def frontier(
 def frontier_table(points: Sequence[FrontierPoint]) -> str:
     """A markdown table of the sweep."""
     lines = [
-        "| alpha | noise scale | ε Gaussian | ε Laplace (paper) | ε Laplace (sound) | predicted max decode "
-        "error "
-        "| measured max decode error | measured relative error |",
-        "|---|---|---|---|---|---|---|---|",
+        "| alpha | noise scale | ε Gaussian | Gaussian: predicted max decode error | measured max decode "
+        "error | measured relative error | ε Laplace (paper) | ε Laplace (sound) | Laplace: predicted max "
+        "decode error | measured max decode error | measured relative error |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for p in points:
         lines.append(
-            f"| {p.alpha:g} | {p.noise_scale:g} | {p.eps_gaussian:.2e} | {p.eps_laplace_paper:.2e} | "
-            f"{p.eps_laplace_sound:.2e} | {p.predicted_error:.2e} | {p.measured_error:.2e} | "
-            f"{p.measured_relative_error:.2e} |"
+            f"| {p.alpha:g} | {p.noise_scale:g} | {p.eps_gaussian:.2e} | {p.predicted_error:.2e} | "
+            f"{p.measured_error:.2e} | {p.measured_relative_error:.2e} | {p.eps_laplace_paper:.2e} | "
+            f"{p.eps_laplace_sound:.2e} | {p.laplace_predicted_error:.2e} | {p.laplace_measured_error:.2e} | "
+            f"{p.laplace_measured_relative_error:.2e} |"
         )
     return "\n".join(lines)
 
 
 def plot_frontier(points: Sequence[FrontierPoint], path: Path, *, title: str) -> Path:
-    """Per-element ε (x) against the max decode error (y), one curve per α: measured (solid) and predicted
-    (dashed); Gaussian on the left, Laplace paper and sound on the right."""
+    """Per-element ε (x) against the max decode error (y), one curve per α. Left: Gaussian noise of std σ,
+    measured (solid) and predicted (dashed). Right: Laplace noise of scale b, measured with Laplace noise,
+    against the sound ε (o) and the paper's (x), and the Laplace prediction against the sound ε (dashed)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -228,20 +249,27 @@ def plot_frontier(points: Sequence[FrontierPoint], path: Path, *, title: str) ->
         )
         axes[1].loglog(
             [max(p.eps_laplace_sound, floor) for p in pts],
-            [max(p.measured_error, floor) for p in pts],
+            [max(p.laplace_measured_error, floor) for p in pts],
             "o-",
             color=c,
             label=f"alpha = {alpha:g} sound",
         )
         axes[1].loglog(
             [max(p.eps_laplace_paper, floor) for p in pts],
-            [max(p.measured_error, floor) for p in pts],
+            [max(p.laplace_measured_error, floor) for p in pts],
             "x:",
             color=c,
             label=f"alpha = {alpha:g} paper",
         )
+        axes[1].loglog(
+            [max(p.eps_laplace_sound, floor) for p in pts],
+            [max(p.laplace_predicted_error, floor) for p in pts],
+            "--",
+            color=c,
+            label=f"alpha = {alpha:g} predicted (sound ε)",
+        )
     axes[0].set_title("Gaussian noise (Theorem 2)")
-    axes[1].set_title("Laplace noise: sound bound (o) vs the paper's Theorem 1 (x)")
+    axes[1].set_title("Laplace noise of scale b: sound ε (o), the paper's Theorem 1 (x)")
     for ax in axes:
         ax.set_xlabel("per-element ε of an upload, worst element (not a vector guarantee)")
         ax.set_ylabel("max |decode error| in float64")
@@ -378,11 +406,13 @@ def frontier_main(argv: Sequence[str] | None = None) -> int:
     note = (
         "Per-element, per-round ε of one client upload (worst element), as the paper states them; not a "
         "guarantee on the whole vector (see `sifl attack`). Decode errors: float64, models w ~ N(0, "
-        f"{cfg.w_scale:g}^2), {cfg.samples} samples per point; noise scale = σ (Gaussian std) or b (Laplace)."
+        f"{cfg.w_scale:g}^2), {cfg.samples} samples per point; noise scale = σ (Gaussian std) or b (Laplace "
+        "scale). Each ε is set against the decode error of its own noise law: the Gaussian columns measured "
+        "with Gaussian noise of std σ, the Laplace columns with Laplace noise of scale b."
     )
     (out / "frontier.md").write_text(f"# {title}\n\n{note}\n\n{table}\n")
     (out / "frontier.json").write_text(
-        json.dumps({"config": asdict(cfg), "points": [_finite(asdict(p)) for p in points]}, indent=2) + "\n"
+        json.dumps({"config": _public(cfg), "points": [_finite(asdict(p)) for p in points]}, indent=2) + "\n"
     )
     png = plot_frontier(points, out / "frontier.png", title=title)
     print(title)
@@ -390,6 +420,14 @@ def frontier_main(argv: Sequence[str] | None = None) -> int:
     print(table)
     print(f"written: {out / 'frontier.md'}, {out / 'frontier.json'}, {png}")
     return 0
+
+
+def _public(cfg: FrontierConfig) -> dict[str, Any]:
+    """The sweep's configuration as written out: without ``seed``, which reproduces the sweep's keys and noise
+    (the attack suite's rule: no seed that rebuilds keys or noise leaves the process)."""
+    data = asdict(cfg)
+    data.pop("seed")
+    return data
 
 
 def _finite(d: dict[str, Any]) -> dict[str, Any]:

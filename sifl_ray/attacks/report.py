@@ -2,8 +2,10 @@
 
 What goes out. Figures measured against the plain models, the per-element ε of the accountant printed beside
 them (labelled per-element: it is not a guarantee on the vector), descriptions of what was recorded, and the
-configuration. No key material: the keys stay in memory with the scorer; the audit's use of the keys is stated
-as its threat model.
+configuration without its seeds (:func:`sifl_ray.attacks.suite.public_config`: the run seed would give back
+the plain models beside a transcript, the key seed the keys). No key material: the keys stay in memory with
+the scorer; the audit's use of the keys is stated as its threat model. Every figure names its threat model;
+those that use the broadcasts say so (the SPEC's aggregator sees only the uploads).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from sifl_ray.attacks.suite import EXPLANATIONS, Figure, SuiteResult
+from sifl_ray.attacks.suite import AGGREGATOR, AGGREGATOR_BROADCASTS, EXPLANATIONS, Figure, SuiteResult
 
 PER_ELEMENT_NOTE = (
     "The per-element ε is the paper's guarantee for ONE coordinate of ONE upload in ONE round; it is printed "
@@ -53,6 +55,7 @@ def to_json(result: SuiteResult) -> dict[str, Any]:
     """The whole result as JSON-safe data (non-finite floats as strings)."""
     data = _jsonable(result)
     data["headline"] = _jsonable(result.headline())
+    data["headline_with_broadcasts"] = _jsonable(result.broadcast_headline())
     data["per_element_note"] = PER_ELEMENT_NOTE
     return data
 
@@ -62,8 +65,10 @@ def result_line(result: SuiteResult) -> str:
     paper_eps=<e>`` for the primary design.
 
     ``full_rank_round``: rounds until the aggregator knows ``col(P1)`` (``none``: never within a key epoch).
-    ``projection_error``: the noise-removal attack (b) at the last round, the best of its three variants
-    (projection, regression, telescoped regression), as a relative error up to the unknown map.
+    ``projection_error``: the noise-removal attack (b) at the last round from the uploads alone (the SPEC's
+    aggregator), the better of orthogonal projection and regression, as a relative error up to the unknown
+    map. The telescoped regression needs the broadcasts too; it is in the report and the JSON
+    (``headline_with_broadcasts``), not here.
     ``m2_server_corr``: the M2 server's ``|corr(ŵ, w)|`` in round 1 (worst over the R2 noise scales).
     ``audit_eps_lb``: the audit's empirical ε lower bound for the whole upload, keys known.
     ``paper_eps``: the paper's per-element ε of that upload (worst element).
@@ -110,19 +115,32 @@ def markdown(result: SuiteResult) -> str:
         f"K = {cfg['training']['local_steps']} local SGD steps (fused client).",
         f"- Key scales: alpha = {cfg['key']['alpha']:g}, beta = {cfg['key']['beta']:g}, "
         f"{cfg['key']['noise']} noise of scale {cfg['key']['noise_scale']:g}; all coding in float64.",
-        "- Keys: "
-        + (
-            f"reproducible simulation keys derived from key_seed = {cfg['key_seed']} (not secret). "
-            if cfg["key_seed"] is not None
-            else "256 secure random bits per key. "
-        )
-        + "No key material is written here; the scorer and the audit hold the keys in memory only.",
+        f"- Keys: {cfg['keys']}. No key material is written here (the scorer and the audit hold the keys in "
+        "memory only), nor the run seed (beside the transcripts it would give back the plain models).",
+        f"- Threat models. **{AGGREGATOR}**: the uploads only, as SPEC 'Parties' has it (the aggregator sees "
+        f"only encoded local models). **{AGGREGATOR_BROADCASTS}**: the uploads and the server's broadcasts "
+        "w~^t, which the SPEC's aggregator does not see; every client receives them, so one colluding client "
+        "or anyone on that channel has them.",
         f"- {PER_ELEMENT_NOTE}",
         "- Recovered models are scored up to the one unknown linear map A = U^T P1 of the adversary's basis "
         "U "
         "(the scorer computes A from the key; the adversary would get it from n known pairs or one colluding "
         "client): max over the round's uploads of ||A^-1 c_i - w_i|| / ||w_i||.",
         f"- Run time: {result.seconds:.1f} s.",
+        "",
+    ]
+    h, hb = result.headline(), result.broadcast_headline()
+    m2_corr = "n/a" if h["m2_server_corr"] is None else f"{h['m2_server_corr']:.6f}"
+    lines += [
+        f"## Headline (design {result.primary})",
+        "",
+        f"- {AGGREGATOR}: col(P1) known after {_fmt(h['full_rank_round'])} rounds; best noise removal "
+        f"from the uploads alone (projection or regression), max relative error "
+        f"{_fmt(h['projection_error'])} (the RESULT line's projection_error).",
+        f"- {hb['threat_model']}: noise removal by the telescoped regression, max relative error "
+        f"{_fmt(hb['telescoped_error'])} (not on the RESULT line).",
+        f"- M2 server: |corr(w_hat, w)| {m2_corr} in round 1; DP audit (keys known): "
+        f"whole-vector ε ≥ {_fmt(h['audit_eps_lb'])}; the paper's per-element ε {_fmt(h['paper_eps'])}.",
         "",
         "## The attacks",
         "",
@@ -186,8 +204,12 @@ def markdown(result: SuiteResult) -> str:
             "Threat model: an auditor granted the server key (what the colluding client or the subspace "
             "attacks "
             "deliver). Neighbouring models w0 and w0 + Δ with ||Δ||_2 = Remark 3's sensitivity "
-            f"{result.audit_sensitivity:.3g}; threshold fixed in advance; Clopper–Pearson intervals at "
-            f"{cfg['audit']['confidence']:g} each; δ = {cfg['audit']['delta']:g}.",
+            f"{result.audit_sensitivity:.3g}; threshold fixed in advance; δ = {cfg['audit']['delta']:g}. "
+            "Each ε lower bound uses the upper end of a two-sided Clopper–Pearson interval for the false "
+            f"positive rate and the lower end of one for the true positive rate, each at "
+            f"{cfg['audit']['confidence']:g}: each end fails with probability at most "
+            f"{(1 - cfg['audit']['confidence']) / 2:g}, so the bound holds with probability at least "
+            f"{cfg['audit']['confidence']:g} (union bound).",
             "",
             "| test | trials per hypothesis | false positives | true positives | empirical ε lower bound | "
             "per-element ε (paper) | per-element ε (sound) |",
@@ -214,18 +236,22 @@ def markdown(result: SuiteResult) -> str:
 def summary_table(result: SuiteResult) -> str:
     """A compact console summary: one line per design, then M2 and the audit."""
     head = (
-        f"{'design':22s} {'full rank':>9s} {'project':>9s} {'regress':>9s} {'telescope':>9s} {'cos err':>9s} "
-        f"{'KP pairs':>8s} {'collude':>9s} {'eps paper':>9s}"
+        f"{'design':22s} {'full rank':>9s} {'project':>9s} {'regress':>9s} {'telescope*':>10s} "
+        f"{'cos err':>9s} {'KP pairs':>8s} {'collude':>9s} {'eps paper':>9s}"
     )
     lines = [head, "-" * len(head)]
     for d in result.designs:
         f = d.figures
         lines.append(
             f"{d.design:22s} {_fmt(f['difference_rank'].value):>9s} {_fmt(f['projection'].value):>9s} "
-            f"{_fmt(f['regression'].value):>9s} {_fmt(f['telescoped'].value):>9s} "
+            f"{_fmt(f['regression'].value):>9s} {_fmt(f['telescoped'].value):>10s} "
             f"{_fmt(f['geometry_cosine'].value):>9s} {_fmt(f['known_plaintext'].value):>8s} "
             f"{_fmt(f['collusion'].value):>9s} {_fmt(d.epsilon_paper):>9s}"
         )
+    lines.append(
+        f"(columns: {AGGREGATOR}, uploads only; cos err: deviations from the round's mean; "
+        f"* {AGGREGATOR_BROADCASTS})"
+    )
     for m in result.m2:
         corr = ", ".join(f"round {t}: {v:.6f}" for t, v in sorted(m.corr_per_round.items()))
         lines.append(f"M2 server, n = {m.n}, R2 scale {m.noise2_scale:g}: |corr(w_hat, w)| {corr}")

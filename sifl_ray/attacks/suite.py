@@ -4,7 +4,8 @@ Why a simulator of its own: the subspace attacks need whole encoded vectors over
 cheap only for small models (n in the hundreds), and the scoring needs the plain models, which a real
 deployment never has. :func:`simulate_m1` and :func:`simulate_m2` run the protocol of SPEC "SIFL M1" / "SIFL
 M2" round by round with the platform's keys (``sifl_ray.coding``), fill a :class:`TranscriptRecorder` with
-what the aggregator and the server saw, and keep the plain models on the side in a :class:`GroundTruth`.
+what travelled on each channel (uploads, broadcasts, the M2 server's inputs), and keep the plain models on
+the side in a :class:`GroundTruth`.
 :func:`evaluate_design` hands the transcript to the adversaries of :mod:`sifl_ray.attacks.adversaries` and
 scores their output against the truth.
 
@@ -14,6 +15,16 @@ that A from U and ``P1`` and reports ``max_i ‖A⁻¹ c_i − w_i‖ / ‖w_i�
 invariant to the adversary's choice of basis (another basis U' = U M gives c' = Mᵀc and A' = MᵀA), and it is
 zero exactly when the adversary holds every model up to one fixed map, which is the SPEC's claim. The
 adversary would obtain A itself from any n known (w, w~) pairs, or from one colluding client (attack d).
+
+Threat models. SPEC "Parties": the aggregator sees only the encoded local models (the uploads), the server
+only aggregated encoded models. Every figure labelled :data:`AGGREGATOR` uses the uploads alone. Figures
+that also use the broadcasts (the telescoped regression, the geometry of updates relative to ``w~^t``) are
+labelled :data:`AGGREGATOR_BROADCASTS`: the SPEC's aggregator does not see them, an eavesdropper on the
+server → client channel or a colluding client does. The RESULT line's ``projection_error`` is uploads-only.
+
+Seeds stay in memory. ``seed`` reproduces data, initial model, minibatches and every noise draw (beside a
+transcript: the plain models); ``key_seed`` reproduces every key. :func:`public_config` drops both from what
+is written out.
 """
 
 from __future__ import annotations
@@ -77,6 +88,9 @@ def single_threaded() -> Iterator[None]:
 
 
 AGGREGATOR = "aggregator (honest-but-curious)"
+AGGREGATOR_BROADCASTS = (
+    "aggregator + broadcasts (an eavesdropper on the server→client channel, or a colluding client)"
+)
 AGGREGATOR_KP = "aggregator + known plaintext"
 AGGREGATOR_COLLUSION = "aggregator + one colluding client"
 SERVER_M2 = "server in M2 (honest-but-curious)"
@@ -390,17 +404,24 @@ EXPLANATIONS: dict[str, str] = {
         "is the models' spread, so the error falls with rounds, whatever the noise scale."
     ),
     "telescoped": (
-        "With the broadcasts (which every client receives): U^T(aggregate_t - broadcast_t) = A(w^{t+1} - "
-        "w^t) "
-        "is noise-free, so the regression has no residual and is exact once the rounds of a key epoch exceed "
-        "the noise dimensions (per block), whatever the noise scale or the left inverse."
+        "Needs the broadcasts, which the SPEC's aggregator does not see (every client receives them, so an "
+        "eavesdropper on the server->client channel or one colluding client has them): U^T(aggregate_t - "
+        "broadcast_t) = A(w^{t+1} - w^t) is noise-free, so the regression has no residual and is exact once "
+        "the rounds of a key epoch exceed the noise dimensions (per block), whatever the noise scale or the "
+        "left inverse."
     ),
     "geometry_ratio": (
-        "P1 u_i = w~_i - w~^t is noise-free (same r^t); for a scaled-orthogonal P1 (P1^T P1 = alpha^2 I) "
-        "norm "
-        "ratios and angles of the plain updates are exact from round 1. A generic dense P1 distorts them."
+        "Uploads only: P1 d_i = w~_i - sum_j p_j w~_j is noise-free (every upload of a round carries the "
+        "same N1 r^t), where d_i = w_i - w_bar is client i's deviation from the round's weighted mean "
+        "model; for a scaled-orthogonal P1 (P1^T P1 = alpha^2 I) norm ratios and angles of the deviations "
+        "are exact from round 1. A generic dense P1 distorts them."
     ),
-    "geometry_cosine": "As above, for the cosines between client updates.",
+    "geometry_cosine": "As above, for the cosines between the deviations.",
+    "geometry_ratio_broadcast": (
+        "With the broadcast w~^t (same noise as the round's uploads): P1 u_i = w~_i - w~^t gives the client "
+        "updates u_i = w_i - w^t themselves, with the same exactness for a scaled-orthogonal P1."
+    ),
+    "geometry_cosine_broadcast": "As above, for the cosines between the client updates.",
     "known_plaintext": (
         "Pairs (w, w~), each with fresh noise (one per round from a colluding client, or any known model): "
         "the "
@@ -471,6 +492,16 @@ class DesignResult:
     figures: dict[str, Figure]
     key_holder_decode_error: float
     seconds: float
+
+
+def _nanmax(per_round: dict[int, float]) -> float | None:
+    """Max over rounds, ignoring NaN (pairs with a zero vector); None when no round has the figure."""
+    vals = [v for v in per_round.values() if not math.isnan(v)]
+    return max(vals) if vals else None
+
+
+def _first_round(per_round: dict[int, float]) -> str:
+    return f"round {min(per_round)}: {per_round[min(per_round)]:.2e}" if per_round else "no round recorded"
 
 
 def _trend(per_round: dict[int, float | int | None]) -> str:
@@ -547,7 +578,7 @@ def known_plaintext(
 def evaluate_design(
     task: SmallTask, cfg: DictConfig, design: Design
 ) -> tuple[DesignResult, TranscriptRecorder, GroundTruth]:
-    """Simulate one design, run attacks (a)–(d) on the aggregator's transcript, score them."""
+    """Simulate one design, run attacks (a)–(d) on the transcript (each with its threat model), score them."""
     with single_threaded():
         return _evaluate_design(task, cfg, design)
 
@@ -560,8 +591,10 @@ class _PerRound:
     projection: dict[int, float | None] = field(default_factory=dict)
     regression: dict[int, float | None] = field(default_factory=dict)
     telescoped: dict[int, float | None] = field(default_factory=dict)
-    ratio_err: dict[int, float] = field(default_factory=dict)
+    ratio_err: dict[int, float] = field(default_factory=dict)  # uploads only: deviations from the mean
     cos_err: dict[int, float] = field(default_factory=dict)
+    ratio_err_bcast: dict[int, float] = field(default_factory=dict)  # with the broadcast: the updates
+    cos_err_bcast: dict[int, float] = field(default_factory=dict)
     full_rank_round: int | None = None  # rounds into the key epoch when col(P1) was first complete
     best_epoch_rank: int = 0
 
@@ -575,7 +608,11 @@ def _aggregate(recorder: TranscriptRecorder, round: int) -> np.ndarray:
 def _aggregator_attacks(
     recorder: TranscriptRecorder, truth: GroundTruth, layout: BlockLayout, cfg: DictConfig
 ) -> _PerRound:
-    """Attacks (a)–(c) round by round on the aggregator's transcript; each scored against the truth."""
+    """Attacks (a)–(c) round by round on the transcript; each scored against the truth.
+
+    Uploads only (the SPEC's aggregator): (a), projection, regression, geometry of the deviations. With the
+    broadcasts as well (:data:`AGGREGATOR_BROADCASTS`): the telescoped regression, geometry of the updates.
+    """
     out = _PerRound()
     attack = DifferenceAttack(layout, tol_factor=cfg.rank_tol_factor)
     P1_of_epoch = {e: _dense(k)[0] for e, k in truth.keys.items()}  # scorer side: undoes the unknown map
@@ -593,11 +630,18 @@ def _aggregator_attacks(
         if attack.full_rank and out.full_rank_round is None:
             out.full_rank_round = len(epoch_rounds)
 
-        # (c) Geometry of the client updates, from round 1 (M1 broadcasts carry the round's noise).
+        # (c) Geometry, from round 1. Uploads only: the deviations P1 (w_i - w_bar) from the weighted mean
+        # upload (the round's noise cancels). With the M1 broadcast (same noise): the updates P1 (w_i - w^t).
+        weights = recorder.client_weights(clients)
+        deviations = truth.upload_models[t] - truth.aggregate_models[t][:, None]
+        out.ratio_err[t], out.cos_err[t] = _geometry_errors(
+            encoded_updates(uploads, None, weights), deviations
+        )
         bcast = recorder.broadcasts.get(t)
-        bcast = bcast if bcast is not None and bcast.ndim == 1 else None
-        est = encoded_updates(uploads, bcast, recorder.client_weights(clients))
-        out.ratio_err[t], out.cos_err[t] = _geometry_errors(est, truth.updates[t])
+        if bcast is not None and bcast.ndim == 1:
+            out.ratio_err_bcast[t], out.cos_err_bcast[t] = _geometry_errors(
+                encoded_updates(uploads, bcast, weights), truth.updates[t]
+            )
 
         # (b) Noise removal, once col(P1) is known in this key epoch.
         if not attack.full_rank:
@@ -626,7 +670,7 @@ def _evaluate_design(
     task: SmallTask, cfg: DictConfig, design: Design
 ) -> tuple[DesignResult, TranscriptRecorder, GroundTruth]:
     tic = time.perf_counter()
-    recorder = TranscriptRecorder(max_coordinates=cfg.transcript.max_coordinates, seed=cfg.seed)
+    recorder = TranscriptRecorder(max_coordinates=cfg.transcript.max_coordinates)
     truth = simulate_m1(task, cfg, design, recorder)
     recorder.require_full("the aggregator's subspace attacks")
     n = truth.n
@@ -664,7 +708,7 @@ def _evaluate_design(
         _trend(pr.regression),
     )
     figures["telescoped"] = Figure(
-        AGGREGATOR,
+        AGGREGATOR_BROADCASTS,
         "(b) noise removal by regression on telescoped broadcasts (noise-free global-model increments)",
         "max relative error of the round's recovered models, up to the unknown map",
         pr.telescoped.get(last),
@@ -673,19 +717,35 @@ def _evaluate_design(
     )
     figures["geometry_ratio"] = Figure(
         AGGREGATOR,
-        "(c) norm ratios of client updates from P1 u_i = w~_i - w~^t",
-        "max relative error of ||u_i|| / ||u_j|| over client pairs (max over rounds)",
-        float(np.nanmax(list(pr.ratio_err.values()))),
+        "(c) norm ratios of the updates' deviations from their mean, P1 d_i = w~_i - sum_j p_j w~_j",
+        "max relative error of ||d_i|| / ||d_j|| over client pairs (max over rounds)",
+        _nanmax(pr.ratio_err),
         pr.ratio_err,
-        f"round 1: {pr.ratio_err[min(pr.ratio_err)]:.2e}",
+        _first_round(pr.ratio_err),
     )
     figures["geometry_cosine"] = Figure(
         AGGREGATOR,
-        "(c) cosines between client updates",
-        "max absolute error of cos(u_i, u_j) over client pairs (max over rounds)",
-        float(np.nanmax(list(pr.cos_err.values()))),
+        "(c) cosines between the updates' deviations from their mean",
+        "max absolute error of cos(d_i, d_j) over client pairs (max over rounds)",
+        _nanmax(pr.cos_err),
         pr.cos_err,
-        f"round 1: {pr.cos_err[min(pr.cos_err)]:.2e}",
+        _first_round(pr.cos_err),
+    )
+    figures["geometry_ratio_broadcast"] = Figure(
+        AGGREGATOR_BROADCASTS,
+        "(c) norm ratios of the client updates, P1 u_i = w~_i - w~^t (needs the broadcast w~^t)",
+        "max relative error of ||u_i|| / ||u_j|| over client pairs (max over rounds)",
+        _nanmax(pr.ratio_err_bcast),
+        pr.ratio_err_bcast,
+        _first_round(pr.ratio_err_bcast),
+    )
+    figures["geometry_cosine_broadcast"] = Figure(
+        AGGREGATOR_BROADCASTS,
+        "(c) cosines between the client updates (needs the broadcast w~^t)",
+        "max absolute error of cos(u_i, u_j) over client pairs (max over rounds)",
+        _nanmax(pr.cos_err_bcast),
+        pr.cos_err_bcast,
+        _first_round(pr.cos_err_bcast),
     )
 
     key0 = truth.keys[0]
@@ -772,7 +832,7 @@ def _evaluate_m2(cfg: DictConfig, transcript_dir: Path | None) -> list[M2Result]
     )
     out = []
     for scale in cfg.m2.noise2_scales:
-        recorder = TranscriptRecorder(max_coordinates=None, seed=cfg.seed)
+        recorder = TranscriptRecorder(max_coordinates=None)
         truth = simulate_m2(task, cfg, noise2_scale=float(scale), recorder=recorder)
         key = truth.keys[0]
         corr = {}
@@ -783,6 +843,33 @@ def _evaluate_m2(cfg: DictConfig, transcript_dir: Path | None) -> list[M2Result]
         if transcript_dir is not None and cfg.transcript.save:
             recorder.save(transcript_dir / f"m2-R2-scale-{float(scale):g}.npz")
     return out
+
+
+#: The noise-removal figures that use the uploads alone (the SPEC's aggregator): the RESULT line's best.
+UPLOADS_ONLY_REMOVAL = ("projection", "regression")
+
+#: Configuration fields never written out: ``seed`` reproduces the data, the initial model, the minibatches
+#: and every noise draw (beside a transcript: the plain models), ``key_seed`` every key.
+REDACTED_FIELDS = ("seed", "key_seed")
+
+
+def public_config(cfg: DictConfig) -> dict[str, Any]:
+    """The configuration as written to JSON, markdown and TensorBoard: :data:`REDACTED_FIELDS` removed, and
+    a ``keys`` line saying what kind of keys were used (without any seed)."""
+    data: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
+    reproducible = data.get("key_seed") is not None
+    for name in REDACTED_FIELDS:
+        data.pop(name, None)
+    data["keys"] = (
+        "reproducible simulation keys derived from a fixed seed (not secret; the seed is not written out)"
+        if reproducible
+        else "256 secure random bits per key"
+    )
+    data["redacted"] = (
+        "the run seed (data, initial model, minibatches, noise) and the key seed: either, beside the "
+        "transcripts, would give back the plain models or the keys"
+    )
+    return data
 
 
 @dataclass
@@ -801,9 +888,14 @@ class SuiteResult:
         return next(d for d in self.designs if d.design == self.primary)
 
     def headline(self) -> dict[str, float | int | None]:
-        """The RESULT line's figures (see :func:`sifl_ray.attacks.report.result_line`)."""
+        """The RESULT line's figures (see :func:`sifl_ray.attacks.report.result_line`).
+
+        ``projection_error`` is the best noise removal from the uploads alone (orthogonal projection or
+        regression), the SPEC's aggregator; the telescoped regression needs the broadcasts and is reported
+        apart (:meth:`broadcast_headline`).
+        """
         d = self.primary_result()
-        removal = [d.figures[k].value for k in ("projection", "regression", "telescoped")]
+        removal = [d.figures[k].value for k in UPLOADS_ONLY_REMOVAL]
         removal = [v for v in removal if v is not None]
         m2_round1 = [r.corr_per_round[min(r.corr_per_round)] for r in self.m2]
         return {
@@ -813,6 +905,11 @@ class SuiteResult:
             "audit_eps_lb": self.audit_whole.epsilon_lower_bound if self.audit_whole else None,
             "paper_eps": d.epsilon_paper,
         }
+
+    def broadcast_headline(self) -> dict[str, float | str | None]:
+        """The primary design's noise removal with the broadcasts too (not on the RESULT line)."""
+        d = self.primary_result()
+        return {"threat_model": AGGREGATOR_BROADCASTS, "telescoped_error": d.figures["telescoped"].value}
 
 
 def run_suite(
@@ -876,7 +973,7 @@ def _run_suite(cfg: DictConfig, *, transcript_dir: Path | None, log: Callable[[s
         confidence=cfg.audit.confidence,
     )
     return SuiteResult(
-        config=OmegaConf.to_container(cfg, resolve=True),  # type: ignore[arg-type]
+        config=public_config(cfg),
         designs=designs,
         m2=m2,
         audit_whole=whole,

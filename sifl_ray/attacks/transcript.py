@@ -1,21 +1,28 @@
 """What each party saw: the transcripts the adversaries work on (SPEC "Attacks the design must be judged
 against").
 
-An attack is only as honest as its input. A :class:`TranscriptRecorder` stores exactly what the curious party
-receives in the protocol, nothing of the plain models or keys:
+An attack is only as honest as its input. A :class:`TranscriptRecorder` stores exactly what travels on the
+wire, channel by channel, nothing of the plain models or keys:
 
-* the aggregator: every client upload ``w~_i`` of every round, and the broadcasts (M1: ``w~^t``; M2: ``W'``),
-  which travel to every client and which the SPEC's threat model lets the aggregator see;
-* the server: its M2 inputs ``W'_a`` (ñ×p).
+* client → aggregator: every client upload ``w~_i`` of every round (with its FedAvg weight). By SPEC
+  "Parties" this is the aggregator's whole view: it sees only encoded local models;
+* server → clients: the broadcasts (M1: ``w~^t``; M2: ``W'``). The SPEC does *not* give these to the
+  aggregator. An attack that uses them models a stronger adversary, the aggregator plus an eavesdropper on
+  the server → client channel or plus a colluding client (every client receives the broadcast), and the
+  suite labels it so (``suite.AGGREGATOR_BROADCASTS``);
+* aggregator → server: the M2 server's inputs ``W'_a`` (ñ×p), the server's view.
 
-The plain models the adversaries are scored against are kept elsewhere (``suite.GroundTruth``), so a
-transcript can be saved and handed to an analyst without leaking the answer.
+The plain models the adversaries are scored against are kept elsewhere (``suite.GroundTruth``), and so is
+every seed: the run seed drives data, initial model, minibatches and noise, so whoever held it beside a
+transcript could re-run training and read the plain models without any key. A saved transcript therefore
+holds no seed, and can be handed to an analyst without leaking the answer.
 
 Size is bounded by ``max_coordinates``: when the encoded length ñ exceeds it, the recorder keeps a fixed
-random subset of coordinates, chosen once from ``seed`` and the same for every vector. That subset is
-enough for offline inspection of large models but not for the subspace attacks, which need whole vectors;
-those refuse a subsampled transcript (:meth:`TranscriptRecorder.require_full`). ``describe()`` says which
-case applies.
+random subset of coordinates, chosen once and the same for every vector, and stores the subset itself. It is
+drawn from fresh OS entropy unless a ``seed`` is given (tests): a subset drawn from the run seed would let a
+reader search small seeds until the subset matches, and so recover the run seed. That subset is enough for
+offline inspection of large models but not for the subspace attacks, which need whole vectors; those refuse
+a subsampled transcript (:meth:`TranscriptRecorder.require_full`). ``describe()`` says which case applies.
 """
 
 from __future__ import annotations
@@ -40,17 +47,18 @@ def _as_float64(x: torch.Tensor | np.ndarray) -> np.ndarray:
 
 @dataclass
 class TranscriptRecorder:
-    """Records the views of the aggregator and the server, round by round.
+    """Records the traffic of each channel (uploads, broadcasts, M2 server inputs), round by round.
 
     Args:
         max_coordinates: keep whole vectors up to this encoded length; above it, keep a fixed random subset of
             this many coordinates (``None``: always whole vectors).
-        seed: the run seed; the coordinate subset is drawn once from the stream ``(seed, "transcript",
-            "coordinates")``.
+        seed: where the coordinate subset comes from: ``None`` (default) draws it from fresh OS entropy; an
+            integer draws it from the stream ``(seed, "transcript", "coordinates")`` (reproducible: tests).
+            Never pass the run seed, and never written to a saved transcript (the subset itself is).
     """
 
     max_coordinates: int | None = None
-    seed: int = 0
+    seed: int | None = None
     n_tilde: int | None = None
     coordinates: np.ndarray | None = None
     uploads: dict[int, dict[int, np.ndarray]] = field(default_factory=dict)
@@ -75,7 +83,7 @@ class TranscriptRecorder:
 
     def record_broadcast(self, round: int, x: torch.Tensor | np.ndarray) -> None:
         """The encoded global model every client receives at the start of round ``round``: M1's ``w~^t``
-        (ñ,) or M2's ``W'`` (ñ, p)."""
+        (ñ,) or M2's ``W'`` (ñ, p). Server → client traffic: not part of the aggregator's own view."""
         self.broadcasts[int(round)] = self._keep(x, what="broadcast")
 
     def record_server_input(self, round: int, W: torch.Tensor | np.ndarray) -> None:
@@ -94,7 +102,11 @@ class TranscriptRecorder:
         if self.n_tilde is None:
             self.n_tilde = length
             if self.max_coordinates is not None and length > self.max_coordinates:
-                rng = numpy_generator(self.seed, "transcript", "coordinates")
+                rng = (
+                    np.random.default_rng()  # fresh OS entropy: the subset must not reveal any seed
+                    if self.seed is None
+                    else numpy_generator(self.seed, "transcript", "coordinates")
+                )
                 self.coordinates = np.sort(rng.choice(length, size=self.max_coordinates, replace=False))
         elif length != self.n_tilde:
             raise ValueError(
@@ -143,7 +155,7 @@ class TranscriptRecorder:
             f"whole vectors (ñ = {self.n_tilde})"
             if not self.subsampled
             else f"a fixed random subset of {len(self.coordinates)} of ñ = {self.n_tilde} coordinates, "
-            f"drawn once from the run seed"
+            f"drawn once, stored with the transcript"
         )
         return (
             f"{n_up} uploads over {len(self.uploads)} rounds, {len(self.broadcasts)} broadcasts, "
@@ -153,11 +165,14 @@ class TranscriptRecorder:
     # -- persistence ------------------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, object]:
-        """A flat dict of NumPy arrays and one JSON metadata string (``save`` writes it as ``.npz``)."""
+        """A flat dict of NumPy arrays and one JSON metadata string (``save`` writes it as ``.npz``).
+
+        No seed: the coordinate subset is stored as ``coordinates``, and a seed of the run would reproduce the
+        plain models (see the module docstring).
+        """
         meta = {
             "format": FORMAT,
             "max_coordinates": self.max_coordinates,
-            "seed": self.seed,
             "n_tilde": self.n_tilde,
             "weights": {str(k): v for k, v in self.weights.items()},
             "key_epochs": {str(k): v for k, v in self.key_epochs.items()},
@@ -180,7 +195,7 @@ class TranscriptRecorder:
         meta = json.loads(str(data["meta"]))
         if meta.get("format") != FORMAT:
             raise ValueError(f"not a transcript of format {FORMAT!r}: got {meta.get('format')!r}")
-        rec = cls(max_coordinates=meta["max_coordinates"], seed=meta["seed"])
+        rec = cls(max_coordinates=meta["max_coordinates"])
         rec.n_tilde = meta["n_tilde"]
         rec.weights = {int(k): float(v) for k, v in meta["weights"].items()}
         rec.key_epochs = {int(k): int(v) for k, v in meta["key_epochs"].items()}

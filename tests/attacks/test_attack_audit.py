@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -63,3 +64,26 @@ def test_audit_separates_the_vector_but_not_one_coordinate():
         key_norms=key.norms(), noise1=noise, clip=1.0, local_size=200, total_size=2000, delta=1e-5, mode="m1"
     )[0]
     assert whole.epsilon_lower_bound > 1e6 * local.epsilon_paper  # far above the per-element ε
+
+
+def test_epsilon_lower_bound_holds_with_the_stated_confidence():
+    """The bound uses one tail of each two-sided interval, so it must hold (not exceed the true ε) with
+    probability at least ``confidence``, not only 1 - 2(1 - confidence). Randomized response has the tight
+    trade-off TPR = e^ε FPR and 1 - FPR = e^ε (1 - TPR): any overshoot needs a tail of an interval to fail."""
+    rng = np.random.default_rng(0)
+    eps, n, confidence, experiments = 1.0, 200, 0.8, 2000
+    fpr = 1.0 / (1.0 + math.exp(eps))
+    fps = rng.binomial(n, fpr, size=experiments)
+    tps = rng.binomial(n, 1.0 - fpr, size=experiments)
+    over = sum(
+        epsilon_lower_bound(
+            false_positives=int(fp), true_positives=int(tp), trials=n, delta=0.0, confidence=confidence
+        )
+        > eps
+        for fp, tp in zip(fps, tps, strict=True)
+    )
+    se = math.sqrt(confidence * (1 - confidence) / experiments)
+    assert over / experiments <= (1 - confidence) + 3 * se
+    # Each tail alone fails with probability at most (1 - confidence) / 2.
+    upper_fails = sum(clopper_pearson(int(fp), n, confidence=confidence)[1] < fpr for fp in fps)
+    assert upper_fails / experiments <= (1 - confidence) / 2 + 3 * se

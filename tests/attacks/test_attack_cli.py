@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import io
 import json
 import re
 
@@ -11,6 +14,8 @@ import pytest
 from sifl_ray.attacks.cli import attack_main
 from sifl_ray.attacks.config import Design, load_attack_config
 from sifl_ray.config import ConfigError
+
+RUN_SEED, KEY_SEED = 2718281828, 31415926535  # distinctive: a leak of either is found by a text search
 
 RESULT = re.compile(
     r"^RESULT attacks full_rank_round=(\d+|none) projection_error=(\S+) m2_server_corr=(\S+) "
@@ -50,29 +55,47 @@ def test_attack_main_reports_config_errors_with_exit_code_2(capsys):
     assert "no file" in capsys.readouterr().err
 
 
-def test_attack_main_writes_outputs_and_ends_with_result_line(tmp_path, capsys):
-    out = tmp_path / "run"
-    code = attack_main(
-        [
-            "model.features=23",
-            "data.clients=5",
-            "data.samples_per_client=60",
-            "training.batch_size=16",
-            "training.rounds=10",
-            "key.n_extra=4",
-            "key.block_size=8",
-            "designs=[fast-oblique,block-pinv]",
-            "primary=fast-oblique",
-            "m2.features=499",
-            "m2.rounds=1",
-            "m2.noise2_scales=[1.0]",
-            "audit.trials=500",
-            "contrast.designs=[]",
-            f"out_dir={out}",
-        ]
-    )
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """One small ``sifl attack`` run with distinctive seeds: its output directory and printed lines."""
+    out = tmp_path_factory.mktemp("attack") / "run"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = attack_main(
+            [
+                "model.features=23",
+                "data.clients=5",
+                "data.samples_per_client=60",
+                "training.batch_size=16",
+                "training.rounds=10",
+                "key.n_extra=4",
+                "key.block_size=8",
+                "designs=[fast-oblique,block-pinv]",
+                "primary=fast-oblique",
+                "m2.features=499",
+                "m2.rounds=1",
+                "m2.noise2_scales=[1.0]",
+                "audit.trials=500",
+                "contrast.designs=[]",
+                f"seed={RUN_SEED}",
+                f"key_seed={KEY_SEED}",
+                f"out_dir={out}",
+            ]
+        )
     assert code == 0
-    lines = capsys.readouterr().out.strip().splitlines()
+    return out, printed.getvalue().strip().splitlines()
+
+
+def _tb_text(out, tag):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(out / "tb"), size_guidance={"tensors": 0, "scalars": 0})
+    acc.Reload()
+    return acc, acc.Tensors(f"{tag}/text_summary")[0].tensor_proto.string_val[0].decode()
+
+
+def test_attack_main_writes_outputs_and_ends_with_result_line(run):
+    out, lines = run
     m = RESULT.match(lines[-1])
     assert m, lines[-1]
     assert m.group(1) == "6"  # ceil(24 / 4)
@@ -84,12 +107,8 @@ def test_attack_main_writes_outputs_and_ends_with_result_line(tmp_path, capsys):
     report = (out / "report.md").read_text()
     assert report.rstrip().splitlines()[-1] == lines[-1]
     assert "not a guarantee on the vector" in report and "granted the server key" in report
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(out / "tb"), size_guidance={"tensors": 0, "scalars": 0})
-    acc.Reload()
+    acc, tb_result = _tb_text(out, "attack/result")
     assert "attack/report/text_summary" in acc.Tags()["tensors"]
-    tb_result = acc.Tensors("attack/result/text_summary")[0].tensor_proto.string_val[0].decode()
     assert tb_result == lines[-1]
     assert "attack/fast-oblique/difference_rank" in acc.Tags()["scalars"]
 
@@ -100,3 +119,68 @@ def test_attack_main_writes_outputs_and_ends_with_result_line(tmp_path, capsys):
     text = (out / "result.json").read_text() + report
     for secret in ('P1L": [', "state_dict", 'N1": ['):
         assert secret not in text
+
+
+def test_threat_models_are_labelled_and_result_line_is_uploads_only(run):
+    """SPEC 'Parties': the aggregator sees only the uploads. Figures that use the broadcasts carry the
+    stronger threat model everywhere (JSON, report, TensorBoard); the RESULT line's projection_error is the
+    best uploads-only noise removal, the telescoped figure is reported apart."""
+    from sifl_ray.attacks.suite import AGGREGATOR, AGGREGATOR_BROADCASTS
+
+    out, lines = run
+    m = RESULT.match(lines[-1])
+    data = json.loads((out / "result.json").read_text())
+    figs = next(d for d in data["designs"] if d["design"] == "fast-oblique")["figures"]
+    for name in ("telescoped", "geometry_ratio_broadcast", "geometry_cosine_broadcast"):
+        assert figs[name]["threat_model"] == AGGREGATOR_BROADCASTS
+    for name in ("difference_rank", "projection", "regression", "geometry_ratio", "geometry_cosine"):
+        assert figs[name]["threat_model"] == AGGREGATOR
+    uploads_only = [figs[k]["value"] for k in ("projection", "regression") if figs[k]["value"] is not None]
+    assert uploads_only and data["headline"]["projection_error"] == min(uploads_only)
+    assert float(m.group(2)) == pytest.approx(min(uploads_only), rel=1e-2)
+    extra = data["headline_with_broadcasts"]
+    assert extra == {"threat_model": AGGREGATOR_BROADCASTS, "telescoped_error": figs["telescoped"]["value"]}
+    assert "telescoped" not in lines[-1]  # the RESULT line keeps exactly its fields
+    report = (out / "report.md").read_text()
+    assert f"| {AGGREGATOR_BROADCASTS} | (b) noise removal by regression on telescoped" in report
+    assert f"| {AGGREGATOR} | (b) noise removal by regression on telescoped" not in report
+    _, tb_primary = _tb_text(out, "attack/fast-oblique")
+    assert f"| {AGGREGATOR_BROADCASTS} | (b) noise removal by regression on telescoped" in tb_primary
+
+
+def test_outputs_carry_no_seed_and_no_derived_key_bytes(run):
+    """``seed`` reproduces the plain models (beside the transcripts), ``key_seed`` every key: neither field,
+    nor value, nor any key seed derived from it, may appear in result.json, report.md, TensorBoard or the
+    transcripts."""
+    from sifl_ray.attacks.suite import _key_seed
+
+    out, _ = run
+    config = json.loads((out / "result.json").read_text())["config"]
+    assert "seed" not in config and "key_seed" not in config
+    assert config["keys"].startswith("reproducible simulation keys") and "not secret" in config["keys"]
+    assert "not secret" in (out / "report.md").read_text()
+
+    cfg = load_attack_config([f"key_seed={KEY_SEED}"])
+    derived = [
+        _key_seed(cfg, name, what)
+        for name, what in (
+            ("fast-oblique", "server-key"),
+            ("block-pinv", "server-key"),
+            ("m2-fast-pinv", "server-key"),
+            ("m2", "aggregator-key"),
+        )
+    ]
+    needles = [b"key_seed", str(KEY_SEED).encode(), str(RUN_SEED).encode()]
+    needles += [KEY_SEED.to_bytes(16, "little"), RUN_SEED.to_bytes(16, "little")]
+    for key_bytes in derived:
+        needles += [key_bytes, key_bytes.hex().encode(), base64.b64encode(key_bytes)]
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert {p.suffix for p in files} >= {".json", ".md", ".npz"} and any("tfevents" in p.name for p in files)
+    for path in files:
+        blobs = [path.read_bytes()]
+        if path.suffix == ".npz":  # compressed: look inside
+            with np.load(path, allow_pickle=False) as z:
+                blobs += [z[k].tobytes() if z[k].dtype.kind != "U" else str(z[k]).encode() for k in z.files]
+        for blob in blobs:
+            for needle in needles:
+                assert needle not in blob, (path.name, needle)

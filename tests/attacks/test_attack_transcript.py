@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -71,3 +73,28 @@ def test_recorder_copies_its_inputs():
     rec.record_upload(1, 0, x)
     x += 1.0  # the caller reuses its buffer
     assert rec.uploads[1][0].sum() == 0.0
+
+
+def test_saved_transcript_holds_no_seed(tmp_path):
+    """The run seed reproduces data, initial model, minibatches and noise: beside a transcript it would give
+    back the plain models without any key. Neither the metadata nor any array may carry it."""
+    for rec in (TranscriptRecorder(), TranscriptRecorder(max_coordinates=10, seed=987654321)):
+        _fill(rec, n_tilde=40)
+        path = rec.save(tmp_path / "t.npz")
+        with np.load(path, allow_pickle=False) as data:
+            meta = json.loads(str(data["meta"]))
+            assert "seed" not in meta and "987654321" not in str(data["meta"])
+            assert not any("seed" in name for name in data.files)
+        back = TranscriptRecorder.load(path)
+        assert back.seed is None
+        if rec.subsampled:  # the subset itself is stored, so nothing needs the seed to read it back
+            np.testing.assert_array_equal(back.coordinates, rec.coordinates)
+
+
+def test_default_coordinate_subset_comes_from_fresh_entropy():
+    """Without a seed the subset is drawn from OS entropy: a subset derived from the run seed would let a
+    reader search small seeds until it matches."""
+    a, b = TranscriptRecorder(max_coordinates=20), TranscriptRecorder(max_coordinates=20)
+    _fill(a, n_tilde=400)
+    _fill(b, n_tilde=400)
+    assert not np.array_equal(a.coordinates, b.coordinates)  # equal with probability 1/C(400, 20)
