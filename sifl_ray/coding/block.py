@@ -32,7 +32,7 @@ from sifl_ray.coding.base import CODING_DTYPE, KeyNorms, ServerKey
 from sifl_ray.coding.dense import dense_code
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class BlockGroup:
     """Consecutive blocks of equal shape, stacked for batched products.
 
@@ -61,7 +61,7 @@ class BlockGroup:
         return replace(self, P1=self.P1.to(device), P1L=self.P1L.to(device), N1=n1)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class BlockCore:
     """``P1``/``P1L`` products of a block key (``N1`` products too when the groups carry it)."""
 

@@ -65,7 +65,7 @@ def dense_code(
     return P1, pinv + K @ U_perp.T, beta * (U_perp - P1 @ K)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class DenseCore:
     """``P1`` and ``P1L`` as explicit matrices (the client's part of a dense key)."""
 

@@ -124,7 +124,9 @@ class FastCore:
             head.div_(self.alpha)
         else:
             torch.add(self.K.apply(z[self.n :]), head, alpha=1.0 / self.alpha, out=head)
-        return on_device_of(head, x)
+        # A copy, not a view: the view's storage would also hold z[n:] (the kernel coordinates, i.e. the
+        # noise), and would carry it along wherever the decoded model goes (pickles, Ray, checkpoints).
+        return on_device_of(head.clone(), x)
 
     def to(self, device: str | torch.device) -> FastCore:
         return replace(self, Q=self.Q.to(device), K=None if self.K is None else self.K.to(device))

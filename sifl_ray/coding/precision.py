@@ -321,7 +321,8 @@ def max_noise_scale(*, tolerance: float, **config) -> float:
     the ε-vs-precision trade-off in one number (the accountant maps σ to ε).
     """
     config = {k: v for k, v in config.items() if k != "sigma1"}
-    tie = config.get("scheme", "M1") == "M2" and "sigma2" not in config
+    # σ2 given either as a number or through ``noise2`` is kept; only an unspecified σ2 follows σ1.
+    tie = config.get("scheme", "M1") == "M2" and "sigma2" not in config and config.get("noise2") is None
 
     def predicted(sigma: float) -> float:
         extra = {"sigma1": sigma, **({"sigma2": sigma} if tie else {})}

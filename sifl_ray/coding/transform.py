@@ -108,7 +108,7 @@ def _col(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return v if like.dim() == 1 else v[:, None]
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Permutation:
     """``y[i] = x[index[i]]`` on blocks of ``block`` consecutive coordinates (not in place).
 
@@ -145,7 +145,7 @@ class Permutation:
         return Permutation(self.index.to(device), self.inverse.to(device), self.block)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Givens:
     """Rotations of the pairs (head ``i``, tail ``tail + i``), i < len(cos): ``h ← c h − s t``,
     ``t ← s h + c t`` (in place)."""
@@ -186,7 +186,7 @@ class Givens:
         return Givens(self.cos.to(device), self.sin.to(device), self.tail)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class SignedHadamard:
     """``head ← H_L D head`` with ``D`` = random signs / √L (orthogonal; in place on the first L rows)."""
 

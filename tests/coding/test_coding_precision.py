@@ -145,3 +145,28 @@ def test_zero_noise_error_is_round_off_of_w():
     err = float((key.decode(key.encode(w)) - w).abs().max())
     assert err <= predict_decode_error(key=key, w_max=float(w.abs().max())).predicted_max_error
     assert err < 1e-15
+
+
+def test_max_noise_scale_keeps_sigma2_given_through_noise2():
+    """σ2 given as ``noise2`` must not be tied to σ1 (a review found it silently was)."""
+    from sifl_ray.coding.base import NoiseSpec
+    from sifl_ray.coding.precision import max_noise_scale
+
+    common = dict(
+        tolerance=1e-5,
+        scheme="M2",
+        n=1000,
+        n_tilde=1064,
+        alpha=1e-3,
+        beta=1.0,
+        gamma=1e-2,
+        eta=1.0,
+        left_inverse="oblique",
+        kappa=1e3,
+        w_max=0.5,
+    )
+    tied = max_noise_scale(**common)
+    explicit = max_noise_scale(**common, sigma2=1.0)
+    via_noise2 = max_noise_scale(**common, noise2=NoiseSpec("gaussian", 1.0))
+    assert via_noise2 == explicit
+    assert via_noise2 > tied  # a small fixed σ2 leaves more room for σ1 than σ2 = σ1

@@ -19,6 +19,13 @@ SEED = bytes(range(32))
 def test_repr_shows_no_material(case):
     key = make_key(*case, n=12, m=4, seed=SEED)
     text = repr(key) + str(key) + repr(key.client_view())
+    # the internals too: a log line or a traceback with locals must not dump key matrices
+    for holder in (key, key.client_view()):
+        core = getattr(holder, "core", None)
+        if core is not None:
+            text += repr(core) + "".join(
+                repr(v) for v in vars(core).values() if not isinstance(v, torch.Tensor)
+            )
     assert "tensor" not in text and "seed" not in text
     assert SEED.hex() not in text and repr(SEED) not in text and str(list(SEED)) not in text
     if case[0] != "identity":
