@@ -108,7 +108,7 @@ class ClientWorkerActor:
         bounds: list[tuple[int, int]],
         attempt: int = 0,
     ):
-        """One partial sum per aggregator shard, then the report; ``attempt`` > 0 when the round is retried."""
+        """One partial sum per aggregator shard, then the report (``attempt`` > 0: the round is retried)."""
         if self.faults:
             self.faults.before_training(arm, t, attempt)
         partials, report = self.role.train_round(arm, t, broadcast, clients, bounds)

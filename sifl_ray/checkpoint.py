@@ -14,7 +14,7 @@ Layout::
     RUN_DIR/checkpoints/
         round-000004/server.ckpt  every arm's next broadcast, as the server holds it (M2: an encoded W')
         round-000004/driver.ckpt  history, wall times, drop / fault / restore logs, accountant state
-        round-000004/MANIFEST.ckpt  round, arms, SHA-256 of the two files above, the key folder
+        round-000004/MANIFEST.ckpt  round, arms, SHA-256 of the two files above, the key folder (relative)
         LATEST                    the name of the newest complete checkpoint
 
 Every file is ``MAGIC | SHA-256(payload) | len(payload) | payload`` where the payload is a ``torch.save``
@@ -49,7 +49,7 @@ DRIVER_FILE = "driver.ckpt"
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint cannot be used: missing, truncated, corrupted, or from another run. Nothing was written."""
+    """A checkpoint cannot be used: missing, truncated, corrupted or from another run; nothing written."""
 
 
 # ------------------------------------------------------------------------------------------------ files
@@ -253,15 +253,16 @@ class CheckpointStore:
 
 
 def describe_error(err: BaseException) -> str:
-    """The message of a :class:`CheckpointError`, also when it arrives wrapped by Ray from an actor."""
-    cause = err
+    """The message of a :class:`CheckpointError`, also when it arrives wrapped by Ray from an actor (Ray's
+    wrapper is itself an instance of the cause's class, but its text is the remote traceback)."""
+    inner = err
     for _ in range(4):
-        if isinstance(cause, CheckpointError):
-            return str(cause)
-        inner = getattr(cause, "cause", None) or cause.__cause__
-        if inner is None:
+        cause = getattr(inner, "cause", None)
+        if cause is None or cause is inner:
             break
-        cause = inner
+        inner = cause
+    if isinstance(inner, CheckpointError) and inner.args:
+        return str(inner.args[0])
     text = str(err)
     marker = "CheckpointError: "
     return text[text.rfind(marker) + len(marker) :].strip() if marker in text else text

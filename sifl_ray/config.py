@@ -218,6 +218,12 @@ FAULT_KINDS = (
     "driver_kill",
 )
 CORRUPTIONS = ("nan", "inf", "shape", "round", "epoch")
+ONCE_KINDS = (
+    "server_kill",
+    "aggregator_kill",
+    "evaluator_kill",
+    "driver_kill",
+)  # recovered from a checkpoint
 
 # key → (predicate, what is expected, how to fix)
 _POSITIVE = (lambda v: v > 0, "a number > 0")
@@ -487,8 +493,8 @@ def _fault_checks(cfg: dict, problems: list[str]) -> None:
             continue
         if not 0 <= ev.get("round", 0) < rounds:
             problems.append(
-                f"{at}.round: expected a round in [0, {rounds}) (train.rounds={rounds}), got {ev.get('round')}; "
-                f"change {at}.round"
+                f"{at}.round: expected a round in [0, {rounds}) (train.rounds={rounds}), "
+                f"got {ev.get('round')}; change {at}.round"
             )
         if ev.get("arm") is not None and ev["arm"] not in arms:
             problems.append(
@@ -515,24 +521,22 @@ def _fault_checks(cfg: dict, problems: list[str]) -> None:
             )
         if kind == "aggregator_kill" and not 0 <= ev.get("shard", 0) < shards:
             problems.append(
-                f"{at}.shard: expected a shard in [0, {shards}) (ray.num_shards={shards}), got {ev.get('shard')}; "
-                f"change {at}.shard"
+                f"{at}.shard: expected a shard in [0, {shards}) (ray.num_shards={shards}), "
+                f"got {ev.get('shard')}; change {at}.shard"
             )
         if ev.get("seconds", 0.0) < 0:
             problems.append(
                 f"{at}.seconds: expected a number ≥ 0, got {ev.get('seconds')}; change {at}.seconds"
             )
-        if kind in ("server_kill", "aggregator_kill", "evaluator_kill") and not cfg.get("checkpoint", {}).get(
-            "every", 1
-        ):
+        if kind in ONCE_KINDS and not cfg.get("checkpoint", {}).get("every", 1):
             problems.append(
-                f"{at}: a {kind.split('_')[0]} is restored from the last checkpoint, but checkpoint.every=0; "
+                f"{at}: recovering from a {kind} needs a checkpoint, but checkpoint.every=0; "
                 "set checkpoint.every ≥ 1"
             )
     if any(ev.get("kind") == "straggle" for ev in events) and faults.get("deadline_s") is None:
         problems.append(
             "faults.deadline_s: a straggle fault needs a per-round deadline, got null; "
-            "for example faults.deadline_s=5"
+            "set faults.deadline_s (for example faults.deadline_s=5)"
         )
 
 

@@ -582,6 +582,9 @@ def _interp_matrix(out_size: int, in_size: int) -> np.ndarray:
     return m
 
 
+_SYNTHETIC_CHUNK = 1 << 22  # float64 values per chunk when drawing synthetic images
+
+
 def make_synthetic(
     *,
     n_train: int,
@@ -633,8 +636,22 @@ def make_synthetic(
 
     def draw(n: int) -> tuple[np.ndarray, np.ndarray]:
         y = generator.permutation(np.arange(n) % num_classes).astype(np.int64)
-        logits = amplitude * protos[y] + noise * generator.standard_normal((n, c, h, w))
-        return (1.0 / (1.0 + np.exp(-logits))).astype(np.float32), y
+        x = np.empty((n, c, h, w), dtype=np.float32)
+        # x = sigmoid(amplitude·P_y + noise·ε), in chunks of rows and in place: the same numbers as one
+        # whole-array expression (the normals are drawn in the same order, every operation is elementwise)
+        # at a fraction of the memory (60,000 MNIST-sized samples: ~32 MB of float64 at a time, not ~1.5 GB).
+        rows = max(1, _SYNTHETIC_CHUNK // (c * h * w))
+        for start in range(0, n, rows):
+            stop = min(n, start + rows)
+            z = generator.standard_normal((stop - start, c, h, w))
+            z *= noise
+            z += amplitude * protos[y[start:stop]]
+            np.negative(z, out=z)
+            np.exp(z, out=z)
+            z += 1.0
+            np.divide(1.0, z, out=z)
+            x[start:stop] = z
+        return x, y
 
     x_train, y_train = draw(n_train)
     x_test, y_test = draw(n_test)

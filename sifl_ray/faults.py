@@ -3,17 +3,19 @@
 Faults come from the configuration (``faults.inject``), so a drill is reproducible and a test is a config.
 Each kind does something real:
 
-========================  ==========================================================================
-``worker_exit``           the client worker calls ``os._exit(1)`` inside its ``train_round`` (after
-                          ``seconds`` of work), while the other workers train
-``worker_kill``           the driver ``ray.kill``\\ s the worker right after submitting its round
-``straggle``              the worker sleeps ``seconds`` before training (needs ``faults.deadline_s``)
-``corrupt_upload``        client ``client`` sends garbage (``corruption``: nan, inf, shape, round, epoch)
-``corrupt_partial``       the worker hands the aggregator a corrupted partial sum (the aggregator's check)
-``server_kill``           the driver ``ray.kill``\\ s the server (``aggregator_kill``: shard ``shard``;
-``evaluator_kill``        ``evaluator_kill``: the evaluator) after step 3 of the round was submitted
-``driver_kill``           the driver SIGKILLs itself in the middle of the round (after its first arm)
-========================  ==========================================================================
+=====================  ==============================================================================
+``worker_exit``        the client worker calls ``os._exit(1)`` inside its ``train_round`` (after sleeping
+                       ``seconds``), while the other workers train
+``worker_kill``        the driver kills the worker with ``ray.kill`` right after submitting its round (the
+                       kill is asynchronous: the death may show only at the worker's next call)
+``straggle``           the worker sleeps ``seconds`` before training (needs ``faults.deadline_s``)
+``corrupt_upload``     client ``client`` sends garbage (``corruption``: nan, inf, shape, round, epoch)
+``corrupt_partial``    the worker hands the aggregator a corrupted partial sum (the aggregator's check)
+``server_kill``        the driver kills the server with ``ray.kill`` once step 3 of the round is submitted
+``aggregator_kill``    the same for aggregator shard ``shard``
+``evaluator_kill``     the same for the evaluator
+``driver_kill``        the driver SIGKILLs itself in the middle of round ``round``, right after arm ``arm``
+=====================  ==============================================================================
 
 When they fire. Worker faults are part of the scenario: they fire on the first attempt of their round every
 time that round runs (also when a round is replayed after a restore or a resume), so a replay reproduces
@@ -97,29 +99,22 @@ class FaultPlan:
         return len(self.events)
 
     def for_worker(self, worker: int, clients: list[int]) -> list[dict]:
-        """What worker ``worker`` (hosting ``clients``) must fire itself, as plain dicts (sent to its actor)."""
+        """What worker ``worker`` (hosting ``clients``) fires itself, as plain dicts (sent to its actor)."""
         hosted = set(clients)
         out = []
         for ev in self.events:
-            if ev.kind == "corrupt_upload" and ev.client in hosted:
-                out.append(asdict(ev))
-            elif ev.kind in ("worker_exit", "straggle", "corrupt_partial") and ev.worker == worker:
+            if (ev.kind == "corrupt_upload" and ev.client in hosted) or (
+                ev.kind in ("worker_exit", "straggle", "corrupt_partial") and ev.worker == worker
+            ):
                 out.append(asdict(ev))
         return out
 
     def at(self, kind: str, arm: str, t: int) -> list[Fault]:
         return [ev for ev in self.events if ev.kind == kind and ev.arm == arm and ev.round == t]
 
-    def worker_faults_at(self, arm: str, t: int) -> list[Fault]:
-        return [
-            ev
-            for ev in self.events
-            if ev.kind in WORKER_KINDS + ("worker_kill",) and ev.arm == arm and ev.round == t
-        ]
-
 
 class FaultJournal:
-    """``<run_dir>/faults.jsonl``: one JSON line per fault fired or recovery made, fsynced as it is written."""
+    """``<run_dir>/faults.jsonl``: one JSON line per fault fired or recovery made, fsynced as written."""
 
     def __init__(self, run_dir: str | Path):
         self.path = Path(run_dir) / JOURNAL

@@ -56,8 +56,9 @@ class RoundPolicy:
 class Supervisor(Protocol):
     """What ``run_round`` asks of the runner when a worker fails (and where the runner injects faults)."""
 
-    def replace_worker(self, k: int, *, arm: str, t: int, reason: str) -> None:
-        """Kill worker ``k`` if it still runs and put a fresh one with the same clients in its place."""
+    def replace_worker(self, k: int, *, arm: str, t: int, reason: str) -> float:
+        """Kill worker ``k`` if it still runs and put a fresh one with the same clients in its place;
+        return the seconds it took."""
 
     def after_submit(self, stage: str, *, arm: str, t: int) -> None:
         """Called after step 2 (``"train"``) and step 3 (``"reduce"``) were submitted (fault injection)."""
@@ -79,8 +80,8 @@ class RoundResult:
     metrics: dict[str, float] = field(default_factory=dict)
     accepted: int = 0
     rejected: dict[int, str] = field(default_factory=dict)  # client → why its upload was refused
-    dropped: list[dict] = field(default_factory=list)  # {"worker", "clients", "reason"}: left out by policy
-    retried: list[dict] = field(default_factory=list)  # {"worker", "attempt", "reason"}: re-run, nothing lost
+    dropped: list[dict] = field(default_factory=list)  # {"worker", "clients", "reason"[, "replace_s"]}
+    retried: list[dict] = field(default_factory=list)  # {"worker", "attempt", "reason", "replace_s"}
     refused_partials: dict[int, str] = field(default_factory=dict)  # worker → why the aggregator refused it
     skipped: bool = False  # no update reached the aggregator: the model stays as it was
 
@@ -146,16 +147,19 @@ def run_round(
 
     # 4. Server decodes (M1: the plain average; M2: P1L W'_a, code 2 still on) and encodes the next broadcast.
     #    Nothing usable this round (everyone dropped or refused): the model stays, the broadcast is reused.
+    server_info = None
     if sources:
         next_broadcast, server_info = backend.call(
             parties.server, "finish_round", arm.name, t, *[out[0] for out in shard_outs], num_returns=2
         )
-        server_stats = collect(backend, server_info, "server", 0, arm=arm.name, t=t)
     else:
-        next_broadcast, server_stats, agg_infos = broadcast, {"decode_s": 0.0, "encode_s": 0.0}, []
+        next_broadcast, agg_infos = broadcast, []
 
     # Simulation only: the evaluator decodes the new global model for test metrics.
     evaluation = backend.call(parties.evaluator, "evaluate", arm.name, t, next_broadcast)
+    server_stats = {"decode_s": 0.0, "encode_s": 0.0}
+    if server_info is not None:  # read first: if the server died, the evaluation fails because of it
+        server_stats = collect(backend, server_info, "server", 0, arm=arm.name, t=t)
     eval_stats = collect(backend, evaluation, "evaluator", 0, arm=arm.name, t=t)
     arm.broadcast = next_broadcast
     wall = time.perf_counter() - start
@@ -224,9 +228,16 @@ def _train_clients(backend, parties, arm, t, assignment, policy, supervisor) -> 
     def submit(k: int, attempt: int) -> list:
         extra = {"attempt": attempt} if attempt else {}
         return backend.call(
-            parties.workers[k], "train_round", arm.name, t, arm.broadcast, assignment[k], arm.bounds,
-            num_returns=num_returns, **extra,
-        )  # fmt: skip
+            parties.workers[k],
+            "train_round",
+            arm.name,
+            t,
+            arm.broadcast,
+            assignment[k],
+            arm.bounds,
+            num_returns=num_returns,
+            **extra,
+        )
 
     out = _Trained()
     pending = {k: submit(k, 0) for k, clients in enumerate(assignment) if clients}
@@ -245,7 +256,7 @@ def _train_clients(backend, parties, arm, t, assignment, policy, supervisor) -> 
             except Exception as err:
                 if supervisor is None or not _is_lost(backend, err):
                     raise
-                failed[k] = (policy.worker_policy, f"worker died ({type(err).__name__})")
+                failed[k] = (policy.worker_policy, f"died ({type(err).__name__})")
         for ref in late:
             failed[by_ref[ref]] = (policy.straggler_policy, f"missed the {policy.deadline_s:g} s deadline")
         pending = {}
@@ -254,15 +265,19 @@ def _train_clients(backend, parties, arm, t, assignment, policy, supervisor) -> 
         for k, (action, reason) in sorted(failed.items()):
             # A straggler is still busy (and would delay its next round), a dead worker is gone: either way
             # a fresh worker with the same clients takes its place; the round then retries or drops it.
-            supervisor.replace_worker(k, arm=arm.name, t=t, reason=reason)
+            replace_s = round(supervisor.replace_worker(k, arm=arm.name, t=t, reason=reason), 3)
             if action == "retry" and attempts[k] < policy.max_retries:
                 attempts[k] += 1
-                out.retried.append({"worker": k, "attempt": attempts[k], "reason": reason})
+                out.retried.append(
+                    {"worker": k, "attempt": attempts[k], "reason": reason, "replace_s": replace_s}
+                )
                 out.outs[k] = pending[k] = submit(k, attempts[k])
                 continue
             if action == "retry":
                 reason += f"; {policy.max_retries} retries exhausted"
-            out.dropped.append({"worker": k, "clients": list(assignment[k]), "reason": reason})
+            out.dropped.append(
+                {"worker": k, "clients": list(assignment[k]), "reason": reason, "replace_s": replace_s}
+            )
             out.outs.pop(k)
     return out
 

@@ -83,6 +83,12 @@ def default_key_dir(cfg: DictConfig, run_dir: Path) -> Path:
     return Path(run_dir).parent / ".keys" / Path(run_dir).name
 
 
+def _key_dir_of(ckpt: CheckpointRef, run_dir: Path) -> Path:
+    """The key folder a checkpoint names, relative to its run folder (a run folder moved together with its
+    ``.keys`` sibling still resumes)."""
+    return (Path(run_dir) / ckpt.manifest["key_dir"]).resolve()
+
+
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -225,21 +231,22 @@ class Simulation:
                 raise CheckpointError(f"{ckpt.driver_file}: not a driver state of this format")
             if state.get("config_sha256") != _sha(config_text):
                 raise CheckpointError(
-                    f"{run_dir / 'config.yaml'}: changed since the checkpoint was taken; restore it (a resumed "
-                    "run must have the configuration it started with)"
+                    f"{run_dir / 'config.yaml'}: changed since the checkpoint was taken; restore it "
+                    "(a resumed run must have the configuration it started with)"
                 )
             if state.get("arms") != arm_names(cfg):
                 raise CheckpointError(f"{ckpt.driver_file}: arms {state.get('arms')} ≠ {arm_names(cfg)}")
         elif not cfg.checkpoint.every:
             raise CheckpointError(f"{run_dir}: nothing to resume from (the run had checkpoint.every=0)")
-        key_dir = Path(ckpt.manifest["key_dir"]) if ckpt is not None else default_key_dir(cfg, run_dir)
+        key_dir = _key_dir_of(ckpt, run_dir) if ckpt is not None else default_key_dir(cfg, run_dir)
         for arm in arm_names(cfg):  # existence only: the driver never opens a key file
             mode = MODE[arm_kind(arm)]
             needed = [] if mode == "plain" else ["server"] + (["aggregator"] if mode == "m2" else [])
             for party in needed:
                 if not key_file(key_dir, party, arm).exists():
                     raise CheckpointError(
-                        f"{key_file(key_dir, party, arm)}: missing; the {party}'s key of {arm} cannot be restored"
+                        f"{key_file(key_dir, party, arm)}: missing; "
+                        f"the {party}'s key of {arm} cannot be restored"
                     )
         return cls(cfg, backend=backend, run_dir=run_dir, _resume=_Resume(ckpt, state, str(key_dir)))
 
@@ -299,9 +306,11 @@ class Simulation:
         for ev in self.plan.events:
             if ev.worker is not None and ev.worker >= self.num_workers:
                 raise ConfigError(
-                    [f"faults.inject[{ev.index}].worker: this run has {self.num_workers} workers, got worker "
-                     f"{ev.worker}; set ray.num_workers or change the worker"]
-                )  # fmt: skip
+                    [
+                        f"faults.inject[{ev.index}].worker: this run has {self.num_workers} workers, "
+                        f"got worker {ev.worker}; set ray.num_workers or change the worker"
+                    ]
+                )
         self.model_spec = {
             "name": cfg.train.model,
             "input_shape": list(self.dataset.x_train.shape[1:]),
@@ -328,11 +337,15 @@ class Simulation:
         if cfg.checkpoint.every:
             self.key_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
             self.key_dir.chmod(0o700)
+            if self.key_dir.parent.name == ".keys":
+                self.key_dir.parent.chmod(0o700)
+        # The server and aggregator first: on a resume they take their keys and the broadcasts back (and
+        # refuse damaged files) before any worker is started or anything is written.
         self.parties = Parties(
             server=backend.spawn(ServerActor),
             aggregators=[backend.spawn(AggregatorActor, s) for s in range(cfg.ray.num_shards)],
-            workers=[self._spawn_worker(k) for k in range(self.num_workers)],
-            evaluator=self._spawn_evaluator(),
+            workers=[],
+            evaluator=None,
         )
         self.states: dict[str, ArmState] = {}
         self.setups: dict[str, dict] = {}
@@ -340,17 +353,19 @@ class Simulation:
         self.precision: dict[str, dict[str, Any]] = {}
         self.privacy: dict[str, dict[str, Any]] = {}
         self.releases: dict[str, tuple] = {}
-        coding = OmegaConf.to_container(cfg.coding)
-        self._coding = coding
-        try:
-            for arm in self.arms:
-                self._setup_arm(arm, coding, restore=self._resume is not None)
-            if self._resume is not None:
+        self._coding = OmegaConf.to_container(cfg.coding)
+        if self._resume is not None:
+            try:
+                self._restore_keys()
                 self._load_broadcasts(self._resume.checkpoint)
-        except Exception as err:
-            if self._resume is None or not _is_checkpoint_error(err):
-                raise
-            raise CheckpointError(describe_error(err)) from None
+            except Exception as err:
+                if not _is_checkpoint_error(err):
+                    raise
+                raise CheckpointError(describe_error(err)) from None
+        self.parties.workers = [self._spawn_worker(k) for k in range(self.num_workers)]
+        self.parties.evaluator = self._spawn_evaluator()
+        for arm in self.arms:
+            self._setup_arm(arm, self._coding, restore=self._resume is not None)
         self._load_driver_state(self._resume.state if self._resume else None)
         if self._resume is not None and self._resume.state is not None:
             self.restored = list(self._resume.state.get("restored", []))
@@ -383,32 +398,72 @@ class Simulation:
     def _key_path(self, party: str, arm: str) -> str | None:
         return str(key_file(self.key_dir, party, arm)) if self.cfg.checkpoint.every else None
 
+    def _arm_shape(self, arm: str) -> tuple[str, int, list[tuple[int, int]]]:
+        """``(mode, ñ, shard bounds)`` of ``arm``."""
+        mode = MODE[arm_kind(arm)]
+        n_tilde = self.n if mode == "plain" else self.n + self.cfg.coding.n_extra
+        return mode, n_tilde, shard_bounds(n_tilde, self.cfg.ray.num_shards)
+
+    def _restore_keys(self, parties: tuple[str, ...] = ("server", "aggregator")) -> None:
+        """The server and the aggregator shards (``parties``: ``server``, ``aggregator`` for every shard, or
+        ``aggregator<s>``) take their keys back from their own key files, which only they read."""
+        backend, cfg = self.backend, self.cfg
+        done = []
+        for arm in self.arms:
+            mode, _, bounds = self._arm_shape(arm)
+            if "server" in parties:
+                done.append(
+                    backend.call(
+                        self.parties.server,
+                        "restore_arm",
+                        arm,
+                        mode=mode,
+                        n=self.n,
+                        coding=self._coding,
+                        run_seed=cfg.seed,
+                        key_path=self._key_path("server", arm),
+                    )
+                )
+            for s, a in enumerate(self.parties.aggregators[: len(bounds)]):
+                if "aggregator" in parties or f"aggregator{s}" in parties:
+                    done.append(
+                        backend.call(
+                            a,
+                            "restore_arm",
+                            arm,
+                            mode=mode,
+                            coding=self._coding,
+                            key_path=self._key_path("aggregator", arm),
+                            bounds=bounds[s],
+                        )
+                    )
+        backend.get(done)
+
     def _setup_arm(self, arm: str, coding: dict, *, restore: bool) -> None:
-        """Give every party its part of ``arm``: fresh keys, or (``restore``) the keys from their files."""
+        """Give every party its part of ``arm``: fresh keys, or (``restore``) the keys already taken back
+        from their files by :meth:`_restore_keys`."""
         cfg, backend, parties = self.cfg, self.backend, self.parties
         kind = arm_kind(arm)
-        mode = MODE[kind]
+        mode, n_tilde, bounds = self._arm_shape(arm)
         if mode != "plain":
             # Refuse (or warn) before any work if float64 cannot carry this configuration (SPEC "Precision").
             self.precision[arm] = arm_precision(cfg, mode=mode, n=self.n, w_max=float(self.w0.abs().max()))
-        n_tilde = self.n if mode == "plain" else self.n + cfg.coding.n_extra
-        bounds = shard_bounds(n_tilde, cfg.ray.num_shards)
         server_kw = dict(
             mode=mode, n=self.n, coding=coding, run_seed=cfg.seed, key_path=self._key_path("server", arm)
         )
         if restore:
-            done = [backend.call(parties.server, "restore_arm", arm, **server_kw)]
-            done += [
-                backend.call(a, "restore_arm", arm, mode=mode, coding=coding,
-                             key_path=self._key_path("aggregator", arm), bounds=bounds[s])
-                for s, a in enumerate(parties.aggregators[: len(bounds)])
-            ]  # fmt: skip
+            done = []
         else:
             server_view = backend.call(parties.server, "setup_arm", arm, **server_kw)
             agg_state = backend.call(
-                parties.aggregators[0], "create_key", arm, mode=mode, coding=coding, run_seed=cfg.seed,
+                parties.aggregators[0],
+                "create_key",
+                arm,
+                mode=mode,
+                coding=coding,
+                run_seed=cfg.seed,
                 key_path=self._key_path("aggregator", arm),
-            )  # fmt: skip
+            )
             done = [
                 backend.call(a, "setup_arm", arm, mode=mode, coding=coding, state=agg_state, bounds=bounds[s])
                 for s, a in enumerate(parties.aggregators[: len(bounds)])
@@ -456,6 +511,8 @@ class Simulation:
             self.releases[arm] = arm_releases(
                 cfg, mode=mode, key_norms=key_norms, agg_norms=agg_norms, **sizes
             )
+        if restore:
+            broadcast = self.states[arm].broadcast  # from the checkpoint (see _load_broadcasts)
         self.states[arm] = ArmState(name=arm, mode=mode, n_tilde=n_tilde, bounds=bounds, broadcast=broadcast)
 
     # ---------------------------------------------------------------- checkpoints
@@ -465,7 +522,26 @@ class Simulation:
         return len(next(iter(self.history.values()))) if self.history else 0
 
     def _checkpoint(self, t: int) -> None:
-        """End of round ``t``: the server saves the broadcasts, the driver its state, then the manifest."""
+        """End of round ``t``: the server saves the broadcasts, the driver its state, then the manifest.
+
+        A checkpoint that cannot be written (disk full, a folder gone) does not stop the run: it says so,
+        and the previous complete checkpoint stays the one a restore or a resume would use.
+        """
+        try:
+            self._write_checkpoint(t)
+        except PartyLost:
+            raise
+        except (OSError, CheckpointError) as err:
+            last = self.store.available()
+            self.incidents.append(
+                {"round": t, "arm": None, "what": f"checkpoint not written: {err}", "action": "run continues"}
+            )
+            self._say(
+                f"round {t}: the checkpoint could not be written ({err}); the run continues, the last "
+                f"complete checkpoint is {last[-1] if last else 'none'}"
+            )
+
+    def _write_checkpoint(self, t: int) -> None:
         tic = time.perf_counter()
         staging = self.store.begin(t)
         refs = [self.states[arm].broadcast for arm in self.arms]
@@ -473,17 +549,25 @@ class Simulation:
             self.parties.server, "save_broadcasts", str(staging / SERVER_FILE), t, self.arms, *refs
         )
         server_sha = collect(self.backend, sha, "server", 0, arm=self.arms[0], t=t)
-        self.checkpoint_s.append(time.perf_counter() - tic)
+        self.checkpoint_s.append(0.0)  # this checkpoint's own time is known only once it is written
         driver_sha = write_checkpoint_file(staging / DRIVER_FILE, self._driver_state(t))
         self.store.commit(
-            staging, t, arms=self.arms, files={SERVER_FILE: server_sha, DRIVER_FILE: driver_sha},
-            key_dir=str(self.key_dir),
-        )  # fmt: skip
+            staging,
+            t,
+            arms=self.arms,
+            files={SERVER_FILE: server_sha, DRIVER_FILE: driver_sha},
+            key_dir=os.path.relpath(self.key_dir.resolve(), self.run_dir.resolve()),
+        )
+        self.checkpoint_s[-1] = time.perf_counter() - tic
 
     def _load_broadcasts(self, ckpt: CheckpointRef | None) -> None:
         """Every arm's broadcast from checkpoint ``ckpt`` (read and verified by the server, which keeps it
         until asked for it by reference), or the initial broadcast when there is no checkpoint yet."""
         backend, server = self.backend, self.parties.server
+        for arm in self.arms:
+            if arm not in self.states:
+                mode, n_tilde, bounds = self._arm_shape(arm)
+                self.states[arm] = ArmState(name=arm, mode=mode, n_tilde=n_tilde, bounds=bounds)
         if ckpt is None:
             for arm in self.arms:
                 self.states[arm].broadcast = backend.call(
@@ -497,8 +581,8 @@ class Simulation:
             self.states[arm].broadcast = backend.call(server, "loaded_broadcast", arm)
 
     # ---------------------------------------------------------------- failures
-    def replace_worker(self, k: int, *, arm: str, t: int, reason: str) -> None:
-        """:class:`~sifl_ray.round.Supervisor`: a fresh worker ``k`` (same clients, every arm set up again)."""
+    def replace_worker(self, k: int, *, arm: str, t: int, reason: str) -> float:
+        """:class:`~sifl_ray.round.Supervisor`: a fresh worker ``k`` (same clients, every arm set up)."""
         with contextlib.suppress(Exception):  # already gone
             self.backend.kill(self.parties.workers[k])
         tic = time.perf_counter()
@@ -506,7 +590,9 @@ class Simulation:
         ready = [self.backend.call(handle, "set_arm", a, self.setups[a], *self.views[a]) for a in self.arms]
         self.backend.get(ready)
         self.parties.workers[k] = handle
-        self._say(f"round {t} {arm}: worker {k} {reason}; replaced it ({time.perf_counter() - tic:.1f} s)")
+        took = time.perf_counter() - tic
+        self._say(f"round {t} {arm}: worker {k} {reason}; replaced it ({took:.1f} s)")
+        return took
 
     def after_submit(self, stage: str, *, arm: str, t: int) -> None:
         """:class:`~sifl_ray.round.Supervisor`: the faults the driver injects itself (``ray.kill``)."""
@@ -555,13 +641,29 @@ class Simulation:
         if self.restores > cfg.faults.max_restores:
             raise RuntimeError(f"{lost}; gave up after {cfg.faults.max_restores} restores") from lost
         tic = time.perf_counter()
-        self.journal.append({"event": "party_lost", "party": lost.party, "index": lost.index,
-                             "round": lost.round, "arm": lost.arm})  # fmt: skip
-        self._respawn_party(lost.party, lost.index)
-        ckpt = self.store.latest()
-        self._load_broadcasts(ckpt)
-        self._load_driver_state(None if ckpt is None else read_checkpoint_file(
-            ckpt.driver_file, expect_sha256=ckpt.manifest["files"][DRIVER_FILE]))  # fmt: skip
+        self.journal.append(
+            {
+                "event": "party_lost",
+                "party": lost.party,
+                "index": lost.index,
+                "round": lost.round,
+                "arm": lost.arm,
+            }
+        )
+        try:
+            self._respawn_party(lost.party, lost.index)
+            ckpt = self.store.latest()
+            self._load_broadcasts(ckpt)
+            files = {} if ckpt is None else ckpt.manifest["files"]
+            self._load_driver_state(
+                None
+                if ckpt is None
+                else read_checkpoint_file(ckpt.driver_file, expect_sha256=files[DRIVER_FILE])
+            )
+        except PartyLost:
+            raise
+        except Exception as err:
+            raise RuntimeError(f"{lost}; it could not be restored: {describe_error(err)}") from err
         resume_at = self.next_round
         record = {
             "party": lost.party if lost.party != "aggregator" else f"aggregator{lost.index}",
@@ -583,7 +685,7 @@ class Simulation:
         return resume_at
 
     def _respawn_party(self, party: str, index: int) -> None:
-        backend, parties, coding = self.backend, self.parties, self._coding
+        backend, parties = self.backend, self.parties
         if party == "server":
             old, parties.server = parties.server, backend.spawn(ServerActor)
         elif party == "aggregator":
@@ -593,20 +695,15 @@ class Simulation:
             old, parties.evaluator = parties.evaluator, self._spawn_evaluator()
         with contextlib.suppress(Exception):  # already gone
             backend.kill(old)
-        done = []
-        for arm in self.arms:
-            st = self.states[arm]
-            if party == "server":
-                done.append(backend.call(parties.server, "restore_arm", arm, mode=st.mode, n=self.n,
-                                         coding=coding, run_seed=self.cfg.seed,
-                                         key_path=self._key_path("server", arm)))  # fmt: skip
-            elif party == "aggregator" and index < len(st.bounds):
-                done.append(backend.call(parties.aggregators[index], "restore_arm", arm, mode=st.mode,
-                                         coding=coding, key_path=self._key_path("aggregator", arm),
-                                         bounds=st.bounds[index]))  # fmt: skip
-            elif party == "evaluator":
-                done.append(backend.call(parties.evaluator, "set_arm", arm, st.mode, *self.views[arm]))
-        backend.get(done)
+        if party == "evaluator":
+            backend.get(
+                [
+                    backend.call(parties.evaluator, "set_arm", a, self.states[a].mode, *self.views[a])
+                    for a in self.arms
+                ]
+            )
+        else:
+            self._restore_keys(("server",) if party == "server" else (f"aggregator{index}",))
 
     # ---------------------------------------------------------------- rounds
     def assignment(self, t: int) -> list[list[int]]:
@@ -617,8 +714,11 @@ class Simulation:
         return out
 
     def _open_logger(self, *, purge_step: int | None) -> None:
+        """(Re)open the TensorBoard writers; ``purge_step=t`` makes TensorBoard drop the steps ≥ t that an
+        earlier writer left (a round replayed after a restore or a resume is then logged once)."""
         if self.logger is not None:
-            self.logger.close()
+            for writer in self.logger.writers.values():  # not close(): the run is not over
+                writer.close()
         self.logger = RunLogger(
             self.run_dir,
             self.arms,
@@ -666,20 +766,35 @@ class Simulation:
         self.dropped[arm].append(entry)
         self.logger.log_text(arm, "faults", _record_text(entry), t)
         for c, why in sorted(result.rejected.items()):
-            self.incidents.append({"round": t, "arm": arm, "what": f"client {c} upload rejected: {why}",
-                                   "action": "dropped"})  # fmt: skip
+            self.incidents.append(
+                {"round": t, "arm": arm, "what": f"client {c} upload rejected: {why}", "action": "dropped"}
+            )
         for d in result.dropped:
-            self.incidents.append({"round": t, "arm": arm, "what": f"worker {d['worker']}: {d['reason']}",
-                                   "action": f"dropped clients {d['clients']}"})  # fmt: skip
+            self.incidents.append(
+                {
+                    "round": t,
+                    "arm": arm,
+                    "what": f"worker {d['worker']}: {d['reason']}",
+                    "action": f"dropped clients {d['clients']}",
+                }
+            )
             self._say(
                 f"round {t} {arm}: dropped worker {d['worker']} (clients {d['clients']}): {d['reason']}"
             )
         for r in result.retried:
-            self.incidents.append({"round": t, "arm": arm, "what": f"worker {r['worker']}: {r['reason']}",
-                                   "action": f"retried (attempt {r['attempt']})"})  # fmt: skip
+            self.incidents.append(
+                {
+                    "round": t,
+                    "arm": arm,
+                    "what": f"worker {r['worker']}: {r['reason']}",
+                    "action": f"retried (attempt {r['attempt']})",
+                }
+            )
         if result.rejected:
-            self._say(f"round {t} {arm}: rejected {len(result.rejected)} upload(s): "
-                      + "; ".join(f"client {c}: {w}" for c, w in sorted(result.rejected.items())))  # fmt: skip
+            self._say(
+                f"round {t} {arm}: rejected {len(result.rejected)} upload(s): "
+                + "; ".join(f"client {c}: {w}" for c, w in sorted(result.rejected.items()))
+            )
 
     def _say(self, text: str) -> None:
         print(f"[sifl] {text}", file=sys.stderr, flush=True)
@@ -707,7 +822,8 @@ class Simulation:
             for arm in self.arms:
                 self.logger.log_text(arm, "faults/restored", _record_text(record), start)
             self._say(
-                f"resumed {self.run_dir} from {record['from_checkpoint']}: rounds {start}..{cfg.train.rounds - 1}"
+                f"resumed {self.run_dir} from {record['from_checkpoint']}: "
+                f"rounds {start}..{cfg.train.rounds - 1}"
             )
         else:
             for arm, info in self.privacy.items():
@@ -807,7 +923,7 @@ class Simulation:
 
     def actors(self) -> dict[str, Any]:
         p = self.parties
-        out = {"server": p.server, "evaluator": p.evaluator}
+        out = {"server": p.server} if p.evaluator is None else {"server": p.server, "evaluator": p.evaluator}
         out.update({f"aggregator{i}": a for i, a in enumerate(p.aggregators)})
         out.update({f"worker{i}": w for i, w in enumerate(p.workers)})
         return out

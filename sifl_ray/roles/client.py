@@ -16,6 +16,7 @@ client. ``materialize_uploads=True`` encodes every upload (needed to record what
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +29,17 @@ from sifl_ray.privacy.nbafl import privatize_upload
 from sifl_ray.roles.aggregator import check_upload
 from sifl_ray.roles.messages import Partial, WorkerReport
 from sifl_ray.seeding import torch_generator
+
+
+def all_finite(x: torch.Tensor) -> bool:
+    """Whether every entry of ``x`` is finite, as ``torch.isfinite(x).all()`` decides it.
+
+    A sum is finite only if every term is (inf and nan propagate through addition), so one reduction
+    settles the usual case; only a non-finite sum (a non-finite entry, or finite entries whose sum
+    overflows) pays for the elementwise test. On a 199,210-vector: ~40 µs instead of ~500 µs, which was
+    the largest per-client cost of a worker after the training steps themselves.
+    """
+    return bool(torch.isfinite(x.sum())) or bool(torch.isfinite(x).all())
 
 
 @dataclass(frozen=True)
@@ -83,7 +95,9 @@ class ClientWorkerRole:
     def set_arm(self, arm: str, setup: ArmSetup) -> None:
         self.arms[arm] = setup
 
-    def _batches(self, client: int, t: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def _batches(self, client: int, t: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The client's minibatches for round ``t``, gathered one at a time as training consumes them
+        (a pre-gathered list would hold a copy of the client's whole data set)."""
         idx = client_batches(
             self.partitions[client],
             batch_size=self.training.batch_size,
@@ -93,20 +107,22 @@ class ClientWorkerRole:
             client_id=client,
             round=t,
         )
-        return [
-            (
+        for b in idx:
+            yield (
                 torch.from_numpy(self.x[b]).to(self.device, self.dtype),
                 torch.from_numpy(self.y[b]).to(self.device),
             )
-            for b in idx
-        ]
 
-    def _train(self, w0: torch.Tensor, batches) -> tuple[torch.Tensor, float]:
-        self.trainer.reset(w0)
-        if self.training.skip_training:
-            return w0.clone(), 0.0
-        losses = [self.trainer.step(b) for b in batches]
-        return self.trainer.params(), float(np.mean(losses)) if losses else 0.0
+    def _train(
+        self, w0: torch.Tensor, start: torch.Tensor, client: int, t: int, out: torch.Tensor | None
+    ) -> tuple[torch.Tensor, float]:
+        """``K`` local steps from ``start`` (``w0`` cast once per round to the model dtype); the local
+        model is returned as a new float64 vector, or in ``out`` if given."""
+        if self.training.skip_training:  # no-op client: no data, no steps (framework-overhead benchmarks)
+            return (w0.clone() if out is None else out.copy_(w0)), 0.0
+        self.trainer.reset(start)
+        losses = [self.trainer.step(b) for b in self._batches(client, t)]
+        return self.trainer.params(out), float(np.mean(losses)) if losses else 0.0
 
     def train_round(
         self, arm: str, t: int, broadcast: torch.Tensor, clients: list[int], bounds: list[tuple[int, int]]
@@ -130,24 +146,28 @@ class ClientWorkerRole:
         upload_len = broadcast.shape[0] if w_tilde is None else w_tilde.shape[0]
         acc = torch.zeros(upload_len, dtype=CODING_DTYPE, device=self.device)
         delta_sum = None if w_tilde is None else torch.zeros_like(w0)
+        # Direct: no hook or recorder, so no upload leaves this worker before it is summed here; only
+        # finiteness can then be wrong (shape, round and key epoch are this worker's own).
+        direct = self.upload_hook is None and self.recorder is None
         shortcut = (
             w_tilde is not None
             and setup.client_form == "fused"
-            and self.upload_hook is None
-            and self.recorder is None
+            and direct
             and not getattr(self, "materialize", False)
         )
+        start = w0.to(self.dtype)  # every client starts from w0: cast it once, not once per client
+        # A direct upload is consumed before the next client trains, so one buffer serves them all.
+        local = torch.empty_like(w0) if direct else None
         for client in sorted(clients):
             size = float(len(self.partitions[client]))
-            batches = self._batches(client, t)
             t0 = time.perf_counter()
             if w_tilde is not None and not shortcut:
                 form = stepwise_update if setup.client_form == "stepwise" else fused_update
-                upload, stats = form(setup.server_view, w_tilde, self.trainer, batches)
+                upload, stats = form(setup.server_view, w_tilde, self.trainer, self._batches(client, t))
                 loss = float(stats.get("loss", 0.0)) if isinstance(stats, dict) else 0.0
                 report.train_s += time.perf_counter() - t0
             else:
-                w_k, loss = self._train(w0, batches)
+                w_k, loss = self._train(w0, start, client, t, local)
                 report.train_s += time.perf_counter() - t0
                 if setup.nbafl_clip > 0:
                     gen = torch_generator(self.training.seed, "nbafl", arm, client, t)
@@ -163,8 +183,8 @@ class ClientWorkerRole:
                 upload, stamped_round, stamped_epoch = self.upload_hook(
                     arm, t, client, upload, setup.key_epoch
                 )
-            if shortcut:
-                reason = None if bool(torch.isfinite(w_k).all()) else "non-finite values"
+            if shortcut or (direct and w_tilde is None):
+                reason = None if all_finite(w_k if shortcut else upload) else "non-finite values"
             else:
                 reason = check_upload(
                     upload,
@@ -180,7 +200,7 @@ class ClientWorkerRole:
             if self.recorder is not None and w_tilde is not None:
                 self.recorder.record_upload(t, client, upload.cpu())
             if shortcut:
-                delta_sum.add_(w_k.to(CODING_DTYPE) - w0, alpha=size)
+                delta_sum.add_(w_k.sub_(w0), alpha=size)  # w_k is this worker's buffer
             else:
                 acc.add_(upload.to(CODING_DTYPE), alpha=size)
             report.accepted.append(client)

@@ -1,0 +1,291 @@
+"""``python -m bench overhead --clients N``: the platform's round time against a bare PyTorch loop.
+
+The reference workload (:mod:`bench._common`) at N clients, three arms taking turns round by round in a
+rotating order, in one process and one Ray session:
+
+* ``fl``: the platform's FedAvg arm (``run_round`` on Ray: ``--workers`` client workers of one CPU and one
+  torch thread each, two aggregator shards, the server, the evaluator);
+* ``bare 1t`` / ``bare 2t``: :class:`bench._common.BareLoop` in the driver with 1 and 2 torch threads,
+  the same arithmetic with zero framework (after every round the bench checks that the platform's global
+  model equals the bare loop's: the largest difference is printed, 0 means bit for bit).
+
+The ratio is median(fl) / median(best bare arm); the spread is the 25th–75th percentile of the per-round
+ratios. Then, in the same Ray session, a fresh simulation with no-op clients (``train.skip_training=true``:
+no data, no steps; the rest of the round, evaluation included, runs) gives the framework overhead per
+client per round = median no-op round time / N. Start-up is timed from ``ray.init`` to the end of
+``Simulation(...)``; the framework's share excludes generating the data set, which the bare loop needs
+too.
+
+Defaults (about 2–4 minutes on a 2-core machine at any N): 6 measured rounds per arm after 1 warm-up
+round, 6 no-op rounds. Targets: ratio ≤ 1.10 (N ≤ 10), ≤ 1.25 (N ≤ 100), ≤ 1.5 (larger N); no-op
+overhead ≤ 1 ms per client (stated for N = 1000); start-up ≤ 5 s.
+
+The last line is ``RESULT overhead_n<N> ratio=<ratio> target=<target>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+import sifl_ray.runner as runner
+from bench._common import (
+    BareLoop,
+    cuda_missing,
+    gpu_overrides,
+    not_measured,
+    ratio_of_medians,
+    reference_config,
+    result_line,
+    rotation,
+    spread,
+    table,
+    timed,
+    write_json,
+)
+from sifl_ray.round import run_round
+
+TARGETS = ((10, 1.10), (100, 1.25), (None, 1.5))
+NOOP_TARGET_MS = 1.0
+STARTUP_TARGET_S = 5.0
+
+
+def target_for(clients: int) -> float:
+    """The issue's ratio target at ``clients`` clients."""
+    return next(target for limit, target in TARGETS if limit is None or clients <= limit)
+
+
+@contextlib.contextmanager
+def _time_calls(module: Any, name: str) -> Iterator[list[float]]:
+    """Record the wall time of every call to ``module.name`` while the block runs (instrument only)."""
+    original, calls = getattr(module, name), []
+
+    def wrapper(*args, **kwargs):
+        dt, out = timed(lambda: original(*args, **kwargs))
+        calls.append(dt)
+        return out
+
+    setattr(module, name, wrapper)
+    try:
+        yield calls
+    finally:
+        setattr(module, name, original)
+
+
+def _platform_round(sim, t: int, groups) -> tuple[float, dict[str, float]]:
+    dt, result = timed(lambda: run_round(sim.backend, sim.parties, sim.states["fl"], t, groups))
+    return dt, result.metrics
+
+
+def _stop_actors(sim) -> None:
+    for handle in sim.actors().values():
+        sim.backend.kill(handle)
+
+
+def _turns(sim, cfg, args: argparse.Namespace, total: int):
+    """``total`` rounds of ``fl`` and each bare loop, taking turns; times, metrics, largest difference."""
+    device = torch.device(args.device)
+    parts = runner.partition(cfg, sim.dataset.y_train)
+    bare = {f"bare {k}t": BareLoop(sim.dataset, parts, cfg, threads=k, device=device) for k in args.threads}
+    arms = ["fl", *bare]
+    times: dict[str, list[float]] = {a: [] for a in arms}
+    metrics: dict[str, list[dict[str, float]]] = {a: [] for a in arms}
+    deviation: dict[str, float] = dict.fromkeys(bare, 0.0)
+    for t in range(total):
+        groups = sim.assignment(t)
+        for arm in rotation(arms, t):
+            if arm == "fl":
+                dt, m = _platform_round(sim, t, groups)
+            else:
+                dt, m = timed(lambda loop=bare[arm], t=t, g=groups: loop.round(t, g), device)
+            times[arm].append(dt)
+            metrics[arm].append(m)
+        w_fl = sim.global_model("fl")
+        for arm, loop in bare.items():
+            deviation[arm] = max(deviation[arm], float((w_fl - loop.w.cpu()).abs().max()))
+    return times, metrics, deviation
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    n = args.clients
+    total = args.warmup + args.rounds
+    extra = ["ray.cpus_per_worker=1"]
+    extra += gpu_overrides(args.device, args.gpus_per_worker, args.workers)
+    cfg = reference_config(
+        n, rounds=total, workers=args.workers, n_train=args.n_train, n_test=args.n_test, extra=extra
+    )
+
+    # 1. Start-up: ray.init, then the simulation (data set, partition, actors, keys, first broadcast).
+    with _time_calls(runner, "load_dataset") as data_calls:
+        ray_s, backend = timed(lambda: runner.make_backend(cfg))
+        with _time_calls(backend, "put") as put_calls:
+            build_s, sim = timed(lambda: runner.Simulation(cfg, backend=backend))
+    data_s, put_s = sum(data_calls), sum(put_calls)
+    startup = {
+        "ray_init_s": ray_s,
+        "simulation_s": build_s,
+        "data_s": data_s,
+        "put_s": put_s,
+        "actors_s": build_s - data_s - put_s,  # spawn every actor, make keys, first broadcast
+        "total_s": ray_s + build_s,
+        "framework_s": ray_s + build_s - data_s,
+    }
+
+    # 2. fl against the bare loop, taking turns; 3. no-op clients in the same Ray session.
+    try:
+        times, metrics, deviation = _turns(sim, cfg, args, total)
+    finally:
+        _stop_actors(sim)  # the no-op simulation needs their CPUs; Ray itself stays up
+    noop: dict[str, Any] = {}
+    if args.noop_rounds:
+        cfg_noop = reference_config(
+            n,
+            rounds=args.warmup + args.noop_rounds,
+            workers=args.workers,
+            n_train=args.n_train,
+            n_test=args.n_test,
+            extra=[*extra, "train.skip_training=true"],
+        )
+        noop_build_s, noop_sim = timed(lambda: runner.Simulation(cfg_noop, backend=backend))
+        try:
+            noop_times = [
+                _platform_round(noop_sim, t, noop_sim.assignment(t))[0]
+                for t in range(args.warmup + args.noop_rounds)
+            ]
+        finally:
+            _stop_actors(noop_sim)
+        noop_stats = spread(noop_times[args.warmup :])
+        noop = {
+            "round_s": noop_stats,
+            "ms_per_client": 1e3 * noop_stats["median"] / n,
+            "simulation_s_warm_ray": noop_build_s,
+            "times_s": noop_times,
+        }
+    backend.shutdown()  # only if this bench started Ray
+    w = args.warmup
+    stats = {a: spread(times[a][w:]) for a in times}
+    best = min((a for a in times if a != "fl"), key=lambda a: stats[a]["median"])
+    ratio = ratio_of_medians(times["fl"][w:], times[best][w:])
+
+    return {
+        "name": f"overhead_n{n}",
+        "args": vars(args),
+        "workload": {
+            "model": cfg.train.model,
+            "n_params": sim.n,
+            "n_train": args.n_train,
+            "n_test": args.n_test,
+            "clients": n,
+            "workers": sim.num_workers,
+            "batch_size": cfg.train.batch_size,
+            "local_epochs": cfg.train.local_epochs,
+            "lr": cfg.train.lr,
+        },
+        "startup": startup,
+        "round_s": stats,
+        "times_s": times,
+        "best_bare": best,
+        "fl_over_bare": ratio,
+        "max_model_difference_vs_fl": deviation,
+        "test_accuracy_last": {a: metrics[a][-1]["test_accuracy"] for a in times},
+        "train_loss_last": {a: metrics[a][-1]["train_loss"] for a in times},
+        "first_round_s": {a: times[a][0] for a in times},
+        "noop": noop,
+    }
+
+
+def report(res: dict[str, Any], target: float) -> str:
+    wl, st = res["workload"], res["startup"]
+    lines = [
+        f"overhead: FedAvg, {wl['model']} ({wl['n_params']:,} params), {wl['n_train']:,} samples, "
+        f"N={wl['clients']} clients, {wl['workers']} workers × 1 thread, "
+        f"{res['round_s']['fl']['n']} rounds after {res['args']['warmup']} warm-up",
+        "",
+    ]
+    best = res["best_bare"]
+    rows = []
+    for arm, s in res["round_s"].items():
+        ratio = ""
+        if arm == "fl":
+            r = res["fl_over_bare"]
+            ratio = f"{r['ratio']:.3f} ({r['ratio_p25']:.2f}–{r['ratio_p75']:.2f})"
+        elif arm == best:
+            ratio = "floor"
+        dev = res["max_model_difference_vs_fl"].get(arm)
+        rows.append(
+            [
+                arm,
+                f"{s['median']:.3f}",
+                f"{s['p25']:.3f}–{s['p75']:.3f}",
+                f"{s['min']:.3f}",
+                f"{res['first_round_s'][arm]:.3f}",
+                f"{res['test_accuracy_last'][arm]:.4f}",
+                "—" if dev is None else f"{dev:.1e}",
+                ratio,
+            ]
+        )
+    header = ["arm", "median s", "p25–p75 s", "min s", "warm-up s", "test acc", "max|w−w_fl|", "fl ÷ floor"]
+    lines.append(table(rows, header))
+    lines.append("")
+    lines.append(
+        f"start-up: ray.init {st['ray_init_s']:.2f} s + Simulation {st['simulation_s']:.2f} s (data set "
+        f"{st['data_s']:.2f} s, put {st['put_s']:.2f} s, actors and keys {st['actors_s']:.2f} s) "
+        f"= {st['total_s']:.2f} s; framework start-up (without the data set) {st['framework_s']:.2f} s "
+        f"(target ≤ {STARTUP_TARGET_S:g} s)"
+    )
+    if res["noop"]:
+        nb = res["noop"]
+        lines.append(
+            f"no-op clients: round {nb['round_s']['median']:.3f} s "
+            f"({nb['round_s']['p25']:.3f}–{nb['round_s']['p75']:.3f}) → "
+            f"{nb['ms_per_client']:.3f} ms per client per round (target ≤ {NOOP_TARGET_MS:g} ms at N = 1000)"
+        )
+    lines.append(f"CHECK startup_s={st['framework_s']:.2f} target={STARTUP_TARGET_S:g}")
+    if res["noop"]:
+        lines.append(f"CHECK noop_ms_per_client={res['noop']['ms_per_client']:.3f} target={NOOP_TARGET_MS:g}")
+    lines.append(result_line(res["name"], res["fl_over_bare"]["ratio"], target))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench overhead", description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=10, help="number of clients N (default 10)")
+    parser.add_argument("--rounds", type=int, default=6, help="measured rounds per arm (default 6)")
+    parser.add_argument("--warmup", type=int, default=1, help="warm-up rounds per arm (default 1)")
+    parser.add_argument("--workers", type=int, default=2, help="client workers (default 2)")
+    parser.add_argument(
+        "--threads", default="1,2", help="torch threads of the bare-loop arms, comma list (default 1,2)"
+    )
+    parser.add_argument(
+        "--noop-rounds", type=int, default=6, help="measured no-op rounds (default 6; 0 skips them)"
+    )
+    parser.add_argument("--n-train", type=int, default=60000, help="training samples (default 60000)")
+    parser.add_argument("--n-test", type=int, default=10000, help="test samples (default 10000)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (GPU workers and a GPU bare loop)")
+    parser.add_argument(
+        "--gpus-per-worker", type=float, default=0.0, help="with --device cuda (default 1/workers)"
+    )
+    parser.add_argument("--out", default=None, help="JSON path (default bench_results/overhead_n<N>.json)")
+    args = parser.parse_args(argv)
+    args.threads = [int(k) for k in str(args.threads).split(",") if k.strip()]
+    name = f"overhead_n{args.clients}"
+    target = target_for(args.clients)
+    out = args.out or f"bench_results/{name}.json"
+    if cuda_missing(args.device):
+        return not_measured(name, target, out, "no GPU", vars(args))
+    res = measure(args)
+    res["target"] = target
+    path = write_json(out, res)
+    text = report(res, target).split("\n")
+    print("\n".join(text[:-1]))
+    print(f"wrote {path}")
+    print(text[-1])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

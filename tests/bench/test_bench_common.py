@@ -1,0 +1,40 @@
+"""The benchmarks' statistics and turn-taking helpers."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench._common import quantile, ratio_of_medians, result_line, rotation, spread, table
+from bench.overhead import target_for
+
+
+def test_quantile_interpolates_and_spread_summarises():
+    assert quantile([3.0, 1.0, 2.0, 4.0], 0.5) == 2.5
+    assert quantile([1.0], 0.25) == 1.0
+    s = spread([5.0, 1.0, 3.0])
+    assert (s["median"], s["min"], s["max"], s["n"]) == (3.0, 1.0, 5.0, 3)
+    assert s["p25"] == 2.0 and s["p75"] == 4.0
+
+
+def test_ratio_is_of_medians_and_its_spread_of_paired_ratios():
+    r = ratio_of_medians([2.0, 4.0, 9.0], [1.0, 2.0, 3.0])
+    assert r["ratio"] == 2.0  # median 4 over median 2
+    assert (r["ratio_p25"], r["ratio_p75"]) == (2.0, 2.5)  # paired ratios 2, 2, 3
+
+
+def test_rotation_gives_every_arm_every_position():
+    arms = ["a", "b", "c"]
+    orders = [rotation(arms, t) for t in range(3)]
+    assert orders == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"]]
+    assert rotation(["fl", "m2"], 1) == ["m2", "fl"]
+
+
+@pytest.mark.parametrize(("clients", "target"), [(1, 1.10), (10, 1.10), (100, 1.25), (101, 1.5), (1000, 1.5)])
+def test_overhead_targets_follow_the_issue(clients, target):
+    assert target_for(clients) == target
+
+
+def test_result_line_and_table_format():
+    assert result_line("overhead_n10", 1.23456, 1.1) == "RESULT overhead_n10 ratio=1.235 target=1.1"
+    text = table([["fl", "1.0"], ["bare 1t", "10.25"]], ["arm", "s"])
+    assert text.splitlines() == ["arm          s", "-------  -----", "fl         1.0", "bare 1t  10.25"]

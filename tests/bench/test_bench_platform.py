@@ -1,0 +1,89 @@
+"""The platform benchmarks run end to end at tiny sizes on the shared Ray session: each prints its table,
+writes its JSON and ends with the RESULT line; the overhead bench's bare loop does the platform's
+arithmetic to the bit; ``--device cuda`` without a GPU says so instead of measuring."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import pytest
+import torch
+
+from bench.__main__ import main as bench_main
+
+TINY = ["--n-train", "480", "--n-test", "100", "--rounds", "2", "--warmup", "1"]
+RESULT = re.compile(r"RESULT (\S+) ratio=(\S+) target=(\S+)")
+
+pytestmark = pytest.mark.ray
+
+
+def _result(capsys) -> tuple[list[str], str, float, float]:
+    lines = capsys.readouterr().out.strip().splitlines()
+    match = RESULT.fullmatch(lines[-1])
+    assert match, lines[-1]
+    return lines, match.group(1), float(match.group(2)), float(match.group(3))
+
+
+def test_overhead_bench(ray_session, tmp_path, capsys):
+    out = tmp_path / "overhead.json"
+    argv = ["overhead", "--clients", "6", "--noop-rounds", "2", "--threads", "1", *TINY, "--out", str(out)]
+    assert bench_main(argv) == 0
+    lines, name, ratio, target = _result(capsys)
+    assert (name, target) == ("overhead_n6", 1.1)
+    data = json.loads(out.read_text())
+    assert data["fl_over_bare"]["ratio"] == pytest.approx(ratio, abs=5e-4) and ratio > 0
+    assert set(data["round_s"]) == {"fl", "bare 1t"} and data["round_s"]["fl"]["n"] == 2
+    # The floor does the platform's arithmetic: same initial model, batches, sums and evaluation.
+    assert data["max_model_difference_vs_fl"] == {"bare 1t": 0.0}
+    assert data["test_accuracy_last"]["fl"] == data["test_accuracy_last"]["bare 1t"]
+    assert data["train_loss_last"]["fl"] == data["train_loss_last"]["bare 1t"]
+    assert data["noop"]["ms_per_client"] > 0 and data["startup"]["total_s"] > 0
+    assert any(line.startswith("CHECK noop_ms_per_client=") for line in lines)
+    assert any(line.startswith("fl ") for line in lines)
+
+
+def test_coding_overhead_bench(ray_session, tmp_path, capsys):
+    out = tmp_path / "coding.json"
+    argv = ["coding-overhead", "--model", "mlp", "--clients", "4", *TINY, "--out", str(out)]
+    assert bench_main(argv) == 0
+    _, name, ratio, target = _result(capsys)
+    assert (name, target) == ("coding_overhead_mlp", 1.05)
+    data = json.loads(out.read_text())
+    assert data["m2_over_fl"]["ratio"] == pytest.approx(ratio, abs=5e-4) and ratio > 0
+    assert data["workload"]["n_params"] == 199_210 and data["workload"]["n_tilde"] == 199_411
+    assert data["round_s"]["sifl_m2"]["n"] == data["round_s"]["fl"]["n"] == 2
+    assert 0 < data["max_deviation_m2_vs_fl"] < 1e-3  # M2 trains the same model as FedAvg
+    parts = data["components_median_s"]
+    assert parts["sifl_m2"]["encode"] > 10 * parts["fl"]["encode"]  # fl's "encoding" is the identity
+
+
+def test_memory_bench(ray_session, tmp_path, capsys):
+    out = tmp_path / "memory.json"
+    argv = ["memory", "--clients", "8", "--baseline-clients", "2", "--reps", "1", *TINY, "--out", str(out)]
+    assert bench_main(argv) == 0
+    _, name, ratio, target = _result(capsys)
+    assert (name, target) == ("memory_n8", 2.0)
+    data = json.loads(out.read_text())
+    assert data["ratio"] == pytest.approx(ratio, abs=5e-4)
+    for n in ("2", "8"):
+        run = data["runs"][n][0]
+        # The sampled processes are the driver and the Ray session's processes, workers among them.
+        assert run["peak_bytes"] >= run["peak_rounds_bytes"] > 100 * 2**20
+        assert "driver" in run["peak_by_process"] and "ClientWorkerActor" in run["peak_by_process"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
+@pytest.mark.parametrize(
+    ("command", "name", "target"),
+    [("overhead", "overhead_n10", 1.1), ("coding-overhead", "coding_overhead_mlp", 1.05),
+     ("memory", "memory_n1000", 2.0)],
+)  # fmt: skip
+def test_cuda_without_gpu_is_reported_not_measured(command, name, target, tmp_path, capsys):
+    out = tmp_path / "x.json"
+    assert bench_main([command, "--device", "cuda", "--out", str(out)]) == 0
+    lines, got_name, ratio, got_target = _result(capsys)
+    assert lines[0] == "not measured: no GPU"
+    assert (got_name, got_target) == (name, target) and math.isnan(ratio)
+    assert json.loads(out.read_text())["status"] == "not measured"

@@ -1,0 +1,83 @@
+"""Helpers of the reliability tests (a small scenario, running it, reading its TensorBoard files)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from sifl_ray.config import load_config
+from sifl_ray.runner import Simulation
+
+# 6 clients on 2 workers, 5 rounds, every arm SIFL has; fixed keys so that runs can be compared exactly.
+BASE = [
+    "scenario=quickstart",
+    "train.rounds=5",
+    "clients.num_clients=6",
+    "coding.key_seed=7",
+    "ray.num_workers=2",
+    "arms=[fl,sifl_m1,sifl_m2]",
+    "output.progress=false",
+    "output.plot=false",
+]
+ARMS = ("fl", "sifl_m1", "sifl_m2")
+CURVES = ("test_accuracy", "test_loss", "train_loss", "max_deviation")  # deterministic tags (not time/*)
+
+
+@dataclass
+class Run:
+    run_dir: Path
+    summary: dict[str, Any]
+    history: dict[str, list[dict]]
+    models: dict[str, torch.Tensor]
+    inventory: dict[str, list[str]]
+
+
+def finish(sim: Simulation) -> Run:
+    """Run ``sim`` to the end; keep its final models (decoded by the evaluator) and key inventory."""
+    import ray
+
+    try:
+        result = sim.run()
+        models = {arm: sim.global_model(arm) for arm in sim.arms}
+        inventory = {name: ray.get(h.key_inventory.remote()) for name, h in sim.actors().items()}
+    finally:
+        sim.close()
+    return Run(result.run_dir, result.summary, result.history, models, inventory)
+
+
+def run_sim(overrides: list[str], run_dir: Path) -> Run:
+    cfg = load_config([*overrides, f"output.dir={run_dir.parent}"])
+    return finish(Simulation(cfg, run_dir=run_dir))
+
+
+def per_arm(kind: str, round: int, **fields: Any) -> str:
+    """``faults.inject`` entries: the same fault in every arm (so the arms stay comparable)."""
+    extra = "".join(f", {k}: {v}" for k, v in fields.items())
+    return ", ".join(f"{{kind: {kind}, round: {round}, arm: {arm}{extra}}}" for arm in ARMS)
+
+
+def max_deviation(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    return max(float((a[arm] - b[arm]).abs().max()) for arm in a)
+
+
+def scalars(run_dir: Path, arm: str) -> dict[str, list[tuple[int, float]]]:
+    """Every deterministic curve of ``arm`` as TensorBoard shows it (purged steps already dropped)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(Path(run_dir) / "tb" / arm))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in CURVES if tag in tags}
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """SHA-256 of every file under ``root`` (to prove that nothing was written)."""
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(Path(root).rglob("*"))
+        if p.is_file()
+    }
