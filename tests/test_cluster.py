@@ -28,6 +28,15 @@ ROOT = Path(__file__).resolve().parent.parent
 RAY = str(Path(sys.executable).with_name("ray"))
 
 
+AGENT_PORTS = (
+    "dashboard-agent-listen-port",
+    "dashboard-agent-grpc-port",
+    "runtime-env-agent-port",
+    "metrics-export-port",
+    "ray-client-server-port",
+)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -53,6 +62,10 @@ def head_node(tmp_path):
             "--node-ip-address=127.0.0.1",
             "--dashboard-host=127.0.0.1",
             f"--dashboard-port={dash_port}",
+            # Every port of its own: the test session's local Ray (the ray_session fixture) is still up
+            # and holds the defaults; a head whose dashboard agent finds 52365 taken runs without one,
+            # and every submission is then refused with "No available agent to submit job".
+            *(f"--{name}={_free_port()}" for name in AGENT_PORTS),
             "--num-cpus=2",
             "--include-dashboard=true",
             f"--temp-dir={ray_tmp}",
@@ -92,14 +105,14 @@ def head_node(tmp_path):
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
-# The dashboard answers (``ray job list`` succeeds) before the head's dashboard agent has registered; a
-# submission in that window is refused with HTTP 500 "No available agent to submit job, please try again
-# later" before any job is created, so resubmitting is safe and is what Ray's message asks for. Seen in CI on
-# a loaded machine.
+# Even with its own ports, the dashboard answers (``ray job list`` succeeds) a moment before the head's
+# dashboard agent has registered; a submission in that window is refused with HTTP 500 "No available agent
+# to submit job, please try again later" before any job is created, so resubmitting is safe and is what
+# Ray's message asks for.
 AGENT_NOT_READY = "No available agent to submit job"
 
 
-def _submit(cmd: list[str], env: dict[str, str], wait_s: float = 180.0) -> subprocess.CompletedProcess:
+def _submit(cmd: list[str], env: dict[str, str], wait_s: float = 60.0) -> subprocess.CompletedProcess:
     deadline = time.time() + wait_s
     while True:
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
