@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from actors.process import prepare_process
 from sifl_ray.checkpoint import CheckpointError, load_party_key, save_party_key
 from sifl_ray.keys import aggregator_from_state, key_inventory, make_party_aggregator_state
 from sifl_ray.roles.aggregator import Aggregator
@@ -16,6 +17,7 @@ class AggregatorActor:
     either)."""
 
     def __init__(self, shard: int) -> None:
+        prepare_process()
         self.shard = shard
         self.roles: dict[str, Aggregator] = {}
 

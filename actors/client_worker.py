@@ -7,6 +7,7 @@ import os
 import numpy as np
 import torch
 
+from actors.process import prepare_process
 from sifl_ray.faults import WorkerFaults
 from sifl_ray.keys import key_inventory
 from sifl_ray.models import build_model
@@ -40,7 +41,7 @@ class ClientWorkerActor:
         threads: int = 1,
         materialize: bool = False,
     ) -> None:
-        torch.set_num_threads(max(1, threads))
+        prepare_process(threads)
         self.device = pick_device()
         gen = torch_generator(seed, "init")
         net = build_model(

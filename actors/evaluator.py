@@ -7,6 +7,7 @@ import os
 import numpy as np
 import torch
 
+from actors.process import prepare_process
 from sifl_ray.keys import key_inventory
 from sifl_ray.models import build_model
 from sifl_ray.roles.evaluator import EvaluatorRole
@@ -15,7 +16,7 @@ from sifl_ray.seeding import torch_generator
 
 class EvaluatorActor:
     def __init__(self, data: dict, model: dict, seed: int, batch_size: int, threads: int = 1) -> None:
-        torch.set_num_threads(max(1, threads))
+        prepare_process(threads)
         net = build_model(
             model["name"],
             input_shape=tuple(model["input_shape"]),

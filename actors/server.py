@@ -10,6 +10,7 @@ import os
 
 import torch
 
+from actors.process import prepare_process
 from sifl_ray.checkpoint import (
     CheckpointError,
     load_party_key,
@@ -25,6 +26,7 @@ class ServerActor:
     """Hosts one :class:`~sifl_ray.roles.server.Server` per arm."""
 
     def __init__(self) -> None:
+        prepare_process()
         self.roles: dict[str, Server] = {}
         self._loaded: dict[str, torch.Tensor] = {}
 
