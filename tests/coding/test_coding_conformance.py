@@ -61,6 +61,25 @@ def test_columns_are_independent(case, n, m, seed, p):
     assert (key.decode(enc) - W).abs().max() <= 2 * bound(key, sigma=SIGMA, w_max=float(W.abs().max()))
 
 
+@settings(max_examples=40, deadline=None)
+@given(case=st.sampled_from(CASES), p=st.sampled_from([None, 1, 2, 3]), noise=st.booleans(), **sizes)
+def test_reencode_is_encode_of_decode(case, n, m, seed, p, noise):
+    """A backend's own (fused) reencode is Algorithm 2's ``P1 (P1L x) + N1 r``, column by column."""
+    key = make_key(*case, n=n, m=m, seed=seed)
+    cols = () if p is None else (p,)
+    x = rand((key.n_tilde, *cols), seed, SIGMA)
+    r = rand((key.n_tilde - n, *cols), seed + 1, SIGMA) if noise else None
+    expected = key.encode(key.decode(x), r)
+    got = key.reencode(x, r)
+    assert got.shape == expected.shape and got.dtype == torch.float64
+    # Round-off only: both paths push vectors of norm ~‖x‖ through the same orthogonal or dense maps.
+    assert (got - expected).abs().max() <= 1e-11 * (float(x.norm()) + float(expected.norm()))
+    # ... and the test can fail: the same step without the fresh noise is far from it (the identity
+    # code has no kernel: nothing to add).
+    if noise and key.n_tilde > key.n:
+        assert (key.reencode(x, None) - expected).abs().max() > 1e-6 * float(expected.abs().max())
+
+
 @settings(max_examples=25, deadline=None)
 @given(case=st.sampled_from(CASES), **sizes)
 def test_dense_matrices_match_the_maps(case, n, m, seed):
