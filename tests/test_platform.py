@@ -86,6 +86,7 @@ def test_sifl_arms_equal_fedavg_within_the_predicted_bound(ray_run):
             a["max_deviation"],
             bound,
         )
+        assert a["within_bound"] is True
         assert abs(a["final_accuracy"] - fl_acc) <= 0.005
         assert float((models[arm] - models["fl"]).abs().max()) <= bound
     # the DP baseline really perturbs: its model is far from FedAvg's
