@@ -295,6 +295,17 @@ def cuda_missing(device: str) -> bool:
     return device.startswith("cuda") and not torch.cuda.is_available()
 
 
+def publish(out: str | Path, res: dict[str, Any], text: str) -> int:
+    """Write ``res`` as JSON to ``out`` and print the report ``text``, keeping its last line (the
+    ``RESULT`` line) last, after the path written; the exit code of a benchmark that ran."""
+    path = write_json(out, res)
+    *body, last = text.split("\n")
+    print("\n".join(body))
+    print(f"wrote {path}")
+    print(last)
+    return 0
+
+
 def not_measured(name: str, target: float, out: str | Path, why: str, args: dict[str, Any]) -> int:
     """Report a benchmark that cannot run here (e.g. ``--device cuda`` without a GPU)."""
     print(f"not measured: {why}")

@@ -30,6 +30,7 @@ from bench._common import (
     cuda_missing,
     gpu_overrides,
     not_measured,
+    publish,
     ratio_of_medians,
     reference_config,
     result_line,
@@ -37,7 +38,6 @@ from bench._common import (
     spread,
     table,
     timed,
-    write_json,
 )
 from sifl_ray.models import MODEL_PARAM_COUNTS
 from sifl_ray.round import run_round
@@ -180,12 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     res = measure(args)
     res["target"] = TARGET
     res["paper_param_count"] = MODEL_PARAM_COUNTS[args.model]
-    path = write_json(out, res)
-    text = report(res).split("\n")
-    print("\n".join(text[:-1]))
-    print(f"wrote {path}")
-    print(text[-1])
-    return 0
+    return publish(out, res, report(res))
 
 
 if __name__ == "__main__":

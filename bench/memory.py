@@ -33,11 +33,11 @@ from bench._common import (
     cuda_missing,
     gpu_overrides,
     not_measured,
+    publish,
     reference_config,
     result_line,
     spread,
     table,
-    write_json,
 )
 from sifl_ray.round import run_round
 
@@ -229,12 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         return not_measured(name, TARGET, out, "no GPU", vars(args))
     res = measure(args)
     res["target"] = TARGET
-    path = write_json(out, res)
-    text = report(res).split("\n")
-    print("\n".join(text[:-1]))
-    print(f"wrote {path}")
-    print(text[-1])
-    return 0
+    return publish(out, res, report(res))
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from bench._common import (
     cuda_missing,
     gpu_overrides,
     not_measured,
+    publish,
     ratio_of_medians,
     reference_config,
     result_line,
@@ -45,7 +46,6 @@ from bench._common import (
     spread,
     table,
     timed,
-    write_json,
 )
 from sifl_ray.round import run_round
 
@@ -279,12 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         return not_measured(name, target, out, "no GPU", vars(args))
     res = measure(args)
     res["target"] = target
-    path = write_json(out, res)
-    text = report(res, target).split("\n")
-    print("\n".join(text[:-1]))
-    print(f"wrote {path}")
-    print(text[-1])
-    return 0
+    return publish(out, res, report(res, target))
 
 
 if __name__ == "__main__":
