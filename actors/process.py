@@ -19,15 +19,15 @@ _TRIM_THRESHOLD = 1 << 30
 def keep_freed_memory() -> bool:
     """Make glibc keep freed heap memory for reuse instead of handing it back to the OS at every free.
 
-    Why: by default glibc adapts its mmap and trim thresholds to the blocks it has seen freed, and trims
-    the top of the heap whenever more than the trim threshold is free there. An actor alternates between
-    training (many activation-sized blocks per step) and coding (a few vector-sized blocks per round); after
-    the coding blocks the heap was trimmed under the training steps' feet, and every step faulted its
-    pages back in. Measured on the 2-core CPU (CNN2, 10 clients, 2 workers, ``fl`` and ``sifl_m2`` taking
-    turns): a worker took 64,000–140,000 minor page faults in a SIFL M2 round against ~50 in an fl round,
-    and trained ~8 % slower (2.95–3.57 s against 2.76–2.96 s); with fixed thresholds, 20–600 faults and
-    the same training time in both arms. Fixed thresholds also switch off the adaptation, so the
-    behaviour no longer depends on what ran before.
+    Why: measured on the 2-core CPU (CNN2, 10 clients, 2 workers, ``fl`` and ``sifl_m2`` taking turns), a
+    worker took 64,000–140,000 minor page faults in a SIFL M2 round against ~50 in an fl round, and
+    trained ~8 % slower (2.95–3.57 s against 2.76–2.96 s), although the training is the same arithmetic;
+    with fixed thresholds, 20–600 faults and the same training time in both arms. By default glibc adapts
+    its mmap and trim thresholds to the blocks it has seen freed and trims the top of the heap when more
+    than the trim threshold is free there, so an actor that alternates coding (a few vector-sized blocks
+    per round) with training (many activation-sized blocks per step) keeps handing pages back and
+    faulting them in again; that adaptation is the likely mechanism, and fixing the thresholds removes
+    it, so the behaviour no longer depends on what ran before.
 
     Cost: a process keeps its peak heap (up to the blocks below 32 MiB) instead of returning the top of
     it; blocks of 32 MiB and more are still mapped and unmapped on their own. Returns whether the
