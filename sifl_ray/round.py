@@ -197,6 +197,8 @@ def run_round(
             "clients/accepted": float(sum(len(r.accepted) for r in reports)),
             "clients/rejected": float(len(rejected)),
             "clients/dropped": float(sum(len(d["clients"]) for d in dropped)),
+            # models scaled back into the ball ‖w_i‖ ≤ C that every ε assumes (privacy.clip, nbafl.clip)
+            "clients/clipped": float(sum(r.clipped for r in reports)),
         }
     )
     return RoundResult(

@@ -476,6 +476,10 @@ class Simulation:
         agg_view = backend.call(parties.aggregators[0], "client_view", arm)
         self.views[arm] = (server_view, agg_view)
         setup = {"mode": mode, "client_form": cfg.coding.client_form, "key_epoch": 0}
+        if kind != "nbafl":
+            # Every SIFL ε assumes ‖w_i‖ ≤ C; fl, the SIFL arms' paired reference, trains under the same
+            # constraint so that the paired deviation measures coding alone. NbAFL clips to its own C.
+            setup["model_clip"] = float(cfg.privacy.clip)
         if kind == "nbafl":
             eps = nbafl_epsilon(cfg, arm)
             setup["nbafl_clip"] = float(cfg.nbafl.clip)
@@ -855,6 +859,15 @@ class Simulation:
                     "local training amplified the coding error from round to round, which that bound "
                     "assumes it does not (the per-round prediction is unaffected)"
                 )
+        for arm, a in summary["arms"].items():
+            if a["clipped"]:
+                uploads = int(sum(r["clients/accepted"] for r in summary["arms"][arm]["rounds"]))
+                key = "nbafl.clip" if arm_kind(arm) == "nbafl" else "privacy.clip"
+                self._say(
+                    f"{arm}: clipped {a['clipped']} client models to ‖w_i‖ ≤ C = {a['clip']:g} ({key}; "
+                    f"{uploads} uploads accepted): the ε figures hold for clipped models only, and the "
+                    "clipping shapes the accuracy"
+                )
         self.logger.write_summary(summary)
         if len(self.accountant):
             report = self.accountant.report()
@@ -894,6 +907,8 @@ class Simulation:
                 "dropped": dropped[arm],
                 "clients_dropped": int(sum(r.get("clients/dropped", 0) for r in rows)),
                 "clients_rejected": int(sum(r.get("clients/rejected", 0) for r in rows)),
+                "clipped": int(sum(r.get("clients/clipped", 0) for r in rows)),
+                "clip": float(cfg.nbafl.clip if arm_kind(arm) == "nbafl" else cfg.privacy.clip),
             }
         bound = max((p["run_bound"] for p in self.precision.values()), default=None)
         return {

@@ -25,6 +25,7 @@ import torch
 
 from sifl_ray.coding.base import CODING_DTYPE, ClientServerKey
 from sifl_ray.optim.trainer import Batch, Trainer
+from sifl_ray.privacy.clipping import clip_norm_
 
 
 def _stats(losses: list[float], w0: torch.Tensor, wK: torch.Tensor) -> dict[str, float]:
@@ -38,28 +39,47 @@ def _stats(losses: list[float], w0: torch.Tensor, wK: torch.Tensor) -> dict[str,
 
 
 def fused_update(
-    key_view: ClientServerKey, w_tilde: torch.Tensor, trainer: Trainer, batches: Iterable[Batch]
+    key_view: ClientServerKey,
+    w_tilde: torch.Tensor,
+    trainer: Trainer,
+    batches: Iterable[Batch],
+    *,
+    clip: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Decode once, K ordinary steps, upload ``w~ + P1 (w_K − w_0)``.
 
+    Args:
+        clip: if given, ``w_K`` is clipped to ``‖w_K‖₂ ≤ clip`` before it is encoded (the ε figures assume
+            bounded models; see :mod:`sifl_ray.privacy.clipping`).
+
     Returns:
         The encoded upload (ñ,) and stats: mean ``loss`` over the steps, ``steps``, ``first_loss``,
-        ``last_loss``, ``update_norm`` = ‖w_K − w_0‖₂ (decoded coordinates).
+        ``last_loss``, ``update_norm`` = ‖w_K − w_0‖₂ (decoded coordinates), ``clipped`` (1.0 or 0.0).
     """
     w_tilde = w_tilde.to(CODING_DTYPE)
     w0 = key_view.decode(w_tilde)
     trainer.reset(w0)
     losses = [trainer.step(batch) for batch in batches]
     wK = trainer.params().to(w0.device)
+    clipped = clip is not None and clip_norm_(wK, clip)
     upload = w_tilde + key_view.apply_P1(wK - w0)
-    return upload, _stats(losses, w0, wK)
+    return upload, {**_stats(losses, w0, wK), "clipped": float(clipped)}
 
 
 def stepwise_update(
-    key_view: ClientServerKey, w_tilde: torch.Tensor, trainer: Trainer, batches: Iterable[Batch]
+    key_view: ClientServerKey,
+    w_tilde: torch.Tensor,
+    trainer: Trainer,
+    batches: Iterable[Batch],
+    *,
+    clip: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The paper's form: every step ``w~ ← w~ − P1 g(P1L w~)``, g the base optimizer's step from the
     decoded point (optimizer state in decoded coordinates, fresh each round; see the module docstring).
+
+    Args:
+        clip: if given, the final model is clipped to ``‖w_K‖₂ ≤ clip``: one more encoded step,
+            ``w~ ← w~ + P1 (clip(w_K) − w_K)``, the same form as every other step.
 
     Returns:
         The encoded upload (ñ,) and the same stats as :func:`fused_update`.
@@ -76,4 +96,11 @@ def stepwise_update(
         losses.append(trainer.step(batch))
         g = w_k - trainer.params().to(w_k.device)
         w_tilde = w_tilde - key_view.apply_P1(g)
-    return w_tilde, _stats(losses, w0, key_view.decode(w_tilde) if losses else w0)
+    wK = key_view.decode(w_tilde) if losses else w0.clone()
+    clipped = False
+    if clip is not None:
+        before = wK.clone()
+        clipped = clip_norm_(wK, clip)
+        if clipped:
+            w_tilde = w_tilde + key_view.apply_P1(wK - before)
+    return w_tilde, {**_stats(losses, w0, wK), "clipped": float(clipped)}

@@ -25,6 +25,7 @@ import torch
 from sifl_ray.coding.base import CODING_DTYPE, AggregatorKey, ClientServerKey
 from sifl_ray.data import client_batches
 from sifl_ray.optim import TorchTrainer, fused_update, stepwise_update
+from sifl_ray.privacy.clipping import clip_norm_
 from sifl_ray.privacy.nbafl import privatize_upload
 from sifl_ray.roles.aggregator import check_upload
 from sifl_ray.roles.messages import Partial, WorkerReport
@@ -52,6 +53,7 @@ class ArmSetup:
     client_form: str = "fused"
     nbafl_clip: float = 0.0  # > 0: NbAFL clipping and noise before upload
     nbafl_sigma: float = 0.0
+    model_clip: float = 0.0  # > 0: clip every local model to ‖w_i‖ ≤ C (privacy.clip) before upload
     key_epoch: int = 0
 
 
@@ -163,13 +165,23 @@ class ClientWorkerRole:
             t0 = time.perf_counter()
             if w_tilde is not None and not shortcut:
                 form = stepwise_update if setup.client_form == "stepwise" else fused_update
-                upload, stats = form(setup.server_view, w_tilde, self.trainer, self._batches(client, t))
-                loss = float(stats.get("loss", 0.0)) if isinstance(stats, dict) else 0.0
+                upload, stats = form(
+                    setup.server_view,
+                    w_tilde,
+                    self.trainer,
+                    self._batches(client, t),
+                    clip=setup.model_clip or None,
+                )
+                loss = float(stats.get("loss", 0.0))
+                report.clipped += int(stats.get("clipped", 0.0))
                 report.train_s += time.perf_counter() - t0
             else:
                 w_k, loss = self._train(w0, start, client, t, local)
                 report.train_s += time.perf_counter() - t0
+                if setup.model_clip > 0:
+                    report.clipped += clip_norm_(w_k, setup.model_clip)
                 if setup.nbafl_clip > 0:
+                    report.clipped += bool(torch.linalg.vector_norm(w_k) > setup.nbafl_clip)
                     gen = torch_generator(self.training.seed, "nbafl", arm, client, t)
                     w_k = privatize_upload(
                         w_k.to(CODING_DTYPE).cpu(),

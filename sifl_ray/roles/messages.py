@@ -36,4 +36,5 @@ class WorkerReport:
     weight: float = 0.0
     accepted: list[int] = field(default_factory=list)
     rejected: dict[int, str] = field(default_factory=dict)  # client id → reason
+    clipped: int = 0  # clients whose model was scaled back to ‖w_i‖ ≤ C before upload
     bytes_out: int = 0
