@@ -60,6 +60,11 @@ class AggregatorActor:
         key = self.roles[arm].key
         return None if key is None else key.norms()
 
+    def roundoff(self, arm: str):
+        """Key 2's float64 error constants (public scalars; see :mod:`sifl_ray.coding.roundoff`)."""
+        key = self.roles[arm].key
+        return None if key is None else key.roundoff()
+
     def reduce(self, arm: str, t: int, key_epoch: int, *partials: Partial):
         return self.roles[arm].reduce(t, key_epoch, list(partials), allow_empty=True)
 

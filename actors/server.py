@@ -67,6 +67,11 @@ class ServerActor:
         role = self.roles[arm]
         return None if role.mode == "plain" else role.key.norms()
 
+    def roundoff(self, arm: str):
+        """Key 1's float64 error constants (public scalars; see :mod:`sifl_ray.coding.roundoff`)."""
+        role = self.roles[arm]
+        return None if role.mode == "plain" else role.key.roundoff()
+
     def initial_broadcast(self, arm: str, w0: torch.Tensor) -> torch.Tensor:
         return self.roles[arm].initial_broadcast(w0)
 

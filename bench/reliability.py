@@ -190,15 +190,19 @@ def run_drill(drill: Drill, reference, out: Path) -> dict[str, Any]:
     }
     row.update(_accounting(result, drill.designed))
     row["deviation"] = _deviation(models, reference) if drill.exact else None
-    # drops must keep the SIFL arms on FedAvg (weights renormalised to 1): their deviation vs fl, per round
-    bound = summary["predicted_bound"]
+    # drops must keep the SIFL arms on FedAvg (weights renormalised to 1): their deviation vs fl, against
+    # the additive estimate (an estimate: training can amplify; the rigorous per-round claim is tested in
+    # tests/reliability). Weights that do not sum to 1 would move the model by O(‖w‖): counted as lost.
+    estimate = summary["deviation_estimate"]
     row["sifl_vs_fl"] = max(float((models[a] - models["fl"]).abs().max()) for a in ("sifl_m1", "sifl_m2"))
+    row["broken"] = row["sifl_vs_fl"] > 1e-2 * float(models["fl"].abs().max())
     symmetric = all(
         drill.designed.get((a, t), set()) == drill.designed.get(("fl", t), set())
         for a in ARMS
         for t in range(ROUNDS)
     )
-    row["within_bound"] = row["sifl_vs_fl"] <= bound if not drill.exact and symmetric else None
+    row["within_estimate"] = row["sifl_vs_fl"] <= estimate if not drill.exact and symmetric else None
+    row["broken"] = row["broken"] and not drill.exact and symmetric
     row["rejected"] = sum(
         len(d["rejected"]) + sum(1 for x in d.get("dropped", []) if "partial refused" in x["reason"])
         for arm in ARMS
@@ -245,7 +249,8 @@ def driver_kill_drill(reference, reference_run: Path, out: Path) -> dict[str, An
     row.update(
         deviation=_deviation(models, reference),
         sifl_vs_fl=None,
-        within_bound=None,
+        within_estimate=None,
+        broken=False,
         rejected=0,
         restored=[f"driver (exit {rc}) → {latest}"],
         recovery_s=time.perf_counter() - tic - killed_s,
@@ -514,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
                 ("rejected", "rejected"),
                 ("lost", "lost"),
                 ("deviation", "max |w − w_ref|"),
-                ("within_bound", "SIFL ≈ FedAvg"),
+                ("within_estimate", "SIFL ≈ FedAvg (estimate)"),
                 ("recovery_s", "recovery s"),
                 ("wall_s", "wall s"),
             ],
@@ -561,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
         sum(min(r["rejected"], r["bad_inputs"]) for r in rows) + configs["rejected"] + damage["rejected"]
     )
     lost = sum(r["lost"] + r["extra"] for r in rows) + soaked["lost"]
-    lost += sum(1 for r in rows if r["within_bound"] is False)  # a drop that broke SIFL's decoding
+    lost += sum(1 for r in rows if r["broken"])  # a drop that broke SIFL's decoding
     lost += int(soaked["max_ratio"] > 1.1)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -45,7 +45,8 @@ def test_describe_prints_table3_sizes(model):
 def test_describe_text_and_list():
     proc = sifl("describe", "scenario=quickstart")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "n  = 2,410" in proc.stdout and "SIFL M2: predicted max decode error" in proc.stdout
+    assert "n  = 2,410" in proc.stdout and "SIFL M2: estimated max decode error" in proc.stdout
+    assert "rigorous float64 bound per round" in proc.stdout
     listing = sifl("list")
     assert listing.returncode == 0
     names = {line.split()[0] for line in listing.stdout.splitlines() if line.strip()}

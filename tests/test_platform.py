@@ -67,50 +67,49 @@ def test_ray_and_in_process_runs_agree(ray_run, sequential_run):
         assert [r["test_accuracy"] for r in rows] == [r["test_accuracy"] for r in seq_result.history[arm]], (
             arm
         )
-    assert float((ray_models["fl"] - seq_models["fl"]).abs().max()) <= 1e-9
-    bound = ray_result.summary["predicted_bound"]
-    for arm in ("sifl_m1", "sifl_m2"):
-        assert float((ray_models[arm] - seq_models[arm]).abs().max()) <= bound, arm
+    # the same roles, the same keys, the same noise and minibatches: the same numbers
+    for arm in ray_models:
+        assert torch.equal(ray_models[arm], seq_models[arm]), arm
 
 
-def test_sifl_arms_equal_fedavg_within_the_predicted_bound(ray_run):
+def test_sifl_arms_equal_fedavg_in_accuracy_with_the_figures_named_for_what_they_are(ray_run):
     _, result, models, _ = ray_run
     summary = result.summary
-    bound = summary["predicted_bound"]
-    assert bound is not None and bound > 0
     fl_acc = summary["arms"]["fl"]["final_accuracy"]
     for arm in ("sifl_m1", "sifl_m2"):
         a = summary["arms"][arm]
-        assert a["max_deviation"] is not None and a["max_deviation"] <= bound, (
-            arm,
-            a["max_deviation"],
-            bound,
-        )
-        assert a["within_bound"] is True
         assert abs(a["final_accuracy"] - fl_acc) <= 0.005
-        assert float((models[arm] - models["fl"]).abs().max()) <= bound
+        # measured, beside an estimate (trajectories can amplify) and the rigorous per-round bound
+        assert a["max_deviation"] is not None and a["max_deviation"] > 0
+        assert a["deviation_estimate"] > 0 and isinstance(a["within_estimate"], bool)
+        assert 0 < a["round_bound"] and 0 < a["round_bound_confidence"] < 1e-6
+        assert "within_bound" not in a and "predicted_bound" not in summary
+    assert summary["round_bound"] == max(summary["arms"][a]["round_bound"] for a in ("sifl_m1", "sifl_m2"))
     # the DP baseline really perturbs: its model is far from FedAvg's
     assert float((models["nbafl_eps1"] - models["fl"]).abs().max()) > 1e-3
     assert result.result_line.startswith("RESULT quickstart fl=")
+    assert f"dev_estimate={summary['deviation_estimate']:.3e} " in result.result_line
+    assert f"round_bound={summary['round_bound']:.3e} " in result.result_line
     assert f"run_dir={result.run_dir}" in result.result_line
 
 
-def test_a_deviation_beyond_the_additive_bound_is_flagged(tmp_path, capsys):
+def test_a_deviation_beyond_the_additive_estimate_is_flagged(tmp_path, capsys):
     """A model whose training amplifies the coding error (the paper's CNNs do; far too slow for a test)
-    is stood in for by an additive bound below the measured deviation: the run says so and marks it."""
+    is stood in for by an estimate below the measured deviation: the run says so and marks it."""
     cfg = load_config(
         [*TINY, "train.rounds=2", "arms=[fl,sifl_m1]", "ray.backend=sequential", f"output.dir={tmp_path}"]
     )
     sim = Simulation(cfg, run_dir=tmp_path / "run")
-    sim.precision["sifl_m1"]["run_bound"] = 1e-30
+    sim.precision["sifl_m1"]["deviation_estimate"] = 1e-30
     summary = sim.run().summary
     sim.close()
     arm = summary["arms"]["sifl_m1"]
-    assert arm["max_deviation"] > 1e-30 and arm["within_bound"] is False
-    assert summary["arms"]["fl"]["within_bound"] is None  # no paired deviation for the reference itself
-    assert "sifl_m1: the deviation from fl" in capsys.readouterr().err
+    assert arm["max_deviation"] > 1e-30 and arm["within_estimate"] is False
+    assert summary["arms"]["fl"]["within_estimate"] is None  # no paired deviation for the reference itself
+    err = capsys.readouterr().err
+    assert "sifl_m1: the deviation from fl" in err and "exceeds the additive estimate" in err
     assert (
-        json.loads((tmp_path / "run" / "summary.json").read_text())["arms"]["sifl_m1"]["within_bound"]
+        json.loads((tmp_path / "run" / "summary.json").read_text())["arms"]["sifl_m1"]["within_estimate"]
         is False
     )
 

@@ -52,9 +52,11 @@ def test_arm_precision_refuses_or_warns_with_the_fix():
         warnings.simplefilter("always")
         out = arm_precision(cfg, mode="m2", n=2410, w_max=0.5)
     assert any(issubclass(w.category, PrecisionWarning) for w in caught)
-    assert out["run_bound"] == pytest.approx(out["per_round"] * cfg.train.rounds, rel=1e-12, abs=0)
+    assert out["deviation_estimate"] == pytest.approx(
+        out["estimate_per_round"] * cfg.train.rounds, rel=1e-12, abs=0
+    )
     ok = arm_precision(load_config([]), mode="m1", n=2410, w_max=0.5)
-    assert 0 < ok["per_round"] <= ok["tolerance"]
+    assert 0 < ok["estimate_per_round"] <= ok["tolerance"]
 
 
 def test_dataset_sizes_use_the_real_split():

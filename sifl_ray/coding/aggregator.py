@@ -92,6 +92,12 @@ class DenseAggregatorKey(AggregatorKey):
     def strip(self, W: torch.Tensor) -> torch.Tensor:
         return on_device_of(_check_W(W, self.p, self.device) @ self.P2R, W)
 
+    def roundoff(self):
+        """Rigorous float64 error constants of key 2 (:mod:`sifl_ray.coding.roundoff`): scalars only."""
+        from sifl_ray.coding.roundoff import aggregator_roundoff
+
+        return aggregator_roundoff(self)
+
     def client_view(self) -> AggregatorClientView:
         return AggregatorClientView(self.p, self.epoch, self.P2R)
 

@@ -193,6 +193,12 @@ class BlockServerKey(ServerKey):
     def apply_N1(self, r: torch.Tensor) -> torch.Tensor:
         return self.core.apply_N1(r)
 
+    def roundoff(self):
+        """Rigorous float64 error constants of this key (:mod:`sifl_ray.coding.roundoff`): scalars only."""
+        from sifl_ray.coding.roundoff import matrix_roundoff
+
+        return matrix_roundoff([(g.P1, g.P1L, g.N1) for g in self.core.groups])
+
     def client_view(self) -> ClientKeyView:
         return ClientKeyView(
             self.core.to(self.device, with_n1=False), self.backend, self.left_inverse, self.epoch

@@ -173,6 +173,16 @@ class DenseServerKey(ServerKey):
     def apply_N1(self, r: torch.Tensor) -> torch.Tensor:
         return on_device_of(self.N1 @ prepare(r, self.n_tilde - self.n, "apply_N1", self.device), r)
 
+    def roundoff(self):
+        """Rigorous float64 error constants of this key (:mod:`sifl_ray.coding.roundoff`): scalars only.
+        Costs one n×ñ×n product (the defect ‖P1L P1 − I‖): dense keys are for small n."""
+        from sifl_ray.coding.roundoff import matrix_roundoff
+
+        if "roundoff" not in self._cache:
+            core = self.core
+            self._cache["roundoff"] = matrix_roundoff([(core.P1[None], core.P1L[None], self.N1[None])])
+        return self._cache["roundoff"]
+
     def client_view(self) -> ClientKeyView:
         return ClientKeyView(self.core, self.backend, self.left_inverse, self.epoch)
 

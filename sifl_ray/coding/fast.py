@@ -250,6 +250,12 @@ class FastServerKey(ServerKey):
         return Q.apply(z)
 
     # -- parties, persistence -------------------------------------------------------------------------
+    def roundoff(self):
+        """Rigorous float64 error constants of this key (:mod:`sifl_ray.coding.roundoff`): scalars only."""
+        from sifl_ray.coding.roundoff import fast_roundoff
+
+        return fast_roundoff(self)
+
     def client_view(self) -> ClientKeyView:
         return ClientKeyView(self.core, self.backend, self.left_inverse, self.epoch)
 

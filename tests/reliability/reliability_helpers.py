@@ -81,3 +81,39 @@ def tree_digest(root: Path) -> dict[str, str]:
         for p in sorted(Path(root).rglob("*"))
         if p.is_file()
     }
+
+
+def paired_round_errors(sim: Simulation, rounds: int) -> dict[str, list[tuple[float, int]]]:
+    """Each SIFL round against FedAvg from the same start: the rigorous claim of ``round_bound``.
+
+    Before round t of a SIFL arm, the fl arm is handed the SIFL clients' own decoded start ``w0``; both
+    arms then play round t with the same clients (and the same injected faults) and the evaluator decodes
+    both next models. Training is the same computation in both, so their difference is the coding alone:
+    ``‖w_sifl − w_fl‖₂`` per round, which :mod:`sifl_ray.coding.roundoff` bounds on any CPU. (A trajectory
+    comparison over many rounds is not bounded: training can amplify a perturbation.)
+
+    Returns:
+        Per SIFL arm, per round: (the error, the clients whose uploads were averaged).
+    """
+    from sifl_ray.round import run_round
+
+    backend, parties = sim.backend, sim.parties
+    arms = [a for a in sim.arms if a in ("sifl_m1", "sifl_m2")]
+    errors: dict[str, list[tuple[float, int]]] = {arm: [] for arm in arms}
+
+    def decoded(arm: str) -> torch.Tensor:
+        return backend.get(backend.call(parties.evaluator, "decode", arm, sim.states[arm].broadcast))
+
+    for t in range(rounds):
+        assignment = sim.assignment(t)
+        for arm in arms:
+            sim.states["fl"].broadcast = backend.put(decoded(arm))
+            accepted = [
+                run_round(
+                    backend, parties, sim.states[played], t, assignment, policy=sim.policy, supervisor=sim
+                ).accepted
+                for played in ("fl", arm)
+            ]
+            assert accepted[0] == accepted[1], (arm, t, accepted)  # the same clients in both arms
+            errors[arm].append((float(torch.linalg.vector_norm(decoded(arm) - decoded("fl"))), accepted[1]))
+    return errors
