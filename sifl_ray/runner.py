@@ -1023,7 +1023,8 @@ def _privacy_text(info: dict[str, Any]) -> str:
 
 
 def result_line(summary: dict[str, Any]) -> str:
-    """``RESULT <scenario> <arm>=<acc> ... max_dev_<arm>=<x> ... dev_estimate=<e> round_bound=<b> run_dir=<p>``.
+    """The one-line result: ``RESULT <scenario> <arm>=<acc> ... max_dev_<arm>=<x> ... dev_estimate=<e>
+    round_bound=<b> run_dir=<p>``.
 
     ``dev_estimate`` is the additive estimate of the paired deviation (an estimate: training can amplify);
     ``round_bound`` the rigorous float64 bound on one round's coding error (the worst SIFL arm).

@@ -51,10 +51,11 @@ def _up(x: float) -> float:
 class KeyRoundoff:
     """Rigorous float64 constants of one server key (2-norms; nothing here reveals the key).
 
-    ``decode`` bounds ``‖fl(decode(x)) − P1L x‖ / ‖x‖``; ``apply_p1`` likewise for ``P1 d``; ``encode_w`` and
-    ``encode_r`` bound ``‖fl(encode(w, r)) − (P1 w + N1 r)‖ ≤ encode_w‖w‖ + encode_r‖r‖``; ``reencode_*`` the same
-    for the M2 server step ``P1 P1L x + N1 r``. ``pp_defect`` ≥ ‖P1L P1 − I‖₂ and ``leak`` ≥ ‖P1L N1‖₂ in exact
-    arithmetic on the stored parameters (zero on paper, a few ulps in float64 keys).
+    ``decode`` bounds ``‖fl(decode(x)) − P1L x‖ / ‖x‖``; ``apply_p1`` likewise for ``P1 d``;
+    ``encode_w`` and ``encode_r`` bound ``‖fl(encode(w, r)) − (P1 w + N1 r)‖ ≤ encode_w‖w‖ + encode_r‖r‖``;
+    ``reencode_*`` the same for the M2 server step ``P1 P1L x + N1 r``. ``pp_defect`` ≥ ‖P1L P1 − I‖₂ and
+    ``leak`` ≥ ‖P1L N1‖₂ in exact arithmetic on the stored parameters (zero on paper, a few ulps in
+    float64 keys).
     """
 
     p1_norm: float
@@ -73,9 +74,10 @@ class KeyRoundoff:
 
 @dataclass(frozen=True)
 class AggregatorRoundoff:
-    """Rigorous float64 constants of key 2: ``strip`` bounds ``‖fl(W P2R) − W P2R‖ / ‖W‖_F``, ``encode`` the
-    relative error of ``w P2 + R2 N2`` (against ``‖w‖‖P2‖ + ‖R2‖_F‖N2‖_F``); ``p2p2r_defect`` = |P2 P2R − 1| and
-    ``n2p2r_defect`` = ‖N2 P2R‖ computed exactly (rational arithmetic on the stored floats)."""
+    """Rigorous float64 constants of key 2: ``strip`` bounds ``‖fl(W P2R) − W P2R‖ / ‖W‖_F``, ``encode``
+    the relative error of ``w P2 + R2 N2`` (against ``‖w‖‖P2‖ + ‖R2‖_F‖N2‖_F``); ``p2p2r_defect`` =
+    |P2 P2R − 1| and ``n2p2r_defect`` = ‖N2 P2R‖ computed exactly (rational arithmetic on the stored
+    floats)."""
 
     p: int
     p2_norm: float
@@ -112,7 +114,7 @@ def _layer_constants(layers, transform) -> tuple[float, float, float]:
             norm *= math.sqrt(1.0 + d)
         elif isinstance(layer, transform.SignedHadamard):
             length = layer.signs.shape[0]
-            k = int(round(math.log2(length)))
+            k = length.bit_length() - 1  # log₂ L (L a power of two)
             h = float(layer.signs.abs().max())
             # Scaling by ±h: one rounding. Each butterfly level computes a + b, then (a + b) − 2b: the
             # error is ≤ u|a + b| on the first output and ≤ u(1 + u)|a + b| + u|a − b| on the second, so
