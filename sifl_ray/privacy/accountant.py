@@ -167,12 +167,18 @@ def release_epsilons(
     n1_l2 = _np(key_norms.n1_row_l2)
     n1_max = _np(key_norms.n1_row_maxabs)
     exact = bool(key_norms.exact)
-    norms_note = f" Key norms: {'exact' if exact else 'conservative bounds'}"
-    norms_note += f" ({key_norms.note})." if key_norms.note else "."
-
     out: list[ReleaseEpsilon] = []
 
-    def add(release: Release, sound: np.ndarray, paper: np.ndarray, sensitivity: float, note: str) -> None:
+    def add(
+        release: Release,
+        sound: np.ndarray,
+        paper: np.ndarray,
+        sensitivity: float,
+        note: str,
+        norms_exact: bool = exact,
+    ) -> None:
+        norms_note = f" Key norms: {'exact' if norms_exact else 'conservative bounds'}"
+        norms_note += f" ({key_norms.note})." if key_norms.note else "."
         eps, j, m = _worst(sound)
         eps_p, jp, mp = _worst(paper)
         out.append(
@@ -187,7 +193,7 @@ def release_epsilons(
                 worst_row_paper=jp,
                 worst_column_paper=mp,
                 sensitivity=sensitivity,
-                norms_exact=exact,
+                norms_exact=norms_exact,
                 note=note + norms_note,
             )
         )
@@ -257,7 +263,12 @@ def release_epsilons(
         else " The noise families differ; the paper's formula has no such case, so its R2 term is dropped."
     )
     p1l = float(key_norms.p1l_spectral)
+    global_exact = exact
     if gaussian:
+        # The R2 term needs ‖P1^j P1L‖₂ and ‖N2[:, m]‖₂; without them (empty arrays) it is not credited.
+        p1p1l = _np(key_norms.p1p1l_row_l2)
+        n2_col = _np(agg_norms.n2_col_l2).reshape(1, -1)
+        credit_r2 = p1p1l.size == p1_l2.size and n2_col.size == p2.size and b2 > 0
         sound = F.gaussian_global_epsilon_sound(
             p1_row_l2=p1_l2[rows],
             n1_row_l2=n1_l2[rows],
@@ -265,6 +276,9 @@ def release_epsilons(
             p2_m=p2,
             sensitivity=d_global,
             delta=delta,
+            p1p1l_row_l2=p1p1l[rows] if credit_r2 else 0.0,
+            n2_col_l2=n2_col if credit_r2 else 0.0,
+            sigma2=b2 if credit_r2 else 0.0,
         )
         paper = F.gaussian_global_epsilon(
             p1_row_l2=p1_l2[rows],
@@ -277,10 +291,22 @@ def release_epsilons(
             delta=delta,
             p1l_spectral=p1l,
         )
+        if credit_r2:
+            global_exact = exact and bool(key_norms.p1p1l_exact)
+            sound_how = (
+                "Sound: Theorem 2's argument with the exact std of the element, the R1 and R2 noises in "
+                "quadrature: s = sqrt((||N1^j|| s1)^2 + (||P1^j P1L|| ||N2[:, m]|| s2)^2)"
+                + ("." if key_norms.p1p1l_exact else ", ||P1^j P1L|| bounded below.")
+            )
+        else:
+            sound_how = (
+                "Sound: Theorem 2's argument on the R1 noise alone (R2 not credited: "
+                + ("no Gaussian R2 noise" if b2 == 0 else "no ||P1^j P1L|| or ||N2[:, m]|| given")
+                + "; R2 is independent, so dropping it is post-processing)."
+            )
         note = (
-            "Sound: Theorem 2's argument on the R1 noise alone (R2 is independent: post-processing). "
-            "Paper: Theorem 2's second inequality as SPEC states it, which adds the R1 and R2 stds "
-            "(not a guarantee)."
+            sound_how + " Paper: Theorem 2's second inequality as SPEC states it, which adds the R1 and R2 "
+            "stds linearly with ||P1^j|| ||P1L|| ||N2|| (overestimates the std: not a guarantee)."
         )
     else:
         sound = F.laplace_global_epsilon_sound(
@@ -301,7 +327,7 @@ def release_epsilons(
             "Sound: largest single R1 Laplace coefficient, everything else (R2 included) post-processing. "
             "Paper: Theorem 1, Eq. dpnoisewp (treats sums of Laplace variables as Laplace)."
         )
-    add("global", sound, paper, d_global, note + mixed)
+    add("global", sound, paper, d_global, note + mixed, norms_exact=global_exact)
     return tuple(out)
 
 
