@@ -13,9 +13,11 @@ released vector or over several rounds (SPEC "Attacks").
 from sifl_ray.privacy.accountant import (
     CAVEAT,
     SCOPE,
+    ArmReleases,
     ReleaseEpsilon,
     ReleaseRecord,
     SiflAccountant,
+    arm_release_epsilons,
     describe_release_epsilons,
     release_epsilons,
 )
@@ -42,9 +44,11 @@ from sifl_ray.privacy.nbafl import clip_model, nbafl_sigma, privatize_upload
 __all__ = [
     "CAVEAT",
     "SCOPE",
+    "ArmReleases",
     "ReleaseEpsilon",
     "ReleaseRecord",
     "SiflAccountant",
+    "arm_release_epsilons",
     "clip_model",
     "describe_release_epsilons",
     "gaussian_broadcast_epsilon",

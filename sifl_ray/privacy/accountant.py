@@ -11,6 +11,9 @@ Releases (SPEC "SIFL M1", "SIFL M2"):
 * ``broadcast``: M1's encoded global model ``w~^t = P1 w^t + N1 r1^t`` (seen by the clients);
 * ``global``: M2's ``W' = P1 Wbar + N1 R1`` (seen by the clients).
 
+M2's round 0 is an M1 round (``local`` and ``broadcast``, M1's noise): its clients start from the server's
+M1 encoding ``w~^0`` (see :class:`ArmReleases`).
+
 Not covered, because the paper has no theorem for them: the server's view ``P1L W'_a`` in M2 (SPEC "Attacks",
 "M2, the server": it reveals the global model up to a scalar) and the aggregator's ``W'_a``.
 """
@@ -329,6 +332,61 @@ def release_epsilons(
         )
     add("global", sound, paper, d_global, note + mixed, norms_exact=global_exact)
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class ArmReleases:
+    """The releases of every round of one SIFL arm whose keys stay fixed for the run.
+
+    M2 does not start as M2. Its round 0 starts from the server's M1 encoding ``w~^0 = P1 w^0 + N1 r1^0``
+    (SPEC "SIFL M2"; the client strips code 2 only from a two-column ``W'``), so the round-0 uploads carry
+    ``N1 r1^0``, whose std has no ``‖P2R‖₂`` factor, and what the clients received is M1's ``broadcast``, not
+    ``global``. Crediting that round with M2's noise would under-report its local ε by ``‖P2R‖₂``. A later
+    round starts from the same encoding when every round before it was skipped (no update accepted: the
+    broadcast is reused), so the choice is made per round by the caller, who knows.
+
+    Attributes:
+        mode: the arm's mode.
+        coded: the releases of a round that starts from the mode's own broadcast (every round of M1).
+        initial: the releases of a round that starts from the server's initial M1 encoding.
+    """
+
+    mode: Mode
+    coded: tuple[ReleaseEpsilon, ...]
+    initial: tuple[ReleaseEpsilon, ...]
+
+    def of_round(self, *, from_initial_broadcast: bool) -> tuple[ReleaseEpsilon, ...]:
+        """The releases of a round, given whether its clients start from the initial M1 encoding."""
+        return self.initial if from_initial_broadcast else self.coded
+
+
+def arm_release_epsilons(
+    *,
+    key_norms: KeyNorms,
+    noise1: NoiseSpec,
+    clip: float,
+    local_size: int | Sequence[int],
+    total_size: int,
+    delta: float,
+    mode: Mode,
+    agg_norms: AggregatorNorms | None = None,
+    noise2: NoiseSpec | None = None,
+) -> ArmReleases:
+    """:func:`release_epsilons` for the rounds of an arm: M2's from its own broadcast, and M1's for a round
+    that starts from the server's initial encoding (see :class:`ArmReleases`). Same arguments."""
+    common = {
+        "key_norms": key_norms,
+        "noise1": noise1,
+        "clip": clip,
+        "local_size": local_size,
+        "total_size": total_size,
+        "delta": delta,
+    }
+    initial = release_epsilons(mode="m1", **common)
+    if mode == "m1":
+        return ArmReleases(mode=mode, coded=initial, initial=initial)
+    coded = release_epsilons(mode=mode, agg_norms=agg_norms, noise2=noise2, **common)
+    return ArmReleases(mode=mode, coded=coded, initial=initial)
 
 
 def _json_float(x: float) -> float | str:

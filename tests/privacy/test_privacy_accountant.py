@@ -316,3 +316,35 @@ def test_m2_global_epsilon_uses_the_exact_std_of_each_element(left_inverse):
         ]
     )
     np.testing.assert_allclose(draws.std(0).numpy(), std, rtol=0.06)
+
+
+def test_m2_round0_is_an_m1_round():
+    """M2's round 0 starts from the server's M1 encoding: its uploads carry N1 r1 (no ‖P2R‖ factor) and the
+    clients received M1's broadcast, so it is accounted with M1's figures, ‖P2R‖ = 1e3 times M2's local."""
+    from sifl_ray.privacy import arm_release_epsilons
+
+    kw = {
+        "key_norms": uniform_key(),
+        "noise1": NoiseSpec("gaussian", 1e3),
+        "clip": 1000.0,
+        "local_size": [6000] * 10,
+        "total_size": 60000,
+        "delta": DELTA,
+    }
+    arm = arm_release_epsilons(mode="m2", agg_norms=PAPER_AGG, noise2=NoiseSpec("gaussian", 1e3), **kw)
+    first = {r.release: r for r in arm.of_round(from_initial_broadcast=True)}
+    later = {r.release: r for r in arm.of_round(from_initial_broadcast=False)}
+    assert set(first) == {"local", "broadcast"} and set(later) == {"local", "global"}
+    m1 = {r.release: r for r in release_epsilons(mode="m1", **kw)}
+    assert first == m1
+    assert first["local"].epsilon / later["local"].epsilon == approx(PAPER_AGG.p2r_l2, rel=1e-6)
+    # M1 arms are the same every round.
+    m1_arm = arm_release_epsilons(mode="m1", **kw)
+    assert m1_arm.of_round(from_initial_broadcast=True) == m1_arm.of_round(from_initial_broadcast=False)
+    # Recorded per round, the accountant's history says which is which.
+    acc = SiflAccountant()
+    for t in range(3):
+        acc.record(arm="sifl_m2", round=t, releases=arm.of_round(from_initial_broadcast=t == 0))
+    assert acc.epsilon(release="broadcast", arm="sifl_m2") == first["broadcast"].epsilon
+    assert [r.round for r in acc.history(release="global")] == [1, 2]
+    assert acc.summary()["arms"]["sifl_m2"]["local"]["largest_per_round_epsilon"] == first["local"].epsilon
