@@ -743,10 +743,16 @@ class Simulation:
                 policy=self.policy,
                 supervisor=self,
             )
-            if arm in self.releases:
-                self.accountant.record(arm=arm, round=t, releases=self.releases[arm])
             metrics = dict(result.metrics)
-            metrics.update(_epsilon_metrics(self.privacy.get(arm)))
+            if arm in self.releases:
+                # A round starts from the server's initial M1 encoding until one round was not skipped (M2's
+                # round 0 is an M1 round: see ArmReleases). Read before this round joins the history.
+                initial = not any(r.get("clients/accepted", 1) > 0 for r in self.history[arm])
+                releases = self.releases[arm].of_round(from_initial_broadcast=initial)
+                self.accountant.record(arm=arm, round=t, releases=releases)
+                metrics.update({f"privacy/epsilon_{r.release}": r.epsilon for r in releases})
+            else:
+                metrics.update(_epsilon_metrics(self.privacy.get(arm)))
             self.wall[arm] += metrics["time/round"]
             self.logger.log_round(arm, t, metrics)
             self.history[arm].append({"round": t, **metrics})
@@ -996,6 +1002,14 @@ def result_line(summary: dict[str, Any]) -> str:
 
 
 def summary_table(summary: dict[str, Any]) -> str:
+    """The end-of-run table; a SIFL arm's ε is its largest per-round figure (M2: round 0's, an M1 round)."""
+    recorded = (summary.get("accountant") or {}).get("arms", {})
+
+    def largest(arm: str, releases: tuple[str, ...], otherwise: float | None) -> float | None:
+        rows = recorded.get(arm, {})
+        got = [float(rows[r]["largest_per_round_epsilon"]) for r in releases if r in rows]
+        return max(got) if got else otherwise
+
     rows = []
     for arm, a in summary["arms"].items():
         priv = a["privacy"]
@@ -1005,8 +1019,8 @@ def summary_table(summary: dict[str, Any]) -> str:
                 "final_accuracy": a["final_accuracy"],
                 "delta_vs_fl_pp": a["delta_vs_fl_pp"],
                 "max_deviation": a["max_deviation"],
-                "epsilon_local": priv.get("epsilon_local", priv.get("epsilon")),
-                "epsilon_global": priv.get("epsilon_global", priv.get("epsilon_broadcast")),
+                "epsilon_local": largest(arm, ("local",), priv.get("epsilon")),
+                "epsilon_global": largest(arm, ("broadcast", "global"), None),
                 "wall_s": a["wall_s"],
             }
         )
