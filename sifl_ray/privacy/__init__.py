@@ -39,7 +39,7 @@ from sifl_ray.privacy.formulas import (
     worst_element,
     worst_element_index,
 )
-from sifl_ray.privacy.nbafl import clip_model, nbafl_sigma, privatize_upload
+from sifl_ray.privacy.nbafl import clip_model, nbafl_exposures, nbafl_guarantee, nbafl_sigma, privatize_upload
 
 __all__ = [
     "CAVEAT",
@@ -65,6 +65,8 @@ __all__ = [
     "laplace_local_epsilon_paper",
     "laplace_local_epsilon_sound",
     "local_sensitivity",
+    "nbafl_exposures",
+    "nbafl_guarantee",
     "nbafl_sigma",
     "privatize_upload",
     "release_epsilons",
