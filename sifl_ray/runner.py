@@ -45,7 +45,7 @@ from sifl_ray.faults import FaultJournal, FaultPlan
 from sifl_ray.logging import RunLogger, format_table
 from sifl_ray.models import build_model, flatten_params
 from sifl_ray.privacy.accountant import SiflAccountant
-from sifl_ray.privacy.nbafl import nbafl_sigma
+from sifl_ray.privacy.nbafl import nbafl_exposures, nbafl_guarantee, nbafl_sigma
 from sifl_ray.roles.aggregator import shard_bounds
 from sifl_ray.round import ArmState, Parties, PartyLost, RoundPolicy, RoundResult, collect, run_round
 from sifl_ray.seeding import torch_generator
@@ -477,20 +477,34 @@ class Simulation:
         self.views[arm] = (server_view, agg_view)
         setup = {"mode": mode, "client_form": cfg.coding.client_form, "key_epoch": 0}
         if kind == "nbafl":
-            eps = nbafl_epsilon(cfg, arm)
-            setup["nbafl_clip"] = float(cfg.nbafl.clip)
+            eps, nb = nbafl_epsilon(cfg, arm), cfg.nbafl
+            # L = T: a client can upload in every round (also under sampling), see nbafl_exposures.
+            exposures = nbafl_exposures(exposures=nb.exposures, rounds=cfg.train.rounds)
+            setup["nbafl_clip"] = float(nb.clip)
             setup["nbafl_sigma"] = float(
                 nbafl_sigma(
-                    epsilon=eps, delta=cfg.nbafl.delta, clip=cfg.nbafl.clip, local_size=int(self.sizes.min())
+                    epsilon=eps,
+                    delta=nb.delta,
+                    clip=nb.clip,
+                    local_size=int(self.sizes.min()),
+                    exposures=exposures,
+                    calibration=nb.calibration,
                 )
             )
             self.privacy[arm] = {
                 "mechanism": "nbafl-gaussian",
                 "epsilon": eps,
-                "delta": cfg.nbafl.delta,
+                "delta": nb.delta,
                 "sigma": setup["nbafl_sigma"],
-                "clip": cfg.nbafl.clip,
-                "scope": "per client upload, per round (Gaussian mechanism)",
+                "clip": nb.clip,
+                "exposures": nb.exposures,
+                "uploads_covered": exposures,
+                "calibration": nb.calibration,
+                "guarantee": nbafl_guarantee(
+                    exposures=nb.exposures, rounds=cfg.train.rounds, calibration=nb.calibration
+                ),
+                "scope": "the whole upload vector, "
+                + (f"all {exposures} rounds together" if exposures > 1 else "each round alone"),
             }
         self.setups[arm] = setup
         done = [backend.call(w, "set_arm", arm, setup, server_view, agg_view) for w in parties.workers]

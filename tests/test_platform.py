@@ -176,6 +176,25 @@ def test_summary_rounds_carry_the_tensorboard_epsilons(sequential_run):
     assert largest == rows[0]["privacy/epsilon_local"]
 
 
+@pytest.mark.parametrize("exposures, uploads", [("multi_round", 3), ("per_round", 1)])
+def test_nbafl_arm_sigma_covers_the_uploads_it_claims(tmp_path, exposures, uploads):
+    """multi_round calibrates the σ the clients receive for all T = 3 uploads (NbAFL Theorem 1, L = T);
+    per_round for one; the privacy info says which."""
+    from sifl_ray.privacy.nbafl import GUARANTEES, nbafl_sigma
+
+    overrides = ["arms=[fl,nbafl]", "ray.backend=sequential", f"nbafl.exposures={exposures}"]
+    cfg = load_config([*TINY, *overrides, f"output.dir={tmp_path}"])
+    sim = Simulation(cfg, run_dir=tmp_path / "run")
+    try:
+        setup, priv, smallest = sim.setups["nbafl_eps1"], sim.privacy["nbafl_eps1"], int(sim.sizes.min())
+    finally:
+        sim.close()
+    one = nbafl_sigma(epsilon=1.0, delta=cfg.nbafl.delta, clip=cfg.nbafl.clip, local_size=smallest)
+    assert setup["nbafl_sigma"] == pytest.approx(uploads * one, rel=1e-12)
+    assert priv["sigma"] == setup["nbafl_sigma"] and priv["uploads_covered"] == uploads
+    assert priv["guarantee"].startswith(GUARANTEES[exposures]) and priv["exposures"] == exposures
+
+
 def test_no_actor_holds_another_partys_key(ray_run):
     *_, inventory = ray_run
     assert inventory["server"] == ["secret-seed", "server-key"]
