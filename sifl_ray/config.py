@@ -104,9 +104,15 @@ class PrivacyConfig:
 
 @dataclass
 class NbaflConfig:
+    """The NbAFL baseline (SPEC "Baselines"): σ from ε, δ, C, the exposures L and the Gaussian formula."""
+
     epsilons: list[float] = field(default_factory=lambda: [1.0])  # one nbafl arm per ε
     delta: float = 1e-5
     clip: float = 10.0
+    # multi_round: (ε, δ) for all T uploads of a client, L = T (NbAFL Theorem 1); per_round: L = 1, each
+    # upload alone (weaker). Default multi_round: the guarantee NbAFL states and a reader of "ε" assumes.
+    exposures: str = "multi_round"
+    calibration: str = "classical"  # classical: NbAFL's c·L·Δ/ε (a proof for ε < 1); analytic: exact
 
 
 @dataclass
@@ -205,6 +211,15 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "ray.backend": ("ray", "sequential"),
     "faults.worker_policy": ("retry", "drop"),
     "faults.straggler_policy": ("drop", "retry"),
+    "nbafl.exposures": ("multi_round", "per_round"),  # sifl_ray.privacy.nbafl.EXPOSURES
+    "nbafl.calibration": ("classical", "analytic"),  # sifl_ray.privacy.nbafl.CALIBRATIONS
+}
+# What each choice means, where the consequence of a choice is not obvious from its name.
+CHOICE_HELP: dict[str, str] = {
+    "nbafl.exposures": "multi_round: (ε, δ) for all T uploads of a client, NbAFL Theorem 1, σ grows with T; "
+    "per_round: (ε, δ) per upload, per round only",
+    "nbafl.calibration": "the Gaussian formula: classical, NbAFL's σ = c·L·Δ/ε, a proof for ε < 1 only; "
+    "analytic, exact for every ε. How many uploads it covers is nbafl.exposures",
 }
 FAULT_KINDS = (
     "worker_exit",
@@ -377,8 +392,9 @@ def _validate_tree(schema: type, raw: dict, prefix: str, problems: list[str]) ->
             )
             continue
         if dotted in CHOICES and coerced not in CHOICES[dotted]:
+            meaning = f" ({CHOICE_HELP[dotted]})" if dotted in CHOICE_HELP else ""
             problems.append(
-                f"{dotted}: expected one of {', '.join(CHOICES[dotted])}, got {coerced!r}; "
+                f"{dotted}: expected one of {', '.join(CHOICES[dotted])}{meaning}, got {coerced!r}; "
                 f"set {dotted}={CHOICES[dotted][0]}"
             )
             continue

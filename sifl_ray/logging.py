@@ -124,8 +124,16 @@ class RunLogger:
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
-    """The end-of-run table: arm, final accuracy, Δ vs fl, max deviation, ε, wall time."""
-    header = ["arm", "final acc", "Δ vs fl (pp)", "max dev", "ε local (per-element)", "ε global", "wall s"]
+    """The end-of-run table: arm, final accuracy, Δ vs fl, max deviation, ε (per element), wall time."""
+    header = [
+        "arm",
+        "final acc",
+        "Δ vs fl (pp)",
+        "max dev",
+        "ε local (per-element, worst round)",
+        "ε global (worst round)",
+        "wall s",
+    ]
     lines = [header]
     for r in rows:
         lines.append(

@@ -45,7 +45,7 @@ from sifl_ray.faults import FaultJournal, FaultPlan
 from sifl_ray.logging import RunLogger, format_table
 from sifl_ray.models import build_model, flatten_params
 from sifl_ray.privacy.accountant import SiflAccountant
-from sifl_ray.privacy.nbafl import nbafl_sigma
+from sifl_ray.privacy.nbafl import nbafl_exposures, nbafl_guarantee, nbafl_sigma
 from sifl_ray.roles.aggregator import shard_bounds
 from sifl_ray.round import ArmState, Parties, PartyLost, RoundPolicy, RoundResult, collect, run_round
 from sifl_ray.seeding import torch_generator
@@ -481,20 +481,34 @@ class Simulation:
             # constraint so that the paired deviation measures coding alone. NbAFL clips to its own C.
             setup["model_clip"] = float(cfg.privacy.clip)
         if kind == "nbafl":
-            eps = nbafl_epsilon(cfg, arm)
-            setup["nbafl_clip"] = float(cfg.nbafl.clip)
+            eps, nb = nbafl_epsilon(cfg, arm), cfg.nbafl
+            # L = T: a client can upload in every round (also under sampling), see nbafl_exposures.
+            exposures = nbafl_exposures(exposures=nb.exposures, rounds=cfg.train.rounds)
+            setup["nbafl_clip"] = float(nb.clip)
             setup["nbafl_sigma"] = float(
                 nbafl_sigma(
-                    epsilon=eps, delta=cfg.nbafl.delta, clip=cfg.nbafl.clip, local_size=int(self.sizes.min())
+                    epsilon=eps,
+                    delta=nb.delta,
+                    clip=nb.clip,
+                    local_size=int(self.sizes.min()),
+                    exposures=exposures,
+                    calibration=nb.calibration,
                 )
             )
             self.privacy[arm] = {
                 "mechanism": "nbafl-gaussian",
                 "epsilon": eps,
-                "delta": cfg.nbafl.delta,
+                "delta": nb.delta,
                 "sigma": setup["nbafl_sigma"],
-                "clip": cfg.nbafl.clip,
-                "scope": "per client upload, per round (Gaussian mechanism)",
+                "clip": nb.clip,
+                "exposures": nb.exposures,
+                "uploads_covered": exposures,
+                "calibration": nb.calibration,
+                "guarantee": nbafl_guarantee(
+                    exposures=nb.exposures, rounds=cfg.train.rounds, calibration=nb.calibration
+                ),
+                "scope": "the whole upload vector, "
+                + (f"all {exposures} rounds together" if exposures > 1 else "each round alone"),
             }
         self.setups[arm] = setup
         done = [backend.call(w, "set_arm", arm, setup, server_view, agg_view) for w in parties.workers]
@@ -764,10 +778,16 @@ class Simulation:
                 policy=self.policy,
                 supervisor=self,
             )
-            if arm in self.releases:
-                self.accountant.record(arm=arm, round=t, releases=self.releases[arm])
             metrics = dict(result.metrics)
-            metrics.update(_epsilon_metrics(self.privacy.get(arm)))
+            if arm in self.releases:
+                # A round starts from the server's initial M1 encoding until one round was not skipped (M2's
+                # round 0 is an M1 round: see ArmReleases). Read before this round joins the history.
+                initial = not any(r.get("clients/accepted", 1) > 0 for r in self.history[arm])
+                releases = self.releases[arm].of_round(from_initial_broadcast=initial)
+                self.accountant.record(arm=arm, round=t, releases=releases)
+                metrics.update({f"privacy/epsilon_{r.release}": r.epsilon for r in releases})
+            else:
+                metrics.update(_epsilon_metrics(self.privacy.get(arm)))
             self.wall[arm] += metrics["time/round"]
             self.logger.log_round(arm, t, metrics)
             self.history[arm].append({"round": t, **metrics})
@@ -1044,6 +1064,14 @@ def result_line(summary: dict[str, Any]) -> str:
 
 
 def summary_table(summary: dict[str, Any]) -> str:
+    """The end-of-run table; a SIFL arm's ε is its largest per-round figure (M2: round 0's, an M1 round)."""
+    recorded = (summary.get("accountant") or {}).get("arms", {})
+
+    def largest(arm: str, releases: tuple[str, ...], otherwise: float | None) -> float | None:
+        rows = recorded.get(arm, {})
+        got = [float(rows[r]["largest_per_round_epsilon"]) for r in releases if r in rows]
+        return max(got) if got else otherwise
+
     rows = []
     for arm, a in summary["arms"].items():
         priv = a["privacy"]
@@ -1053,8 +1081,8 @@ def summary_table(summary: dict[str, Any]) -> str:
                 "final_accuracy": a["final_accuracy"],
                 "delta_vs_fl_pp": a["delta_vs_fl_pp"],
                 "max_deviation": a["max_deviation"],
-                "epsilon_local": priv.get("epsilon_local", priv.get("epsilon")),
-                "epsilon_global": priv.get("epsilon_global", priv.get("epsilon_broadcast")),
+                "epsilon_local": largest(arm, ("local",), priv.get("epsilon")),
+                "epsilon_global": largest(arm, ("broadcast", "global"), None),
                 "wall_s": a["wall_s"],
             }
         )

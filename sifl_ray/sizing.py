@@ -15,8 +15,12 @@ from omegaconf import DictConfig, OmegaConf
 from sifl_ray.coding.base import AggregatorNorms, KeyNorms, NoiseSpec
 from sifl_ray.coding.precision import check_precision, predict_decode_error
 from sifl_ray.coding.roundoff import round_error_bound, run_round_bound
-from sifl_ray.privacy.accountant import describe_release_epsilons, release_epsilons
+from sifl_ray.privacy.accountant import ArmReleases, arm_release_epsilons, describe_release_epsilons
 
+ROUND0_NOTE = (
+    "round 0 of M2 is an M1 round: its clients start from the server's M1 encoding P1 w0 + N1 r1 and strip "
+    "no code 2, so its uploads carry N1 r1 without the ||P2R|| factor and its broadcast is M1's"
+)
 INPUT_SHAPES = {"digits": (1, 8, 8), "mnist": (1, 28, 28), "fashion_mnist": (1, 28, 28)}
 TRAIN_SIZES = {"mnist": 60000, "fashion_mnist": 60000}
 ROUND_BOUND_CONFIDENCE = 1e-9  # per noise draw: the round bound fails only if a draw exceeds this quantile
@@ -131,10 +135,11 @@ def arm_releases(
     agg_norms: AggregatorNorms | None,
     local_size: int,
     total_size: int,
-):
-    """The ε of every release of one round of a SIFL arm (the keys are fixed, so once per run)."""
+) -> ArmReleases:
+    """The ε of every release of a SIFL arm's rounds (the keys are fixed, so once per run); M2's round 0
+    is an M1 round (see :class:`~sifl_ray.privacy.accountant.ArmReleases`)."""
     noise1, noise2 = noise_specs(cfg)
-    return release_epsilons(
+    return arm_release_epsilons(
         key_norms=key_norms,
         agg_norms=agg_norms if mode == "m2" else None,
         noise1=noise1,
@@ -156,23 +161,36 @@ def describe_arm(
     local_size: int,
     total_size: int,
 ) -> dict[str, Any]:
-    """JSON-safe privacy summary of one SIFL arm: sound ε (the guarantee) and the paper's, per release."""
+    """JSON-safe privacy summary of one SIFL arm: sound ε (the guarantee) and the paper's, per release.
+
+    M2 also gets ``epsilon_*_round0``: its round 0 is an M1 round (the clients start from the server's M1
+    encoding and strip no code 2), with M1's local and broadcast figures.
+    """
     noise1, noise2 = noise_specs(cfg)
+    common = {
+        "key_norms": key_norms,
+        "noise1": noise1,
+        "clip": cfg.privacy.clip,
+        "local_size": local_size,
+        "total_size": total_size,
+        "delta": cfg.privacy.delta,
+    }
     info = describe_release_epsilons(
-        key_norms=key_norms,
         agg_norms=agg_norms if mode == "m2" else None,
-        noise1=noise1,
         noise2=noise2 if mode == "m2" else None,
-        clip=cfg.privacy.clip,
-        local_size=local_size,
-        total_size=total_size,
-        delta=cfg.privacy.delta,
         mode=mode,
+        **common,
     )
     out: dict[str, Any] = {"mechanism": f"sifl-{cfg.coding.noise.distribution}", "delta": cfg.privacy.delta}
     for release, rel in info["releases"].items():
         out[f"epsilon_{release}"] = float(rel["epsilon"])
         out[f"epsilon_{release}_paper"] = float(rel["epsilon_paper"])
+    if mode == "m2":
+        first = describe_release_epsilons(agg_norms=None, noise2=None, mode="m1", **common)
+        for release, rel in first["releases"].items():
+            out[f"epsilon_{release}_round0"] = float(rel["epsilon"])
+            out[f"epsilon_{release}_round0_paper"] = float(rel["epsilon_paper"])
+        out["round0"] = ROUND0_NOTE
     out["scope"] = info["scope"]
     out["caveat"] = info["caveat"]
     out["norms_exact"] = info["norms_exact"]
@@ -299,6 +317,8 @@ def describe_scenario(cfg: DictConfig) -> dict[str, Any]:
         "local_paper": m2["epsilon_local_paper"],
         "global_paper": m2["epsilon_global_paper"],
         "m1_broadcast": out["modes"]["m1"]["epsilon_broadcast"],
+        "local_round0": m2["epsilon_local_round0"],
+        "broadcast_round0": m2["epsilon_broadcast_round0"],
     }
     out["scope"] = m2["scope"]
     return out
@@ -321,9 +341,14 @@ def format_description(info: dict[str, Any]) -> str:
         )
         if m.get("round_bound") is not None:
             lines.append(f"    rigorous float64 bound per round (2-norm, any CPU): {m['round_bound']:.3e}")
-        for key in sorted(k for k in m if k.startswith("epsilon_") and not k.endswith("_paper")):
+        releases = sorted(k[8:] for k in m if k.startswith("epsilon_") and not k.endswith("_paper"))
+        first = [r for r in releases if r.endswith("_round0")]
+        for release in [r for r in releases if r not in first] + first:
+            key = f"epsilon_{release}"
+            when = " (round 0: an M1 round)" if release in first else " (rounds ≥ 1)" if first else ""
             lines.append(
-                f"    ε {key[8:]:9s} = {m[key]:.4g} (sound)   paper's formula: {m[key + '_paper']:.4g}"
+                f"    ε {release.removesuffix('_round0'):9s} = {m[key]:.4g} (sound)   "
+                f"paper's formula: {m[key + '_paper']:.4g}{when}"
             )
     lines.append(f"  scope: {info['scope']}")
     return "\n".join(lines)

@@ -68,3 +68,19 @@ def test_describe_refuses_nothing_but_reports_an_excess():
     )
     assert run.returncode == 2, run.stderr[-2000:]
     assert "exceeds the tolerance" in run.stderr and "Fix:" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_describe_shows_round0_of_m2_as_an_m1_round():
+    """M2's round 0 starts from the server's M1 encoding: describe reports it with M1's figures, ‖P2R‖ = 1/γ
+    (100 in the quickstart) times the local ε of later rounds."""
+    proc = sifl("describe", "scenario=quickstart", "coding.key_seed=7", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    info = json.loads(proc.stdout)
+    eps, m1 = info["epsilon"], info["modes"]["m1"]
+    assert eps["local_round0"] / eps["local"] == pytest.approx(100.0, rel=1e-3)
+    assert eps["local_round0"] == m1["epsilon_local"] and eps["broadcast_round0"] == m1["epsilon_broadcast"]
+    text = sifl("describe", "scenario=quickstart", "coding.key_seed=7")
+    assert text.returncode == 0, text.stderr[-2000:]
+    m2_lines = text.stdout.split("SIFL M2")[1].splitlines()
+    assert any(line.strip().startswith("ε local") and "round 0: an M1 round" in line for line in m2_lines)
+    assert any(line.strip().startswith("ε broadcast") and "round 0" in line for line in m2_lines)

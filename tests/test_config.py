@@ -80,3 +80,23 @@ def test_cli_config_error_exit_code_2_without_traceback():
     assert "Traceback" not in proc.stderr
     assert "3 configuration problems" in proc.stderr
     assert "train.lr" in proc.stderr and "coding.p" in proc.stderr and "bogus" in proc.stderr
+
+
+def test_nbafl_exposures_and_calibration_keys():
+    """Two independent choices: how many uploads (ε, δ) covers, and the Gaussian formula; each validated
+    with its key, what it expects (and means) and the fix."""
+    assert load_config([]).nbafl.exposures == "multi_round"  # the guarantee NbAFL's Theorem 1 states
+    dp = load_config(["scenario=dp_compare"]).nbafl
+    assert (dp.exposures, dp.calibration) == ("multi_round", "classical")
+    cfg = load_config(["nbafl.exposures=per_round", "nbafl.calibration=analytic"])
+    assert (cfg.nbafl.exposures, cfg.nbafl.calibration) == ("per_round", "analytic")
+    with pytest.raises(ConfigError) as info:
+        load_config(["nbafl.exposures=all_rounds", "nbafl.calibration=per_round"])
+    text = str(info.value)
+    assert "2 configuration problems" in text
+    assert "nbafl.exposures: expected one of multi_round, per_round" in text
+    assert "(ε, δ) for all T uploads of a client" in text and "set nbafl.exposures=multi_round" in text
+    assert "nbafl.calibration: expected one of classical, analytic" in text
+    assert (
+        "How many uploads it covers is nbafl.exposures" in text and "set nbafl.calibration=classical" in text
+    )

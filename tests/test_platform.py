@@ -132,6 +132,68 @@ def test_tensorboard_files_carry_every_tag_for_every_arm(ray_run):
     assert (Path(result.run_dir) / "accuracy.png").stat().st_size > 1000
 
 
+def test_summary_rounds_carry_the_tensorboard_epsilons(sequential_run):
+    """Every per-round row of summary.json carries the privacy/epsilon_* scalars TensorBoard shows, with the
+    same values; M2's round 0 is an M1 round: M1's broadcast, and a local ε ‖P2R‖ = 1/γ times round 1's."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    cfg, result, _ = sequential_run
+    summary = json.loads((Path(result.run_dir) / "summary.json").read_text())
+    for arm, a in summary["arms"].items():
+        acc = EventAccumulator(str(Path(result.run_dir) / "tb" / arm))
+        acc.Reload()
+        tb = {
+            tag: {e.step: e.value for e in acc.Scalars(tag)}
+            for tag in acc.Tags()["scalars"]
+            if tag.startswith("privacy/")
+        }
+        rows = a["rounds"]
+        assert set(tb) == {k for r in rows for k in r if k.startswith("privacy/")}, arm
+        for tag, by_step in tb.items():  # TensorBoard keeps float32
+            assert by_step == pytest.approx({r["round"]: r[tag] for r in rows if tag in r}, rel=1e-6, abs=0)
+        if arm != "fl":
+            assert all("privacy/epsilon_local" in r for r in rows), arm
+    m2 = summary["arms"]["sifl_m2"]
+    rows = m2["rounds"]
+    assert {k for k in rows[0] if k.startswith("privacy/")} == {
+        "privacy/epsilon_local",
+        "privacy/epsilon_broadcast",
+    }
+    for r in rows[1:]:
+        assert {k for k in r if k.startswith("privacy/")} == {
+            "privacy/epsilon_local",
+            "privacy/epsilon_global",
+        }
+    ratio = rows[0]["privacy/epsilon_local"] / rows[1]["privacy/epsilon_local"]
+    assert ratio == pytest.approx(1 / cfg.coding.gamma, rel=1e-3)
+    priv = m2["privacy"]
+    assert rows[0]["privacy/epsilon_local"] == priv["epsilon_local_round0"]
+    assert rows[0]["privacy/epsilon_broadcast"] == priv["epsilon_broadcast_round0"]
+    assert rows[1]["privacy/epsilon_local"] == priv["epsilon_local"]
+    assert rows[1]["privacy/epsilon_global"] == priv["epsilon_global"]
+    largest = summary["accountant"]["arms"]["sifl_m2"]["local"]["largest_per_round_epsilon"]
+    assert largest == rows[0]["privacy/epsilon_local"]
+
+
+@pytest.mark.parametrize("exposures, uploads", [("multi_round", 3), ("per_round", 1)])
+def test_nbafl_arm_sigma_covers_the_uploads_it_claims(tmp_path, exposures, uploads):
+    """multi_round calibrates the σ the clients receive for all T = 3 uploads (NbAFL Theorem 1, L = T);
+    per_round for one; the privacy info says which."""
+    from sifl_ray.privacy.nbafl import GUARANTEES, nbafl_sigma
+
+    overrides = ["arms=[fl,nbafl]", "ray.backend=sequential", f"nbafl.exposures={exposures}"]
+    cfg = load_config([*TINY, *overrides, f"output.dir={tmp_path}"])
+    sim = Simulation(cfg, run_dir=tmp_path / "run")
+    try:
+        setup, priv, smallest = sim.setups["nbafl_eps1"], sim.privacy["nbafl_eps1"], int(sim.sizes.min())
+    finally:
+        sim.close()
+    one = nbafl_sigma(epsilon=1.0, delta=cfg.nbafl.delta, clip=cfg.nbafl.clip, local_size=smallest)
+    assert setup["nbafl_sigma"] == pytest.approx(uploads * one, rel=1e-12)
+    assert priv["sigma"] == setup["nbafl_sigma"] and priv["uploads_covered"] == uploads
+    assert priv["guarantee"].startswith(GUARANTEES[exposures]) and priv["exposures"] == exposures
+
+
 def test_no_actor_holds_another_partys_key(ray_run):
     *_, inventory = ray_run
     assert inventory["server"] == ["secret-seed", "server-key"]

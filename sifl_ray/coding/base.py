@@ -66,6 +66,11 @@ class KeyNorms:
     float64 round-off) or rigorous bounds; bounds are always on the conservative side for ε: upper bounds
     for ``P1`` norms and ``P1L`` spectral norm, lower bounds for ``N1`` norms. ``note`` explains how they
     were obtained, so reports can say it.
+
+    ``p1p1l_row_l2`` is ``‖P1^j P1L‖₂``, row j of ``P1 P1L``: it scales the aggregator's ``R2`` noise in
+    M2's broadcast ``W'`` (SPEC "SIFL M2"). It enters the std of the noise, so its conservative side is a
+    lower bound; ``p1p1l_exact`` says which it is (``exact`` covers the other arrays). Empty means unknown:
+    the accountant then credits no ``R2`` noise at all.
     """
 
     p1_row_l2: torch.Tensor
@@ -75,6 +80,8 @@ class KeyNorms:
     p1l_spectral: float
     exact: bool
     note: str = ""
+    p1p1l_row_l2: torch.Tensor = field(default_factory=lambda: torch.zeros(0))
+    p1p1l_exact: bool = False
 
 
 @dataclass(frozen=True)

@@ -216,19 +216,22 @@ class BlockServerKey(ServerKey):
         """Exact, block by block; ``‖P1L‖₂`` is the largest block's spectral norm (block diagonal)."""
         if "norms" not in self._cache:
             p1_l2 = torch.zeros(self.n_tilde, dtype=CODING_DTYPE)
-            p1_l1, n1_l2, n1_max = p1_l2.clone(), p1_l2.clone(), p1_l2.clone()
+            p1_l1, n1_l2, n1_max, p1p1l = p1_l2.clone(), p1_l2.clone(), p1_l2.clone(), p1_l2.clone()
             spectral = 0.0
             for g in self.core.groups:
                 rows = slice(g.row0, g.row0 + g.count * (g.cols + g.extra))
                 p1_l2[rows] = torch.linalg.vector_norm(g.P1, dim=2).reshape(-1).cpu()
                 p1_l1[rows] = g.P1.abs().sum(2).reshape(-1).cpu()
+                # P1 P1L is block diagonal too: ‖P1^j P1L‖₂² = P1^j (P1L P1Lᵀ) P1^jᵀ within the block.
+                gram = g.P1L @ g.P1L.mT
+                p1p1l[rows] = ((g.P1 @ gram) * g.P1).sum(2).clamp_min(0.0).sqrt().reshape(-1).cpu()
                 if g.extra:
                     n1_l2[rows] = torch.linalg.vector_norm(g.N1, dim=2).reshape(-1).cpu()
                     n1_max[rows] = g.N1.abs().amax(2).reshape(-1).cpu()
                 spectral = max(spectral, float(torch.linalg.matrix_norm(g.P1L, ord=2).max()))
             self._cache["norms"] = KeyNorms(
                 p1_row_l2=p1_l2, p1_row_l1=p1_l1, n1_row_l2=n1_l2, n1_row_maxabs=n1_max,
-                p1l_spectral=spectral, exact=True,
+                p1l_spectral=spectral, exact=True, p1p1l_row_l2=p1p1l, p1p1l_exact=True,
                 note=(f"block backend (block size {self.block_size}): exact norms of the explicit blocks; "
                       "rows of blocks without extra rows have N1 = 0 (no noise)"),
             )  # fmt: skip

@@ -193,15 +193,20 @@ class DenseServerKey(ServerKey):
         """Exact row norms from the matrices and ``‖P1L‖₂`` (computed once, cached on the key)."""
         if "norms" not in self._cache:
             P1, P1L, N1 = self.core.P1, self.core.P1L, self.N1
+            gram = P1L @ P1L.T
             self._cache["norms"] = KeyNorms(
                 p1_row_l2=torch.linalg.vector_norm(P1, dim=1).cpu(),
                 p1_row_l1=P1.abs().sum(1).cpu(),
                 n1_row_l2=torch.linalg.vector_norm(N1, dim=1).cpu(),
                 n1_row_maxabs=N1.abs().amax(1).cpu(),
                 # λmax of the n×n Gram matrix: exact like an SVD of P1L, ~10x faster (7 s at n = 5000).
-                p1l_spectral=float(torch.linalg.eigvalsh(P1L @ P1L.T)[-1].clamp_min(0.0).sqrt()),
+                p1l_spectral=float(torch.linalg.eigvalsh(gram)[-1].clamp_min(0.0).sqrt()),
                 exact=True,
-                note="dense backend: exact norms of the explicit matrices (‖P1L‖₂ from λmax(P1L P1Lᵀ))",
+                note="dense backend: exact norms of the explicit matrices (‖P1L‖₂ from λmax(P1L P1Lᵀ), "
+                "‖P1^j P1L‖₂ from the same Gram matrix)",
+                # ‖P1^j P1L‖₂² = P1^j (P1L P1Lᵀ) P1^jᵀ: no ñ×ñ product.
+                p1p1l_row_l2=((P1 @ gram) * P1).sum(1).clamp_min(0.0).sqrt().cpu(),
+                p1p1l_exact=True,
             )
         return self._cache["norms"]
 

@@ -351,9 +351,13 @@ class FastServerKey(ServerKey):
             p1_l2 = self.alpha * torch.sqrt((1.0 - tail_sq).clamp_min(0.0))  # rows of Q are unit vectors
             p1_l1, exact = math.sqrt(n) * p1_l2, False
             how = "P1 row 2-norms exact as α·sqrt(1 − ‖Q[j, n:]‖²); 1-norms the upper bound sqrt(n)·‖P1^j‖₂"
+        # P1 P1L = Q [I, αK] Qᵀ, so ‖P1^j P1L‖₂ = √(‖Q[j, :n]‖² + α²‖Q[j, :n] K‖²) ≥ ‖Q[j, :n]‖ = ‖P1^j‖₂/α
+        # (the bound ‖P1^j‖₂/‖P1‖₂ of any left inverse), with equality for the pseudo-inverse (K = 0).
+        p1p1l_exact = self.core.K is None
         note = (
             f"fast backend: N1 rows exact from the {m} kernel columns pushed through Q; "
-            f"{how}; ‖P1L‖₂ = {'sqrt(1/α² + κ²)' if self.kappa else '1/α'} exactly"
+            f"{how}; ‖P1L‖₂ = {'sqrt(1/α² + κ²)' if self.kappa else '1/α'} exactly; ‖P1^j P1L‖₂ "
+            + ("= ‖P1^j‖₂/α exactly" if p1p1l_exact else "bounded below by ‖P1^j‖₂/α (oblique K)")
         )
         return KeyNorms(
             p1_row_l2=p1_l2.cpu(),
@@ -363,6 +367,8 @@ class FastServerKey(ServerKey):
             p1l_spectral=self.p1l_spectral(),
             exact=exact,
             note=note,
+            p1p1l_row_l2=(p1_l2 / self.alpha).cpu(),
+            p1p1l_exact=p1p1l_exact,
         )
 
     def dense(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -89,6 +89,8 @@ class IdentityKey(ServerKey):
             p1l_spectral=1.0,
             exact=True,
             note="identity code (plain FL): P1 = P1L = I and no noise, so no privacy from coding",
+            p1p1l_row_l2=ones.clone(),
+            p1p1l_exact=True,
         )
 
     def dense(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

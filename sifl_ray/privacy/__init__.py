@@ -13,9 +13,11 @@ released vector or over several rounds (SPEC "Attacks").
 from sifl_ray.privacy.accountant import (
     CAVEAT,
     SCOPE,
+    ArmReleases,
     ReleaseEpsilon,
     ReleaseRecord,
     SiflAccountant,
+    arm_release_epsilons,
     describe_release_epsilons,
     release_epsilons,
 )
@@ -37,14 +39,16 @@ from sifl_ray.privacy.formulas import (
     worst_element,
     worst_element_index,
 )
-from sifl_ray.privacy.nbafl import clip_model, nbafl_sigma, privatize_upload
+from sifl_ray.privacy.nbafl import clip_model, nbafl_exposures, nbafl_guarantee, nbafl_sigma, privatize_upload
 
 __all__ = [
     "CAVEAT",
     "SCOPE",
+    "ArmReleases",
     "ReleaseEpsilon",
     "ReleaseRecord",
     "SiflAccountant",
+    "arm_release_epsilons",
     "clip_model",
     "describe_release_epsilons",
     "gaussian_broadcast_epsilon",
@@ -61,6 +65,8 @@ __all__ = [
     "laplace_local_epsilon_paper",
     "laplace_local_epsilon_sound",
     "local_sensitivity",
+    "nbafl_exposures",
+    "nbafl_guarantee",
     "nbafl_sigma",
     "privatize_upload",
     "release_epsilons",

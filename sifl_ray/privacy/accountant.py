@@ -11,6 +11,9 @@ Releases (SPEC "SIFL M1", "SIFL M2"):
 * ``broadcast``: M1's encoded global model ``w~^t = P1 w^t + N1 r1^t`` (seen by the clients);
 * ``global``: M2's ``W' = P1 Wbar + N1 R1`` (seen by the clients).
 
+M2's round 0 is an M1 round (``local`` and ``broadcast``, M1's noise): its clients start from the server's
+M1 encoding ``w~^0`` (see :class:`ArmReleases`).
+
 Not covered, because the paper has no theorem for them: the server's view ``P1L W'_a`` in M2 (SPEC "Attacks",
 "M2, the server": it reveals the global model up to a scalar) and the aggregator's ``W'_a``.
 """
@@ -167,12 +170,18 @@ def release_epsilons(
     n1_l2 = _np(key_norms.n1_row_l2)
     n1_max = _np(key_norms.n1_row_maxabs)
     exact = bool(key_norms.exact)
-    norms_note = f" Key norms: {'exact' if exact else 'conservative bounds'}"
-    norms_note += f" ({key_norms.note})." if key_norms.note else "."
-
     out: list[ReleaseEpsilon] = []
 
-    def add(release: Release, sound: np.ndarray, paper: np.ndarray, sensitivity: float, note: str) -> None:
+    def add(
+        release: Release,
+        sound: np.ndarray,
+        paper: np.ndarray,
+        sensitivity: float,
+        note: str,
+        norms_exact: bool = exact,
+    ) -> None:
+        norms_note = f" Key norms: {'exact' if norms_exact else 'conservative bounds'}"
+        norms_note += f" ({key_norms.note})." if key_norms.note else "."
         eps, j, m = _worst(sound)
         eps_p, jp, mp = _worst(paper)
         out.append(
@@ -187,7 +196,7 @@ def release_epsilons(
                 worst_row_paper=jp,
                 worst_column_paper=mp,
                 sensitivity=sensitivity,
-                norms_exact=exact,
+                norms_exact=norms_exact,
                 note=note + norms_note,
             )
         )
@@ -257,7 +266,12 @@ def release_epsilons(
         else " The noise families differ; the paper's formula has no such case, so its R2 term is dropped."
     )
     p1l = float(key_norms.p1l_spectral)
+    global_exact = exact
     if gaussian:
+        # The R2 term needs ‖P1^j P1L‖₂ and ‖N2[:, m]‖₂; without them (empty arrays) it is not credited.
+        p1p1l = _np(key_norms.p1p1l_row_l2)
+        n2_col = _np(agg_norms.n2_col_l2).reshape(1, -1)
+        credit_r2 = p1p1l.size == p1_l2.size and n2_col.size == p2.size and b2 > 0
         sound = F.gaussian_global_epsilon_sound(
             p1_row_l2=p1_l2[rows],
             n1_row_l2=n1_l2[rows],
@@ -265,6 +279,9 @@ def release_epsilons(
             p2_m=p2,
             sensitivity=d_global,
             delta=delta,
+            p1p1l_row_l2=p1p1l[rows] if credit_r2 else 0.0,
+            n2_col_l2=n2_col if credit_r2 else 0.0,
+            sigma2=b2 if credit_r2 else 0.0,
         )
         paper = F.gaussian_global_epsilon(
             p1_row_l2=p1_l2[rows],
@@ -277,10 +294,22 @@ def release_epsilons(
             delta=delta,
             p1l_spectral=p1l,
         )
+        if credit_r2:
+            global_exact = exact and bool(key_norms.p1p1l_exact)
+            sound_how = (
+                "Sound: Theorem 2's argument with the exact std of the element, the R1 and R2 noises in "
+                "quadrature: s = sqrt((||N1^j|| s1)^2 + (||P1^j P1L|| ||N2[:, m]|| s2)^2)"
+                + ("." if key_norms.p1p1l_exact else ", ||P1^j P1L|| bounded below.")
+            )
+        else:
+            sound_how = (
+                "Sound: Theorem 2's argument on the R1 noise alone (R2 not credited: "
+                + ("no Gaussian R2 noise" if b2 == 0 else "no ||P1^j P1L|| or ||N2[:, m]|| given")
+                + "; R2 is independent, so dropping it is post-processing)."
+            )
         note = (
-            "Sound: Theorem 2's argument on the R1 noise alone (R2 is independent: post-processing). "
-            "Paper: Theorem 2's second inequality as SPEC states it, which adds the R1 and R2 stds "
-            "(not a guarantee)."
+            sound_how + " Paper: Theorem 2's second inequality as SPEC states it, which adds the R1 and R2 "
+            "stds linearly with ||P1^j|| ||P1L|| ||N2|| (overestimates the std: not a guarantee)."
         )
     else:
         sound = F.laplace_global_epsilon_sound(
@@ -301,8 +330,63 @@ def release_epsilons(
             "Sound: largest single R1 Laplace coefficient, everything else (R2 included) post-processing. "
             "Paper: Theorem 1, Eq. dpnoisewp (treats sums of Laplace variables as Laplace)."
         )
-    add("global", sound, paper, d_global, note + mixed)
+    add("global", sound, paper, d_global, note + mixed, norms_exact=global_exact)
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class ArmReleases:
+    """The releases of every round of one SIFL arm whose keys stay fixed for the run.
+
+    M2 does not start as M2. Its round 0 starts from the server's M1 encoding ``w~^0 = P1 w^0 + N1 r1^0``
+    (SPEC "SIFL M2"; the client strips code 2 only from a two-column ``W'``), so the round-0 uploads carry
+    ``N1 r1^0``, whose std has no ``‖P2R‖₂`` factor, and what the clients received is M1's ``broadcast``, not
+    ``global``. Crediting that round with M2's noise would under-report its local ε by ``‖P2R‖₂``. A later
+    round starts from the same encoding when every round before it was skipped (no update accepted: the
+    broadcast is reused), so the choice is made per round by the caller, who knows.
+
+    Attributes:
+        mode: the arm's mode.
+        coded: the releases of a round that starts from the mode's own broadcast (every round of M1).
+        initial: the releases of a round that starts from the server's initial M1 encoding.
+    """
+
+    mode: Mode
+    coded: tuple[ReleaseEpsilon, ...]
+    initial: tuple[ReleaseEpsilon, ...]
+
+    def of_round(self, *, from_initial_broadcast: bool) -> tuple[ReleaseEpsilon, ...]:
+        """The releases of a round, given whether its clients start from the initial M1 encoding."""
+        return self.initial if from_initial_broadcast else self.coded
+
+
+def arm_release_epsilons(
+    *,
+    key_norms: KeyNorms,
+    noise1: NoiseSpec,
+    clip: float,
+    local_size: int | Sequence[int],
+    total_size: int,
+    delta: float,
+    mode: Mode,
+    agg_norms: AggregatorNorms | None = None,
+    noise2: NoiseSpec | None = None,
+) -> ArmReleases:
+    """:func:`release_epsilons` for the rounds of an arm: M2's from its own broadcast, and M1's for a round
+    that starts from the server's initial encoding (see :class:`ArmReleases`). Same arguments."""
+    common = {
+        "key_norms": key_norms,
+        "noise1": noise1,
+        "clip": clip,
+        "local_size": local_size,
+        "total_size": total_size,
+        "delta": delta,
+    }
+    initial = release_epsilons(mode="m1", **common)
+    if mode == "m1":
+        return ArmReleases(mode=mode, coded=initial, initial=initial)
+    coded = release_epsilons(mode=mode, agg_norms=agg_norms, noise2=noise2, **common)
+    return ArmReleases(mode=mode, coded=coded, initial=initial)
 
 
 def _json_float(x: float) -> float | str:

@@ -266,11 +266,12 @@ def gaussian_global_epsilon(
     ``ε = a·Q⁻¹(δ)/s + a²/(2s²)``. To get a (ñ, p) table pass rows as ``(ñ, 1)`` and ``p2_m`` as ``(1, p)``.
 
     What it does NOT guarantee: the noise of the element is ``N1^j R1[:, m]`` (std ``‖N1^j‖₂σ1``) plus the
-    independent ``(P1^j P1L) R2 N2[:, m]`` (std at most ``‖P1^j‖₂‖P1L‖₂‖N2‖₂σ2``). Independent Gaussian stds
-    add in quadrature, ``√(s1² + s2²) < s1 + s2``, and the second std is only bounded from above, so ``s``
-    here can exceed the true std and this ε can be too small. It is reported as the paper's figure;
-    :func:`gaussian_global_epsilon_sound` is the guarantee. (The paper's own statement of the inequality even
-    squares ``‖N1^j‖σ1 + ‖N2^m‖σ2`` on the left; SPEC's consistent reading is used here.)
+    independent ``(P1^j P1L) R2 N2[:, m]`` (std ``‖P1^j P1L‖₂‖N2[:, m]‖₂σ2``, which
+    ``‖P1^j‖₂‖P1L‖₂‖N2‖₂σ2`` bounds from above). Independent Gaussian stds add in quadrature,
+    ``√(s1² + s2²) < s1 + s2``, so ``s`` here is never below the true std and, whenever both noises are
+    present, above it: this ε is then too small. It is reported as the paper's figure;
+    :func:`gaussian_global_epsilon_sound` is the guarantee. (The paper's own statement of the inequality
+    even squares ``‖N1^j‖σ1 + ‖N2^m‖σ2`` on the left; SPEC's consistent reading is used here.)
 
     Args:
         p1_row_l2: ``‖P1^j‖₂``.
@@ -308,15 +309,31 @@ def gaussian_global_epsilon_sound(
     p2_m: Arrayish,
     sensitivity: Arrayish,
     delta: float,
+    p1p1l_row_l2: Arrayish = 0.0,
+    n2_col_l2: Arrayish = 0.0,
+    sigma2: Arrayish = 0.0,
 ) -> Arrayish:
-    """A sound ε for element (j, m) of M2's ``W'``: Theorem 2's argument on the ``R1`` noise alone.
+    """The sound ε for element (j, m) of M2's ``W'``: both noises, added in quadrature (Theorem 2's argument).
 
-    ``W'_{j,m} = (P1^j w P2^m + N1^j R1[:, m]) + (P1^j P1L R2 N2[:, m])``. The first bracket is a Gaussian
-    mechanism with shift at most ``a = ‖P1^j‖₂Δ^w|P2^m|`` and std exactly ``s = ‖N1^j‖₂σ1``; the second is
-    independent of it and of the data, so adding it is post-processing and cannot raise ε. Hence
-    ``ε = a·Q⁻¹(δ)/s + a²/(2s²)`` holds whatever ``R2``, ``N2`` and ``P1L`` are. It is conservative by the
-    (usually negligible) ``R2`` contribution, which norm summaries can only bound from above and so cannot
-    credit. Scope: one element, one round.
+    Element (j, m) of ``W' = P1 Wbar + N1 R1``, with ``Wbar = P1L W'_a = w P2 + P1L R2 N2``, is
+    ``P1^j w P2^m + (P1^j P1L) R2 N2[:, m] + N1^j R1[:, m]``. With i.i.d. ``N(0, σ1²)`` entries in ``R1`` and
+    ``N(0, σ2²)`` in ``R2`` the two noise terms are independent Gaussians of stds ``‖N1^j‖₂σ1`` and
+    ``‖P1^j P1L‖₂·‖N2[:, m]‖₂·σ2``, so the element's noise is Gaussian with std exactly
+
+        ``s_jm = √((‖N1^j‖₂σ1)² + (‖P1^j P1L‖₂‖N2[:, m]‖₂σ2)²)``,
+
+    and its mean moves by at most ``a = ‖P1^j‖₂Δ^w|P2^m|``. Theorem 2's condition then gives
+    ``ε = a·Q⁻¹(δ)/s + a²/(2s²)``. Scope: one element, one round.
+
+    Soundness needs ``s`` never overestimated: pass ``‖N1^j‖₂``, ``‖P1^j P1L‖₂`` and ``‖N2[:, m]‖₂`` exactly
+    or as lower bounds. A rigorous lower bound on ``‖P1^j P1L‖₂`` when it cannot be computed: ``P1L P1 = I``
+    gives ``‖P1^j‖₂ = ‖P1^j P1L P1‖₂ ≤ ‖P1^j P1L‖₂‖P1‖₂``, so ``‖P1^j P1L‖₂ ≥ ‖P1^j‖₂/‖P1‖₂`` (for the fast
+    backend's ``P1 = α Q[:, :n]``, ``‖P1^j‖₂/α``, exact with the pseudo-inverse). The defaults (0) drop the
+    ``R2`` term: the R1-only figure, still sound (the ``R2`` term is independent noise added afterwards,
+    post-processing) but conservative, by a large factor when ``‖N1^j‖₂σ1`` is small next to the ``R2``
+    term: with β = 1 the R2 term dominates. :func:`gaussian_global_epsilon` (the paper's) adds the two stds
+    linearly with ``‖P1^j‖₂‖P1L‖₂‖N2‖₂`` in place of ``‖P1^j P1L‖₂‖N2[:, m]‖₂``: an overestimate of ``s``,
+    hence an ε that can be too small.
 
     Args:
         p1_row_l2: ``‖P1^j‖₂`` (upper bounds are conservative).
@@ -325,17 +342,25 @@ def gaussian_global_epsilon_sound(
         p2_m: ``|P2^m|``.
         sensitivity: ``Δ^w``.
         delta: δ in (0, 1).
+        p1p1l_row_l2: ``‖P1^j P1L‖₂``, row j of ``P1 P1L`` (lower bounds are conservative); 0 drops R2.
+        n2_col_l2: ``‖N2[:, m]‖₂``, column m of ``N2`` (lower bounds are conservative); 0 drops R2.
+        sigma2: std of ``R2``; 0 drops R2.
 
     Returns:
-        ε per (j, m) in the broadcast shape.
+        ε per (j, m) in the broadcast shape. For a (ñ, p) table pass rows as ``(ñ, 1)`` and ``p2_m``,
+        ``n2_col_l2`` as ``(1, p)``.
     """
     p1 = _as_array("p1_row_l2", p1_row_l2)
     n1 = _as_array("n1_row_l2", n1_row_l2)
     s1 = _as_array("sigma1", sigma1)
     p2 = np.abs(_as_array("p2_m", p2_m, nonnegative=False))
     d = _as_array("sensitivity", sensitivity)
-    eps = _gaussian_epsilon(p1 * d * p2, n1 * s1, delta)
-    return _wrap(eps, p1_row_l2, n1_row_l2, sigma1, p2_m, sensitivity)
+    pp = _as_array("p1p1l_row_l2", p1p1l_row_l2)
+    n2 = _as_array("n2_col_l2", n2_col_l2)
+    s2 = _as_array("sigma2", sigma2)
+    s = np.hypot(n1 * s1, pp * n2 * s2)  # √(x² + y²) without overflow or underflow of the squares
+    eps = _gaussian_epsilon(p1 * d * p2, s, delta)
+    return _wrap(eps, p1_row_l2, n1_row_l2, sigma1, p2_m, sensitivity, p1p1l_row_l2, n2_col_l2, sigma2)
 
 
 @_quiet

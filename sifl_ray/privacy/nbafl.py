@@ -4,6 +4,14 @@ Each client clips its local model to ``‖w_i‖₂ ≤ C`` and adds Gaussian no
 that noise, which is why NbAFL loses accuracy as ε shrinks (SPEC "The paper's experiments", Fig. 6: C = 10,
 δ = 1e-5, ε ∈ {1, 5, 10, 20}). Only the uplink noise is modelled here, as in the paper's comparison.
 
+Two independent choices fix σ (SPEC "Baselines"):
+
+* the exposures L, how many uploads of one client the (ε, δ) must cover (:data:`EXPOSURES`):
+  ``"multi_round"``, L = T, all uploads of a run, as NbAFL's Theorem 1 calibrates; ``"per_round"``, L = 1,
+  a weaker guarantee for each upload alone (:func:`nbafl_exposures`, :data:`GUARANTEES`);
+* the Gaussian calibration formula (:data:`CALIBRATIONS`): ``"classical"``, NbAFL's ``σ = c·L·Δ/ε``, or
+  ``"analytic"``, the exact one (:func:`nbafl_sigma`).
+
 Randomness comes only from the ``torch.Generator`` passed in; inputs are never modified.
 """
 
@@ -17,6 +25,38 @@ import torch
 from sifl_ray.privacy import formulas as F
 
 Calibration = Literal["classical", "analytic"]
+Exposures = Literal["multi_round", "per_round"]
+CALIBRATIONS: tuple[Calibration, ...] = ("classical", "analytic")
+EXPOSURES: tuple[Exposures, ...] = ("multi_round", "per_round")
+GUARANTEES: dict[Exposures, str] = {
+    "multi_round": "(ε, δ) for all T uploads of a client (NbAFL Theorem 1)",
+    "per_round": "(ε, δ) per upload, per round only",
+}
+
+
+def nbafl_exposures(*, exposures: Exposures, rounds: int) -> int:
+    """L of NbAFL's Theorem 1: how many uploads of one client the guarantee covers.
+
+    ``"multi_round"`` gives L = T = ``rounds``: under full participation a client uploads once per round,
+    and NbAFL's Theorem 1 calibrates the uplink noise for all of them. With client sampling
+    (``clients.fraction < 1``) a client can still be drawn in every round, so L = T remains the number of
+    rounds it can be sampled in: the worst case, kept here because it needs no argument about the sampling
+    (the expected count qT would, and NbAFL's Theorem 1 does not make one). ``"per_round"`` gives L = 1:
+    each upload alone is (ε, δ)-DP, and T uploads together are not (ε, δ)-DP.
+
+    Raises:
+        ValueError: ``exposures`` is not one of :data:`EXPOSURES`, or ``rounds`` < 1.
+    """
+    if int(rounds) != rounds or rounds < 1:
+        raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}")
+    if exposures == "multi_round":
+        return int(rounds)
+    if exposures == "per_round":
+        return 1
+    raise ValueError(
+        f"exposures must be one of {', '.join(EXPOSURES)}, got {exposures!r}: multi_round covers all T "
+        "uploads of a client (NbAFL Theorem 1), per_round each upload alone"
+    )
 
 
 def _check_positive(name: str, value: float) -> float:
@@ -39,15 +79,18 @@ def nbafl_sigma(
 
     ``calibration="classical"`` (default, the paper's baseline): ``σ = c·L·Δ/ε`` with
     ``c = √(2 ln(1.25/δ))`` and L = ``exposures``, NbAFL's calibration (Wei et al. 2020, Theorem 1, where L
-    counts how often a client's parameters are exposed; ``exposures=1`` is one upload, the usual
-    re-implementation). Be aware: the classical Gaussian-mechanism theorem behind it (Dwork and Roth,
-    Theorem A.1) is proven only for ε < 1. NbAFL, and the paper's Fig. 6 (ε = 1, 5, 10, 20), use it beyond
-    that range anyway; it is kept so that the baseline is the paper's, but for ε ≥ 1 it is not a proof, and
-    for large ε it does not even hold: with δ = 1e-5 the exact δ of this σ is about 2.3e-5 at ε = 10 and
-    1.5e-3 at ε = 20 (:func:`sifl_ray.privacy.formulas.gaussian_mechanism_delta`); for ε ≤ 5 it holds.
+    counts how often a client's parameters are exposed: T uploads under full participation, see
+    :func:`nbafl_exposures`; ``exposures=1`` covers one upload only). Be aware: the classical
+    Gaussian-mechanism theorem behind it (Dwork and Roth, Theorem A.1) is proven only for ε < 1. NbAFL, and
+    the paper's Fig. 6 (ε = 1, 5, 10, 20), use it beyond that range anyway; it is kept so that the baseline
+    is the paper's, but for ε ≥ 1 it is not a proof, and for large ε it does not even hold: with δ = 1e-5
+    and L = 1 the exact δ of this σ is about 2.3e-5 at ε = 10 and 1.5e-3 at ε = 20
+    (:func:`sifl_ray.privacy.formulas.gaussian_mechanism_delta`); for ε ≤ 5 it holds.
 
     ``calibration="analytic"``: the smallest σ whose exact δ(ε) (Balle and Wang 2018) is at most δ, valid for
-    every ε; several exposures are composed exactly as one Gaussian mechanism of sensitivity ``√L·Δ``.
+    every ε; several exposures are composed exactly as one Gaussian mechanism of sensitivity ``√L·Δ`` (L
+    adaptively chosen Gaussian releases of sensitivity Δ and std σ have exactly the privacy loss of one of
+    sensitivity ``√L·Δ``), so its σ grows like √L where the classical one grows like L.
 
     Args:
         epsilon: target ε > 0.
@@ -70,7 +113,21 @@ def nbafl_sigma(
         return math.sqrt(2.0 * math.log(1.25 / delta)) * exposures * sensitivity / epsilon
     if calibration == "analytic":
         return _analytic_sigma(epsilon=epsilon, delta=delta, sensitivity=math.sqrt(exposures) * sensitivity)
-    raise ValueError(f"calibration must be 'classical' or 'analytic', got {calibration!r}")
+    raise ValueError(f"calibration must be one of {', '.join(CALIBRATIONS)}, got {calibration!r}")
+
+
+def nbafl_guarantee(*, exposures: Exposures, rounds: int, calibration: Calibration) -> str:
+    """What an NbAFL arm's (ε, δ) guarantees, in words, for its privacy info and summary."""
+    nbafl_exposures(exposures=exposures, rounds=rounds)  # validates both
+    if calibration not in CALIBRATIONS:
+        raise ValueError(f"calibration must be one of {', '.join(CALIBRATIONS)}, got {calibration!r}")
+    how = (
+        "classical calibration σ = c·L·Δ/ε (a proof for ε < 1 only)"
+        if calibration == "classical"
+        else "analytic Gaussian calibration (exact, any ε)"
+    )
+    scope = f"= T = {rounds}" if exposures == "multi_round" else "= 1"
+    return f"{GUARANTEES[exposures]}; L {scope}, {how}"
 
 
 def _analytic_sigma(*, epsilon: float, delta: float, sensitivity: float) -> float:

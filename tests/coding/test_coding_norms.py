@@ -78,3 +78,23 @@ def test_fast_equals_its_dense_matrices(rounds, left_inverse):
         assert (P1.T @ N1).abs().max() > 1e-3 * key.alpha * key.beta  # oblique: not orthogonal
     W, R = rand((70, 3), 0), rand((11, 3), 1)
     assert torch.allclose(key.encode(W, R), P1 @ W + N1 @ R, rtol=0, atol=1e-12)
+
+
+@settings(max_examples=20, deadline=None)
+@given(case=st.sampled_from(CASES), n=st.integers(1, 40), m=st.integers(1, 10), seed=st.integers(0, 2**16))
+def test_p1p1l_row_norms_are_exact_or_lower_bounds(case, n, m, seed):
+    """‖P1^j P1L‖₂ scales the aggregator's R2 noise in M2's W'; its conservative side is from below."""
+    key = make_key(*case, n=n, m=m, seed=seed)
+    norms = key.norms()
+    P1, P1L, _ = key.dense()
+    want = (P1 @ P1L).norm(dim=1)
+    got = norms.p1p1l_row_l2
+    assert got.shape == (key.n_tilde,)
+    tol = 1e-9 * float(want.max()) + 1e-14
+    assert bool((got <= want + tol).all())  # never above: a larger std would understate ε
+    if norms.p1p1l_exact:
+        assert torch.allclose(got, want, rtol=1e-9, atol=tol)
+    else:  # fast oblique: ‖P1^j‖₂/‖P1‖₂ (P1L P1 = I), with ‖P1‖₂ = α
+        assert case == ("fast", "oblique")
+        assert torch.allclose(got, P1.norm(dim=1) / key.alpha, rtol=1e-9, atol=tol)
+    assert norms.p1p1l_exact == (case != ("fast", "oblique"))

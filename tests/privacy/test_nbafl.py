@@ -10,7 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sifl_ray.privacy import formulas as F
-from sifl_ray.privacy.nbafl import clip_model, nbafl_sigma, privatize_upload
+from sifl_ray.privacy.nbafl import (
+    GUARANTEES,
+    clip_model,
+    nbafl_exposures,
+    nbafl_guarantee,
+    nbafl_sigma,
+    privatize_upload,
+)
 
 
 def approx(expected, **kw):
@@ -39,6 +46,48 @@ def test_classical_sigma_golden_value():
     assert nbafl_sigma(epsilon=1.0, delta=DELTA, clip=CLIP, local_size=SIZE, exposures=3) == approx(
         3 * expected
     )
+
+
+def test_multi_round_calibration_golden_values():
+    """NbAFL's Theorem 1 over T uploads: σ = c·L·Δs/ε with L = T; c = √(2 ln(1.25/δ)), Δs = 2C/m."""
+    c = math.sqrt(2 * math.log(1.25e5))
+    assert c == approx(4.844805262, rel=1e-9)
+    # The quickstart's arm: C = 10, m = 134 (1347 digits over 10 clients), T = 25 rounds, ε = 1.
+    L = nbafl_exposures(exposures="multi_round", rounds=25)
+    assert L == 25 and nbafl_exposures(exposures="per_round", rounds=25) == 1
+    sigma = nbafl_sigma(epsilon=1.0, delta=DELTA, clip=10.0, local_size=134, exposures=L)
+    assert sigma == approx(c * 25 * (20 / 134) / 1.0, rel=1e-12)
+    assert sigma == approx(18.07763, rel=1e-6)
+    assert sigma == approx(25 * nbafl_sigma(epsilon=1.0, delta=DELTA, clip=10.0, local_size=134), rel=1e-12)
+    # dp_compare: m = 1200, T = 30, ε = 20: σ = c·30·(1/60)/20.
+    assert nbafl_sigma(epsilon=20.0, delta=DELTA, clip=CLIP, local_size=SIZE, exposures=30) == approx(
+        c * 30 / 60 / 20, rel=1e-12
+    )
+    # The Gaussian formula is the other, independent choice: the analytic one composes the T uploads
+    # exactly (one Gaussian of sensitivity √T·Δ), so its σ meets δ exactly there.
+    d = 2 * CLIP / SIZE
+    an = nbafl_sigma(
+        epsilon=1.0, delta=DELTA, clip=CLIP, local_size=SIZE, exposures=30, calibration="analytic"
+    )
+    assert F.gaussian_mechanism_delta(epsilon=1.0, sigma=an, sensitivity=math.sqrt(30) * d) == approx(
+        DELTA, rel=1e-6
+    )
+    assert an < nbafl_sigma(epsilon=1.0, delta=DELTA, clip=CLIP, local_size=SIZE, exposures=30)
+
+
+def test_exposures_and_guarantee_labels():
+    assert GUARANTEES["multi_round"] == "(ε, δ) for all T uploads of a client (NbAFL Theorem 1)"
+    assert GUARANTEES["per_round"] == "(ε, δ) per upload, per round only"
+    label = nbafl_guarantee(exposures="multi_round", rounds=25, calibration="classical")
+    assert label.startswith(GUARANTEES["multi_round"]) and "L = T = 25" in label and "ε < 1" in label
+    label = nbafl_guarantee(exposures="per_round", rounds=25, calibration="analytic")
+    assert label.startswith(GUARANTEES["per_round"]) and "L = 1" in label and "analytic" in label
+    with pytest.raises(ValueError, match="exposures must be one of multi_round, per_round"):
+        nbafl_exposures(exposures="all", rounds=3)
+    with pytest.raises(ValueError, match="rounds"):
+        nbafl_exposures(exposures="multi_round", rounds=0)
+    with pytest.raises(ValueError, match="calibration"):
+        nbafl_guarantee(exposures="per_round", rounds=3, calibration="multi_round")
 
 
 def test_classical_calibration_validity_is_as_documented():

@@ -263,3 +263,88 @@ def test_bounded_norms_are_flagged():
     assert all(not r.norms_exact for r in acc.history())
     assert acc.summary()["arms"]["sifl_m1"]["local"]["norms_exact"] is False
     assert "conservative bounds" in acc.history()[0].note
+
+
+@pytest.mark.parametrize("left_inverse", ["oblique", "pinv"])
+def test_m2_global_epsilon_uses_the_exact_std_of_each_element(left_inverse):
+    """The sound M2 global ε is Theorem 2 with the element's real std, R1 and R2 noise in quadrature,
+    computed from a real dense key pair; the std itself is checked against noise drawn through the codes."""
+    from sifl_ray.coding import make_aggregator_key, make_server_key
+
+    n, m, p, sigma1, sigma2 = 6, 4, 3, 2.0, 3.0
+    key = make_server_key(
+        n=n, n_tilde=n + m, backend="dense", left_inverse=left_inverse, alpha=0.5, beta=0.05, seed=11
+    )
+    agg = make_aggregator_key(p=p, gamma=0.5, eta=1.0, seed=12)
+    P1, P1L, N1 = (x.numpy() for x in key.dense())
+    N2, P2 = agg.N2.numpy(), agg.P2.numpy()
+    # Straight from the matrices: s_jm = √((‖N1^j‖σ1)² + (‖(P1 P1L)^j‖‖N2[:, m]‖σ2)²).
+    s1 = np.linalg.norm(N1, axis=1)[:, None] * sigma1
+    s2 = np.linalg.norm(P1 @ P1L, axis=1)[:, None] * np.linalg.norm(N2, axis=0)[None, :] * sigma2
+    std = np.sqrt(s1**2 + s2**2)
+    d_global = 2.0 * 5.0 / 120
+    a = np.linalg.norm(P1, axis=1)[:, None] * d_global * np.abs(P2)[None, :]
+    q = F.gaussian_tail_inverse(delta=DELTA)
+    want = a / std * q + (a / std) ** 2 / 2
+    glob = release_epsilons(
+        key_norms=key.norms(),
+        agg_norms=agg.norms(),
+        noise1=NoiseSpec("gaussian", sigma1),
+        noise2=NoiseSpec("gaussian", sigma2),
+        clip=5.0,
+        local_size=[40, 80],
+        total_size=120,
+        delta=DELTA,
+        mode="m2",
+    )[1]
+    assert glob.release == "global" and glob.norms_exact
+    assert glob.epsilon == approx(want.max(), rel=1e-9)
+    assert (glob.worst_row, glob.worst_column) == np.unravel_index(np.argmax(want), want.shape)
+    r1_only = a / s1 * q + (a / s1) ** 2 / 2
+    assert glob.epsilon_paper < glob.epsilon < r1_only.max()  # the paper's overestimates the std
+    # The std is the real one: W' noise = P1 P1L R2 N2 + N1 R1, drawn through the codes themselves.
+    gen = torch.Generator().manual_seed(0)
+    zero = torch.zeros(n + m, dtype=torch.float64)
+
+    def noise(*shape: int, scale: float) -> torch.Tensor:
+        return scale * torch.randn(*shape, generator=gen, dtype=torch.float64)
+
+    draws = torch.stack(
+        [
+            key.reencode(agg.encode(zero, noise(n + m, p - 1, scale=sigma2)), noise(m, p, scale=sigma1))
+            for _ in range(4000)
+        ]
+    )
+    np.testing.assert_allclose(draws.std(0).numpy(), std, rtol=0.06)
+
+
+def test_m2_round0_is_an_m1_round():
+    """M2's round 0 starts from the server's M1 encoding: its uploads carry N1 r1 (no ‖P2R‖ factor) and the
+    clients received M1's broadcast, so it is accounted with M1's figures, ‖P2R‖ = 1e3 times M2's local."""
+    from sifl_ray.privacy import arm_release_epsilons
+
+    kw = {
+        "key_norms": uniform_key(),
+        "noise1": NoiseSpec("gaussian", 1e3),
+        "clip": 1000.0,
+        "local_size": [6000] * 10,
+        "total_size": 60000,
+        "delta": DELTA,
+    }
+    arm = arm_release_epsilons(mode="m2", agg_norms=PAPER_AGG, noise2=NoiseSpec("gaussian", 1e3), **kw)
+    first = {r.release: r for r in arm.of_round(from_initial_broadcast=True)}
+    later = {r.release: r for r in arm.of_round(from_initial_broadcast=False)}
+    assert set(first) == {"local", "broadcast"} and set(later) == {"local", "global"}
+    m1 = {r.release: r for r in release_epsilons(mode="m1", **kw)}
+    assert first == m1
+    assert first["local"].epsilon / later["local"].epsilon == approx(PAPER_AGG.p2r_l2, rel=1e-6)
+    # M1 arms are the same every round.
+    m1_arm = arm_release_epsilons(mode="m1", **kw)
+    assert m1_arm.of_round(from_initial_broadcast=True) == m1_arm.of_round(from_initial_broadcast=False)
+    # Recorded per round, the accountant's history says which is which.
+    acc = SiflAccountant()
+    for t in range(3):
+        acc.record(arm="sifl_m2", round=t, releases=arm.of_round(from_initial_broadcast=t == 0))
+    assert acc.epsilon(release="broadcast", arm="sifl_m2") == first["broadcast"].epsilon
+    assert [r.round for r in acc.history(release="global")] == [1, 2]
+    assert acc.summary()["arms"]["sifl_m2"]["local"]["largest_per_round_epsilon"] == first["local"].epsilon

@@ -33,7 +33,9 @@ DELTA = 1e-5
 # The global ≈ 1.4e-13 that SPEC quotes needs |P2^m| = 1e-3 (the paper's ‖Π2^m‖ from its Laplace example; the
 # Gaussian paragraph omits it), no ‖P2R‖ in the global noise (Theorem 2's second inequality has none), and an
 # R2 term ‖P1^j‖‖P1L‖‖N2‖σ2 much smaller than ‖N1^j‖σ1 = 1e6. With the scaled-orthogonal key ‖P1L‖ = 1/α =
-# 1e3; ‖N2‖ = 1 makes the R2 term 1e3, a 0.1 % change. (With |P2^m| = 1 the figure would be 1.4e-10.)
+# 1e3; ‖N2‖ = 1 makes the R2 term 1e3, a 0.1 % change on THIS example only, because its ‖N1^j‖ = 1e3 is huge.
+# With the shipped β = 1, ‖N1^j‖ ≈ 0.02 and the R2 term dominates (see the quadrature test below).
+# (With |P2^m| = 1 the figure would be 1.4e-10.)
 P2_M = 1e-3
 P1L_SPECTRAL = 1e3
 N2_SPECTRAL = 1.0
@@ -88,6 +90,42 @@ def test_golden_gaussian_global_from_paper_example():
     assert paper == approx(1.40600795404e-13, rel=1e-9)
     assert sound == approx(1.40741396199e-13, rel=1e-9)
     assert sound >= paper  # dropping the R2 noise can only raise ε
+
+
+def test_golden_gaussian_global_sound_adds_both_noises_in_quadrature():
+    """Element (j, m) of W' carries N1^j R1[:, m] (std ‖N1^j‖σ1) and the independent (P1^j P1L) R2 N2[:, m]
+    (std ‖P1^j P1L‖‖N2[:, m]‖σ2): s = √(3² + 4²) = 5 by hand. a = ‖P1^j‖Δ^w|P2^m| = 0.6·0.5·0.2 = 0.06."""
+    q = 4.264890793922825  # Q⁻¹(1e-5)
+    common = {"p1_row_l2": 0.6, "n1_row_l2": 1.5, "sigma1": 2.0, "p2_m": 0.2, "sensitivity": 0.5}
+    sound = F.gaussian_global_epsilon_sound(
+        **common, delta=DELTA, p1p1l_row_l2=2.0, n2_col_l2=0.5, sigma2=4.0
+    )
+    assert sound == approx(0.012 * q + 0.012**2 / 2, rel=1e-12)  # r = a/s = 0.06/5
+    assert sound == approx(0.0512506895270739, rel=1e-12)
+    # R1 alone (s = 3): sound but conservative.
+    r1_only = F.gaussian_global_epsilon_sound(**common, delta=DELTA)
+    assert r1_only == approx(0.02 * q + 0.02**2 / 2, rel=1e-12)
+    # The paper's: s = 3 + ‖P1^j‖‖P1L‖‖N2‖σ2 = 3 + 0.6·5·1·4 = 15, an overestimate of the true std 5.
+    paper = F.gaussian_global_epsilon(**common, delta=DELTA, sigma2=4.0, p1l_spectral=5.0, n2_spectral=1.0)
+    assert paper == approx(0.004 * q + 0.004**2 / 2, rel=1e-12)
+    assert paper < sound < r1_only
+    # The (ñ, p) table: rows (ñ, 1), P2 entries and N2 column norms (1, p).
+    table = F.gaussian_global_epsilon_sound(
+        p1_row_l2=np.array([[0.6], [0.6]]),
+        n1_row_l2=np.array([[1.5], [0.0]]),
+        sigma1=2.0,
+        p2_m=np.array([[0.2, -0.2]]),
+        sensitivity=0.5,
+        delta=DELTA,
+        p1p1l_row_l2=np.array([[2.0], [2.0]]),
+        n2_col_l2=np.array([[0.5, 0.0]]),
+        sigma2=4.0,
+    )
+    assert table.shape == (2, 2)
+    assert table[0, 0] == approx(sound, rel=1e-12)
+    assert table[0, 1] == approx(r1_only, rel=1e-12)  # column m has ‖N2[:, m]‖ = 0: R1 alone
+    assert table[1, 0] == approx(0.015 * q + 0.015**2 / 2, rel=1e-12)  # s = 4: R2 alone
+    assert table[1, 1] == math.inf  # no noise at all on that element
 
 
 def test_golden_gaussian_m1_broadcast():
