@@ -47,8 +47,12 @@ CAVEAT = (
     "are separable, so the vector release has no finite ε at all (SPEC 'Attacks': whole-vector release, "
     "noise-free differences, noise removal, M2 server). They say nothing about many rounds either: no "
     "composition is applied. They rest on Remark 3's sensitivity 2C/|D_i| (NbAFL's model of local "
-    "training; clipping alone only gives 2C). Each ε is against an observer WITHOUT key 1: the clients hold "
-    "P1L (and P2R in M2) and decode the broadcasts exactly, so against them the broadcast protects nothing."
+    "training; clipping alone only gives 2C), and so are CONDITIONAL on every client model satisfying "
+    "||w_i|| <= C: the clients enforce it by clipping to C (privacy.clip), and summary.json counts the "
+    "clipped models (clipped). Each ε is against an observer WITHOUT key 1: the clients hold "
+    "P1L (and P2R in M2) and decode the broadcasts exactly, so against them the broadcast protects nothing. "
+    "Against the aggregator, ONE upload's element is what the ε covers: it sees every upload of a round, and "
+    "they share one noise draw, so the difference of two uploads is noise-free element by element."
 )
 
 _WHAT: dict[Release, str] = {

@@ -91,3 +91,11 @@ def test_a_run_with_a_small_clip_clips_every_arm_and_counts_it(tmp_path, capsys)
         acc.Reload()
         assert [e.value for e in acc.Scalars("clients/clipped")] == [4.0, 4.0], arm
         assert [r["clients/clipped"] for r in summary["rounds"]] == [4.0, 4.0], arm
+
+
+def test_the_privacy_report_says_the_guarantee_is_conditional_on_clipping():
+    from sifl_ray.privacy import SiflAccountant
+
+    text = " ".join(SiflAccountant().report().split())
+    assert "CONDITIONAL on every client model satisfying ||w_i|| <= C" in text
+    assert "clipping to C (privacy.clip)" in text
