@@ -31,8 +31,15 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def _finite(x: Any) -> Any:
+    """JSON has no NaN or inf: NaN becomes null (e.g. the train loss of a round that accepted no update),
+    ±inf the strings "inf"/"-inf". Applied through the whole tree: ``json.dumps`` writes floats itself and
+    never hands them to a ``default`` hook."""
     if isinstance(x, float) and not math.isfinite(x):
         return None if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_finite(v) for v in x]
     return x
 
 
@@ -95,7 +102,7 @@ class RunLogger:
 
     def write_summary(self, summary: dict[str, Any]) -> Path:
         path = self.run_dir / "summary.json"
-        atomic_write_text(path, json.dumps(summary, indent=2, default=_finite, allow_nan=False))
+        atomic_write_text(path, json.dumps(_finite(summary), indent=2, allow_nan=False))
         return path
 
     def plot(self, history: dict[str, list[dict[str, float]]], title: str) -> Path | None:

@@ -71,3 +71,30 @@ def test_rounds_with_bad_updates_code_within_the_rigorous_bound(tmp_path):
         assert [accepted for _, accepted in rows] == [6, 4, 2, 5, 5], arm
         assert all(0.0 <= err <= bounds[arm] for err, _ in rows), (arm, rows, bounds[arm])
         assert max(err for err, _ in rows) > 0.0, arm  # the coding does perturb: the check sees it
+
+
+def test_a_round_that_accepts_nothing_is_skipped_and_the_summary_is_still_written(tmp_path):
+    """Every upload of round 0 is garbage: the round is skipped (the model stays, the M1 broadcast is
+    reused, so M2's next round is still accounted as an M1 round), its NaN train loss is null in
+    summary.json, and the run goes on."""
+    import json
+
+    bad = ", ".join(per_arm("corrupt_upload", 0, client=c, corruption="nan") for c in range(6))
+    overrides = ["train.rounds=3", f"faults.inject=[{bad}]", "ray.backend=sequential"]
+    cfg = load_config([*BASE, *overrides, f"output.dir={tmp_path}"])
+    sim = Simulation(cfg, run_dir=tmp_path / "run")
+    try:
+        result = sim.run()
+    finally:
+        sim.close()
+    written = json.loads((tmp_path / "run" / "summary.json").read_text())
+    for arm in ARMS:
+        rows = written["arms"][arm]["rounds"]
+        assert [r["clients/accepted"] for r in rows] == [0.0, 6.0, 6.0], arm
+        assert rows[0]["train_loss"] is None and rows[1]["train_loss"] > 0, arm
+        assert written["arms"][arm]["dropped"][0]["skipped"].startswith("no update was accepted")
+    m2 = written["arms"]["sifl_m2"]["rounds"]
+    # rounds 0 and 1 both start from the server's M1 encoding: M1 figures, 1/γ = 100 × round 2's
+    assert "privacy/epsilon_broadcast" in m2[1] and "privacy/epsilon_global" in m2[2]
+    assert m2[1]["privacy/epsilon_local"] / m2[2]["privacy/epsilon_local"] > 50
+    assert result.summary["arms"]["sifl_m2"]["final_accuracy"] > 0.1
