@@ -1,0 +1,137 @@
+"""Noise is a party's secret: SIFL's r1, R1, R2 and each NbAFL client's noise come from streams that carry
+at least 128 bits of the party's secret seed (secure random, or derived from ``coding.key_seed``), never from
+the public run seed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from sifl_ray.coding import make_server_key
+from sifl_ray.coding.base import NoiseSpec
+from sifl_ray.keys import aggregator_from_state, make_party_aggregator_state, make_party_server_key
+from sifl_ray.roles.messages import Partial
+from sifl_ray.roles.server import Server
+from sifl_ray.seeding import (
+    _generator_from_words,
+    _mt_init_genrand,
+    noise_generator,
+    secret_torch_generator,
+)
+
+SEED = bytes(range(32))
+CODING = {
+    "key_seed": None,
+    "backend": "fast",
+    "left_inverse": "oblique",
+    "n_extra": 16,
+    "alpha": 1e-3,
+    "beta": 1.0,
+    "kappa": None,
+    "block_size": 8,
+    "p": 2,
+    "gamma": 1e-2,
+    "eta": 1.0,
+    "noise": {"distribution": "gaussian", "sigma1": 1e3, "sigma2": 1e3},
+}
+
+
+@pytest.mark.parametrize("bad", [7, b"short", b"x" * 15, "a" * 32])
+def test_noise_streams_refuse_seeds_below_128_bits(bad):
+    with pytest.raises(ValueError, match="128 bits"):
+        noise_generator(bad, "server", "r1")
+    with pytest.raises(ValueError, match="128 bits"):
+        secret_torch_generator(bad, "noise", "nbafl")
+
+
+def test_a_party_with_a_short_noise_seed_refuses_to_draw():
+    key = make_server_key(n=20, n_tilde=24, backend="fast", alpha=1e-3, beta=1.0, seed=SEED)
+    server = Server(mode="m1", key=key, noise=NoiseSpec("gaussian", 1.0), noise_seed=b"8 bytes!")
+    with pytest.raises(ValueError, match="128 bits"):
+        server.initial_broadcast(torch.zeros(20, dtype=torch.float64))
+
+
+def test_noise_generator_is_philox_keyed_by_the_whole_seed():
+    gen = noise_generator(SEED, "server", "r1", 0, 1)
+    assert isinstance(gen.bit_generator, np.random.Philox)
+    key = gen.bit_generator.state["state"]["key"]
+    assert key.dtype == np.uint64 and key.size == 2  # a 128-bit key
+    flipped = bytearray(SEED)
+    flipped[-1] ^= 1  # the last byte of the secret counts too
+    other = noise_generator(bytes(flipped), "server", "r1", 0, 1).bit_generator.state["state"]["key"]
+    assert not np.array_equal(key, other)
+    again = noise_generator(SEED, "server", "r1", 0, 1)
+    assert np.array_equal(gen.standard_normal(1000), again.standard_normal(1000))
+    assert not np.array_equal(
+        again.standard_normal(1000), noise_generator(SEED, "server", "r1", 0, 2).random()
+    )
+
+
+def test_secret_torch_generator_sets_the_whole_mersenne_twister_state():
+    # The layout is right: the reference initialisation of a seed reproduces torch's own manual_seed stream.
+    g, h = _generator_from_words(_mt_init_genrand(12345)), torch.Generator().manual_seed(12345)
+    f64 = torch.float64
+    assert torch.equal(torch.randn(3000, generator=g, dtype=f64), torch.randn(3000, generator=h, dtype=f64))
+    a, b = secret_torch_generator(SEED, "noise", 1), secret_torch_generator(SEED, "noise", 1)
+    x = torch.randn(1000, generator=a, dtype=torch.float64)
+    assert torch.equal(x, torch.randn(1000, generator=b, dtype=torch.float64))
+    other = secret_torch_generator(SEED, "noise", 2)
+    assert not torch.equal(x, torch.randn(1000, generator=other, dtype=torch.float64))
+    # 624 words from the seed, not the expansion of a 64-bit manual_seed: they do not follow init_genrand.
+    words = secret_torch_generator(SEED, "noise", 1).get_state().numpy()[24 : 24 + 8 * 624].copy().view("<u8")
+    assert len(set(words.tolist())) > 600 and not np.array_equal(words, _mt_init_genrand(int(words[0])))
+
+
+@pytest.mark.parametrize("distribution", ["gaussian", "laplace"])
+def test_noise_spec_draws_from_a_numpy_stream(distribution):
+    spec = NoiseSpec(distribution, 3.0)
+    x = spec.sample((200_000,), noise_generator(SEED, "test"))
+    assert x.dtype == torch.float64 and x.shape == (200_000,)
+    std = 3.0 * (2**0.5 if distribution == "laplace" else 1.0)
+    assert abs(float(x.mean())) < 5 * std / 200_000**0.5  # five standard errors
+    assert float(x.std()) == pytest.approx(std, rel=0.02)
+    assert torch.equal(x, spec.sample((200_000,), noise_generator(SEED, "test")))
+    assert torch.equal(
+        NoiseSpec(distribution, 0.0).sample((3,), noise_generator(SEED, "test")), torch.zeros(3)
+    )
+
+
+def _server_r1(key_seed):
+    role, _ = make_party_server_key(
+        arm="sifl_m1", mode="m1", n=40, coding={**CODING, "key_seed": key_seed}, run_seed=0
+    )
+    r1 = role._r1(1, None)
+    # drawn from the Philox stream keyed by the server's secret noise seed (not a 64-bit torch seed)
+    stream = noise_generator(role._noise_seed, "server", "r1", 0, 1)
+    assert torch.equal(r1, NoiseSpec("gaussian", 1e3).sample((16,), stream))
+    return r1
+
+
+def _aggregator_R2(key_seed):
+    coding = {**CODING, "key_seed": key_seed}
+    state = make_party_aggregator_state(arm="sifl_m2", mode="m2", coding=coding, run_seed=0)
+    agg = aggregator_from_state(mode="m2", coding=coding, state=state, bounds=(0, 56), shard=0)
+    zero = Partial(
+        source=0,
+        round=1,
+        key_epoch=0,
+        weighted_sum=torch.zeros(56, dtype=torch.float64),
+        weight=1.0,
+        accepted=1,
+    )
+    W, _ = agg.reduce(1, 0, [zero])  # = 0·P2 + R2 N2: the aggregator's noise alone
+    stream = noise_generator(agg._noise_seed, "aggregator", "R2", 0, 1, 0)
+    R2 = NoiseSpec("gaussian", 1e3).sample((56, 1), stream)
+    assert torch.equal(W, agg.key.encode(torch.zeros(56, dtype=torch.float64), R2))
+    return W
+
+
+@pytest.mark.parametrize("draw", [_server_r1, _aggregator_R2], ids=["server r1", "aggregator R2"])
+def test_sifl_noise_is_secret_without_key_seed_and_reproducible_with_it(draw):
+    """Two parties with secret seeds draw different noise (the run seed is the same: it plays no part); two
+    parties with the same key_seed draw the same noise, and another key_seed other noise."""
+    a, b = draw(None), draw(None)
+    assert float(a.abs().max()) > 1.0 and not torch.equal(a, b)
+    assert torch.equal(draw(7), draw(7))
+    assert not torch.equal(draw(7), draw(8))
