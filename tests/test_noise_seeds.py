@@ -4,13 +4,25 @@ the public run seed."""
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 import torch
 
 from sifl_ray.coding import make_server_key
 from sifl_ray.coding.base import NoiseSpec
-from sifl_ray.keys import aggregator_from_state, make_party_aggregator_state, make_party_server_key
+from sifl_ray.keys import (
+    ClientNoiseSeeds,
+    aggregator_from_state,
+    key_inventory,
+    make_party_aggregator_state,
+    make_party_server_key,
+    party_seed,
+)
+from sifl_ray.models import build_model, flatten_params
+from sifl_ray.optim import TorchTrainer
+from sifl_ray.roles.client import ArmSetup, ClientWorkerRole, LocalTraining
 from sifl_ray.roles.messages import Partial
 from sifl_ray.roles.server import Server
 from sifl_ray.seeding import (
@@ -18,6 +30,7 @@ from sifl_ray.seeding import (
     _mt_init_genrand,
     noise_generator,
     secret_torch_generator,
+    torch_generator,
 )
 
 SEED = bytes(range(32))
@@ -135,3 +148,57 @@ def test_sifl_noise_is_secret_without_key_seed_and_reproducible_with_it(draw):
     assert float(a.abs().max()) > 1.0 and not torch.equal(a, b)
     assert torch.equal(draw(7), draw(7))
     assert not torch.equal(draw(7), draw(8))
+
+
+def _nbafl_noise(*, key_seed, run_seed, noise=None, t=2):
+    """What client 0's NbAFL noise was in round ``t``: a no-op client uploads clip(w0) + noise."""
+    gen = torch_generator(0, "init")
+    net = build_model("digits_mlp", input_shape=(1, 8, 8), num_classes=10, generator=gen).double()
+    w0 = flatten_params(net).to(torch.float64)
+    role = ClientWorkerRole(
+        worker=0,
+        x_train=np.zeros((20, 1, 8, 8), dtype=np.float32),
+        y_train=np.zeros(20, dtype=np.int64),
+        partitions={0: np.arange(20)},
+        trainer=TorchTrainer(net, "sgd", lr=0.1),
+        training=LocalTraining(
+            batch_size=8, local_epochs=1, local_steps=0, seed=run_seed, skip_training=True
+        ),
+        device=torch.device("cpu"),
+    )
+    noise = ClientNoiseSeeds(key_seed) if noise is None else noise
+    role.set_arm("nbafl", ArmSetup(mode="plain", nbafl_clip=1e9, nbafl_sigma=1.0, nbafl_noise=noise))
+    (partial,), _ = role.train_round("nbafl", t, w0, [0], [(0, w0.numel())])
+    return partial.weighted_sum / 20.0 - w0
+
+
+def test_nbafl_noise_differs_between_runs_without_key_seed():
+    """The run seed alone does not determine it: same run seed, two runs, two noises."""
+    a, b = _nbafl_noise(key_seed=None, run_seed=0), _nbafl_noise(key_seed=None, run_seed=0)
+    assert float(a.std()) == pytest.approx(1.0, rel=0.1)
+    assert float((a - b).abs().max()) > 1.0
+
+
+def test_nbafl_noise_is_reproducible_with_key_seed_and_independent_of_the_run_seed():
+    a = _nbafl_noise(key_seed=7, run_seed=0)
+    assert torch.allclose(a, _nbafl_noise(key_seed=7, run_seed=0), rtol=0, atol=1e-12)
+    assert torch.allclose(a, _nbafl_noise(key_seed=7, run_seed=123), rtol=0, atol=1e-12)
+    assert float((a - _nbafl_noise(key_seed=8, run_seed=0)).abs().max()) > 1.0
+    assert float((a - _nbafl_noise(key_seed=7, run_seed=0, t=3)).abs().max()) > 1.0  # a stream per round
+
+
+def test_client_noise_seeds_stay_in_their_worker():
+    """Made on first use, from the one rule (party_seed), kept for a retried round, never pickled."""
+    noise = ClientNoiseSeeds(key_seed=None)
+    assert key_inventory({"noise": noise}) == set()
+    first = _nbafl_noise(key_seed=None, run_seed=0, noise=noise)
+    assert torch.allclose(first, _nbafl_noise(key_seed=None, run_seed=0, noise=noise), rtol=0, atol=1e-12)
+    (seed,) = noise.client_seeds.values()
+    assert isinstance(seed, bytes) and len(seed) == 32
+    assert key_inventory({"noise": noise}) == {"client-noise-seed"}
+    blob = pickle.dumps(noise)
+    assert seed not in blob and pickle.loads(blob).client_seeds == {}
+    assert seed.hex() not in repr(noise)
+    derived = ClientNoiseSeeds(key_seed=7)
+    derived.generator("nbafl", 3, 1)
+    assert derived.client_seeds[("nbafl", 3)] == party_seed({"key_seed": 7}, "nbafl", "client-3")
