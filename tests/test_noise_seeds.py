@@ -4,6 +4,7 @@ the public run seed."""
 
 from __future__ import annotations
 
+import math
 import pickle
 
 import numpy as np
@@ -104,6 +105,10 @@ def test_noise_spec_draws_from_a_numpy_stream(distribution):
     std = 3.0 * (2**0.5 if distribution == "laplace" else 1.0)
     assert abs(float(x.mean())) < 5 * std / 200_000**0.5  # five standard errors
     assert float(x.std()) == pytest.approx(std, rel=0.02)
+    # the law, not only its moments: P(|X| > 3 std) is exp(-3√2) = 0.0144 for Laplace, 0.0027 for Gaussian
+    beyond = float((x.abs() > 3 * std).double().mean())
+    expected = math.exp(-3 * math.sqrt(2)) if distribution == "laplace" else 0.0026998
+    assert beyond == pytest.approx(expected, abs=5 * math.sqrt(expected / 200_000))  # five standard errors
     assert torch.equal(x, spec.sample((200_000,), noise_generator(SEED, "test")))
     assert torch.equal(
         NoiseSpec(distribution, 0.0).sample((3,), noise_generator(SEED, "test")), torch.zeros(3)

@@ -52,8 +52,9 @@ class NoiseSpec:
         """Draw float64 noise of ``shape`` from ``generator``.
 
         A NumPy generator (the parties' secret streams, :func:`sifl_ray.seeding.noise_generator`) draws on
-        the CPU (ziggurat normals; Laplace by inverse CDF) and the tensor is moved to ``device``; a
-        ``torch.Generator`` must live on ``device``. The same generator state gives the same numbers.
+        the CPU (ziggurat normals; Laplace as ``b·(E1 − E2)`` with E1, E2 independent Exp(1), exact and with
+        no logarithm of zero) and the tensor is moved to ``device``; a ``torch.Generator`` must live on
+        ``device``. The same generator state gives the same numbers.
         """
         if self.distribution not in ("gaussian", "laplace"):
             raise ValueError(
@@ -66,7 +67,9 @@ class NoiseSpec:
                 out = generator.standard_normal(shape)
                 out *= self.scale
             else:
-                out = generator.laplace(0.0, self.scale, shape)
+                out = generator.standard_exponential(shape)
+                out -= generator.standard_exponential(shape)
+                out *= self.scale
             return torch.from_numpy(out).to(device)
         if self.distribution == "gaussian":
             out = torch.randn(shape, generator=generator, dtype=CODING_DTYPE, device=device)
