@@ -43,9 +43,10 @@ class ClientNoiseSeeds:
     ``client-<id>``), made on first use in the worker's process and never sent anywhere.
 
     Round t's noise of client i comes from ``secret_torch_generator(seed_i, "noise", "nbafl", t)``: with
-    ``key_seed`` unset no other party, and not the run seed, determines it; a retried round draws the same
-    noise, so a resent upload reveals nothing new. A fresh worker (a replaced or resumed one) makes fresh
-    seeds. Pickling keeps only ``key_seed``: the seeds themselves never travel.
+    ``key_seed`` unset no other party, and not the run seed, determines it. A round retried on the same
+    worker draws the same noise, so the resent upload reveals nothing new; a fresh worker (a replaced one,
+    or every worker after a resume) makes fresh seeds, so a replayed round is then a new release unless
+    ``key_seed`` is set. Pickling keeps only ``key_seed``: the seeds themselves never travel.
 
     Args:
         key_seed: ``coding.key_seed`` (``None``: secure random seeds).
