@@ -1,28 +1,79 @@
-"""Each party makes its own key, inside its own actor, from its own secret seed.
+"""Each party makes its own key and its own noise seed, inside its own actor, from its own secret seed.
 
 Why here and not in the driver: SPEC "Parties" — no actor may receive another party's key material, and
-the driver orchestrates every party, so it must never hold a key either. With ``coding.key_seed`` unset a
-party draws 256 bits from the operating system's secure source (``secrets``); with an integer it derives
-its seed from it and its own name: reproducible (Ray vs in-process, resume), and not secret — for
-simulations only. The noise seeds of a party are derived from its key seed, so they are exactly as secret.
+the driver orchestrates every party, so it must never hold a key either. One rule, :func:`party_seed`, for
+every party secret: with ``coding.key_seed`` unset a party draws 256 bits from the operating system's secure
+source (``secrets``); with an integer it derives its seed from it and its own name: reproducible (Ray vs
+in-process, resume), and not secret — for simulations only.
+
+Noise is a secret too: it is what protects a release (the SIFL parties' ``r1``, ``R1``, ``R2``; an NbAFL
+client's Gaussian noise), and whoever knows the seed of a noise stream subtracts the noise and holds the
+release without it. So noise never comes from the public run seed. The server's and the aggregator's noise
+seeds are derived from their key seeds, exactly as secret; each NbAFL client's noise comes from its own
+:func:`party_seed`, made on first use inside the worker that hosts it (:class:`ClientNoiseSeeds`). Noise
+streams carry the seed's full secret (:mod:`sifl_ray.seeding`: Philox keyed by 128 bits, or a whole
+Mersenne Twister state), not a 64-bit ``manual_seed``.
 """
 
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
+
+import torch
 
 from sifl_ray.coding import IdentityKey, make_aggregator_key, make_server_key
 from sifl_ray.coding.base import NoiseSpec
 from sifl_ray.roles.aggregator import Aggregator
 from sifl_ray.roles.server import Server
-from sifl_ray.seeding import derive_bytes
+from sifl_ray.seeding import derive_bytes, secret_torch_generator
 
 
-def party_seed(coding: dict, arm: str, party: str) -> bytes:
-    """A party's 256-bit key seed: secure random, or derived from ``coding.key_seed`` (not secret)."""
+def party_seed(coding: Mapping, arm: str, party: str) -> bytes:
+    """A party's 256-bit secret seed (its key, its noise): 256 bits from ``secrets`` when
+    ``coding["key_seed"]`` is unset, else derived from it, the party's name and the arm (reproducible, not
+    secret: simulations only). Call it inside the party's own process."""
     if coding.get("key_seed") is None:
         return secrets.token_bytes(32)
     return derive_bytes(int(coding["key_seed"]), "key", party, arm)
+
+
+class ClientNoiseSeeds:
+    """The NbAFL noise seeds of the clients a worker hosts: one :func:`party_seed` per client (party
+    ``client-<id>``), made on first use in the worker's process and never sent anywhere.
+
+    Round t's noise of client i comes from ``secret_torch_generator(seed_i, "noise", "nbafl", t)``: with
+    ``key_seed`` unset no other party, and not the run seed, determines it. A round retried on the same
+    worker draws the same noise, so the resent upload reveals nothing new; a fresh worker (a replaced one,
+    or every worker after a resume) makes fresh seeds, so a replayed round is then a new release unless
+    ``key_seed`` is set. Pickling keeps only ``key_seed``: the seeds themselves never travel.
+
+    Args:
+        key_seed: ``coding.key_seed`` (``None``: secure random seeds).
+    """
+
+    def __init__(self, key_seed: int | None = None):
+        self.key_seed = key_seed
+        self.client_seeds: dict[tuple[str, int], bytes] = {}
+
+    def generator(self, arm: str, client: int, t: int) -> torch.Generator:
+        """Client ``client``'s noise stream of round ``t`` in ``arm``."""
+        seed = self.client_seeds.get((arm, client))
+        if seed is None:
+            seed = party_seed({"key_seed": self.key_seed}, arm, f"client-{client}")
+            self.client_seeds[(arm, client)] = seed
+        return secret_torch_generator(seed, "noise", "nbafl", t)
+
+    def __getstate__(self) -> dict:
+        return {"key_seed": self.key_seed}
+
+    def __setstate__(self, state: dict) -> None:
+        self.key_seed = state["key_seed"]
+        self.client_seeds = {}
+
+    def __repr__(self) -> str:
+        kind = "secure random" if self.key_seed is None else "derived from coding.key_seed"
+        return f"ClientNoiseSeeds({kind}, {len(self.client_seeds)} made)"
 
 
 def noise_spec(coding: dict, which: str) -> NoiseSpec:
@@ -93,9 +144,10 @@ def key_inventory(
 
     ``server-key`` (key 1 with ``N1``), ``server-client-view`` (``P1``/``P1L`` only), ``aggregator-key``
     (``P2``, ``N2``), ``aggregator-client-view`` (``P2R`` only), ``secret-seed`` (bytes held under a name
-    containing "seed": a key or noise seed reproduces the key or the noise), ``key-internals`` (a coding
-    object that is not a key, e.g. a backend core holding matrices, outside any key). Used by tests to prove
-    that no actor holds another party's key.
+    containing "seed": a key or noise seed reproduces the key or the noise), ``client-noise-seed`` (the
+    NbAFL noise seeds a worker made for its own clients, :class:`ClientNoiseSeeds`), ``key-internals`` (a
+    coding object that is not a key, e.g. a backend core holding matrices, outside any key). Used by tests
+    to prove that no actor holds another party's key.
     """
     from sifl_ray.coding import IdentityKey
     from sifl_ray.coding.base import AggregatorKey, ClientServerKey, ServerKey
@@ -106,6 +158,8 @@ def key_inventory(
     if isinstance(obj, int | float | str | bool) or obj is None or id(obj) in seen or _depth > 8:
         return set()
     seen.add(id(obj))
+    if isinstance(obj, ClientNoiseSeeds):
+        return {"client-noise-seed"} if obj.client_seeds else set()
     if isinstance(obj, IdentityKey):
         return set()
     if isinstance(obj, ServerKey):

@@ -42,6 +42,7 @@ from sifl_ray.checkpoint import (
 from sifl_ray.config import ConfigError, arm_kind, arm_names, load_run_config, nbafl_epsilon, to_yaml
 from sifl_ray.data import load_dataset, partition_dataset, sample_clients
 from sifl_ray.faults import FaultJournal, FaultPlan
+from sifl_ray.keys import ClientNoiseSeeds
 from sifl_ray.logging import RunLogger, format_table
 from sifl_ray.models import build_model, flatten_params
 from sifl_ray.privacy.accountant import SiflAccountant
@@ -485,6 +486,9 @@ class Simulation:
             # L = T: a client can upload in every round (also under sampling), see nbafl_exposures.
             exposures = nbafl_exposures(exposures=nb.exposures, rounds=cfg.train.rounds)
             setup["nbafl_clip"] = float(nb.clip)
+            # Each client's noise seed is made in its worker (secure random, or from coding.key_seed): never
+            # the run seed, which would let anyone holding the configuration subtract the noise.
+            setup["nbafl_noise"] = ClientNoiseSeeds(key_seed=cfg.coding.key_seed)
             setup["nbafl_sigma"] = float(
                 nbafl_sigma(
                     epsilon=eps,

@@ -201,8 +201,9 @@ def test_no_actor_holds_another_partys_key(ray_run):
     for name, kinds in inventory.items():
         if name.startswith("aggregator"):
             assert kinds == ["aggregator-key", "secret-seed"], (name, kinds)
-        if name.startswith("worker"):
-            assert kinds == ["aggregator-client-view", "server-client-view"], (name, kinds)
+        if name.startswith("worker"):  # and the NbAFL noise seeds of the clients it hosts, its own
+            views = ["aggregator-client-view", "server-client-view"]
+            assert kinds == sorted([*views, "client-noise-seed"]), (name, kinds)
 
 
 def test_key_inventory_sees_seeds_raw_cores_and_keys():
@@ -232,6 +233,11 @@ def test_no_key_material_in_event_files_or_summary(ray_run):
         for party in ("server", "aggregator"):
             seed = party_seed({"key_seed": cfg.coding.key_seed}, arm, party)
             secrets_ += [seed, seed.hex().encode(), base64.b64encode(seed)]
+    for arm in (a for a in result.history if a.startswith("nbafl")):
+        for client in range(cfg.clients.num_clients):  # each client's NbAFL noise seed
+            seed = party_seed({"key_seed": cfg.coding.key_seed}, arm, f"client-{client}")
+            secrets_ += [seed, seed.hex().encode(), base64.b64encode(seed)]
+    assert len(secrets_) == 3 * (4 + cfg.clients.num_clients)
     files = [p for p in Path(result.run_dir).rglob("*") if p.is_file()]
     assert any(p.name == "summary.json" for p in files)
     for path in files:

@@ -6,6 +6,8 @@ recovers from whole vectors, with figures, and prints the per-element ε beside 
 * :mod:`.transcript`: :class:`TranscriptRecorder`, what each channel carried (uploads, broadcasts, M2 server
   inputs; no seed, no key, no plain model);
 * :mod:`.adversaries`: the attacks, using only the attacking party's view;
+* :mod:`.element_noise`: per element, the noise in one upload vs in a same-round difference (the aggregator's
+  view; the per-element ε does not hold against it);
 * :mod:`.audit`: an empirical DP audit with Clopper–Pearson bounds (keys granted);
 * :mod:`.suite`: a small-model SIFL simulator with the real keys, the plain models kept on the side for
   scoring, and :func:`run_suite`;

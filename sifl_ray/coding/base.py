@@ -1,8 +1,10 @@
 """Interfaces of the immersion codes (SPEC "SIFL M1", "SIFL M2", "Choosing the matrices").
 
 A code is a value: an immutable key object with pure maps. Randomness (the noise ``r1``, ``R1``, ``R2``)
-is always passed in, never drawn from global state, so the same key gives the same numbers in any
-process. All coding arithmetic is float64 (SPEC "Precision").
+is always passed in as a generator, never drawn from global state, so the same key gives the same numbers in
+any process. The parties draw their noise from :func:`sifl_ray.seeding.noise_generator` (Philox keyed by
+their secret seed: the noise is what protects a release, and a seed known to the adversary removes it).
+All coding arithmetic is float64 (SPEC "Precision").
 
 Who holds what (SPEC "Parties"): the server holds a :class:`ServerKey` (``P1``, ``P1L``, ``N1``); a client
 holds only ``ServerKey.client_view()`` (``P1`` and ``P1L``, which the target optimizer needs) and, in M2,
@@ -17,9 +19,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
 import torch
 
 CODING_DTYPE = torch.float64
+
+#: Where noise comes from: a NumPy generator (the parties' secret streams) or a ``torch.Generator``.
+NoiseGenerator = np.random.Generator | torch.Generator
 
 NoiseDistribution = Literal["gaussian", "laplace"]
 
@@ -40,22 +46,37 @@ class NoiseSpec:
     def sample(
         self,
         shape: tuple[int, ...],
-        generator: torch.Generator,
+        generator: NoiseGenerator,
         device: str | torch.device = "cpu",
     ) -> torch.Tensor:
-        """Draw float64 noise of ``shape`` from ``generator`` (which must live on ``device``)."""
+        """Draw float64 noise of ``shape`` from ``generator``.
+
+        A NumPy generator (the parties' secret streams, :func:`sifl_ray.seeding.noise_generator`) draws on
+        the CPU (ziggurat normals; Laplace as ``b·(E1 − E2)`` with E1, E2 independent Exp(1), exact and with
+        no logarithm of zero) and the tensor is moved to ``device``; a ``torch.Generator`` must live on
+        ``device``. The same generator state gives the same numbers.
+        """
+        if self.distribution not in ("gaussian", "laplace"):
+            raise ValueError(
+                f"unknown noise distribution {self.distribution!r}; expected 'gaussian' or 'laplace'"
+            )
         if self.scale == 0.0 or math.prod(shape) == 0:
             return torch.zeros(shape, dtype=CODING_DTYPE, device=device)
+        if isinstance(generator, np.random.Generator):
+            if self.distribution == "gaussian":
+                out = generator.standard_normal(shape)
+                out *= self.scale
+            else:
+                out = generator.standard_exponential(shape)
+                out -= generator.standard_exponential(shape)
+                out *= self.scale
+            return torch.from_numpy(out).to(device)
         if self.distribution == "gaussian":
             out = torch.randn(shape, generator=generator, dtype=CODING_DTYPE, device=device)
             return out.mul_(self.scale)
-        if self.distribution == "laplace":
-            # Inverse CDF of Laplace(0, b) from U(-1/2, 1/2); exact in float64 except at |u| = 1/2.
-            u = torch.rand(shape, generator=generator, dtype=CODING_DTYPE, device=device) - 0.5
-            return -self.scale * torch.sign(u) * torch.log1p(-2.0 * u.abs())
-        raise ValueError(
-            f"unknown noise distribution {self.distribution!r}; expected 'gaussian' or 'laplace'"
-        )
+        # Laplace: inverse CDF of Laplace(0, b) from U(-1/2, 1/2); exact in float64 except at |u| = 1/2.
+        u = torch.rand(shape, generator=generator, dtype=CODING_DTYPE, device=device) - 0.5
+        return -self.scale * torch.sign(u) * torch.log1p(-2.0 * u.abs())
 
 
 @dataclass(frozen=True)

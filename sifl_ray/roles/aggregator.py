@@ -16,7 +16,7 @@ import torch
 
 from sifl_ray.coding.base import CODING_DTYPE, AggregatorKey, NoiseSpec
 from sifl_ray.roles.messages import Partial
-from sifl_ray.seeding import torch_generator
+from sifl_ray.seeding import noise_generator
 
 
 def check_upload(
@@ -86,7 +86,9 @@ class Aggregator:
         mode: ``"plain"``, ``"m1"`` or ``"m2"``.
         key: key 2 (M2 only).
         noise: the law of ``R2``.
-        noise_seed: secret seed of the aggregator's noise streams.
+        noise_seed: secret seed of the aggregator's noise streams (Philox keyed by it,
+            :func:`sifl_ray.seeding.noise_generator`): ``R2`` hides the average from the server, and a seed
+            known to the server would let it subtract ``R2``.
         bounds: the shard's row range.
     """
 
@@ -164,7 +166,7 @@ class Aggregator:
         encode_s = 0.0
         if self.mode == "m2":
             assert self.key is not None
-            gen = torch_generator(self._noise_seed, "aggregator", "R2", key_epoch, t, self.shard)
+            gen = noise_generator(self._noise_seed, "aggregator", "R2", key_epoch, t, self.shard)
             R2 = self.noise.sample((acc.shape[0], self.key.p - 1), gen)
             acc = self.key.encode(acc, R2)
             encode_s = time.perf_counter() - start - aggregate_s

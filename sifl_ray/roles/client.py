@@ -17,19 +17,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from sifl_ray.coding.base import CODING_DTYPE, AggregatorKey, ClientServerKey
 from sifl_ray.data import client_batches
+from sifl_ray.keys import ClientNoiseSeeds
 from sifl_ray.optim import TorchTrainer, fused_update, stepwise_update
 from sifl_ray.privacy.clipping import clip_norm_
 from sifl_ray.privacy.nbafl import privatize_upload
 from sifl_ray.roles.aggregator import check_upload
 from sifl_ray.roles.messages import Partial, WorkerReport
-from sifl_ray.seeding import torch_generator
 
 
 def all_finite(x: torch.Tensor) -> bool:
@@ -55,6 +55,7 @@ class ArmSetup:
     nbafl_sigma: float = 0.0
     model_clip: float = 0.0  # > 0: clip every local model to ‖w_i‖ ≤ C (privacy.clip) before upload
     key_epoch: int = 0
+    nbafl_noise: ClientNoiseSeeds = field(default_factory=ClientNoiseSeeds)  # each client's secret noise seed
 
 
 @dataclass(frozen=True)
@@ -182,7 +183,7 @@ class ClientWorkerRole:
                     report.clipped += clip_norm_(w_k, setup.model_clip)
                 if setup.nbafl_clip > 0:
                     report.clipped += bool(torch.linalg.vector_norm(w_k) > setup.nbafl_clip)
-                    gen = torch_generator(self.training.seed, "nbafl", arm, client, t)
+                    gen = setup.nbafl_noise.generator(arm, client, t)  # the client's secret, not the run seed
                     w_k = privatize_upload(
                         w_k.to(CODING_DTYPE).cpu(),
                         clip=setup.nbafl_clip,

@@ -12,7 +12,7 @@ import time
 import torch
 
 from sifl_ray.coding.base import CODING_DTYPE, NoiseSpec, ServerKey
-from sifl_ray.seeding import torch_generator
+from sifl_ray.seeding import noise_generator
 
 
 class Server:
@@ -22,7 +22,9 @@ class Server:
         mode: ``"plain"`` (fl and nbafl: the identity code, nothing to encode), ``"m1"`` or ``"m2"``.
         key: key 1; an identity key for ``plain``.
         noise: the law of ``r1`` / ``R1``.
-        noise_seed: secret seed of the server's noise streams (one stream per round).
+        noise_seed: secret seed of the server's noise streams (one stream per round, Philox keyed by it:
+            :func:`sifl_ray.seeding.noise_generator`). The noise is what hides the model in every
+            broadcast; a seed known to anyone else would let them subtract it.
         p: columns of the aggregator code (M2).
     """
 
@@ -60,7 +62,7 @@ class Server:
         if self.mode == "plain":
             return None
         shape = (self.key.n_tilde - self.key.n,) if cols is None else (self.key.n_tilde - self.key.n, cols)
-        gen = torch_generator(self._noise_seed, "server", "r1", self.key.epoch, t)
+        gen = noise_generator(self._noise_seed, "server", "r1", self.key.epoch, t)
         return self.noise.sample(shape, gen)
 
     def initial_broadcast(self, w0: torch.Tensor) -> torch.Tensor:

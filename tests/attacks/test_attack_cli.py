@@ -19,7 +19,7 @@ RUN_SEED, KEY_SEED = 2718281828, 31415926535  # distinctive: a leak of either is
 
 RESULT = re.compile(
     r"^RESULT attacks full_rank_round=(\d+|none) projection_error=(\S+) m2_server_corr=(\S+) "
-    r"audit_eps_lb=(\S+) paper_eps=(\S+)$"
+    r"audit_eps_lb=(\S+) paper_eps=(\S+) diff_noise_ratio=(\S+)$"
 )
 
 
@@ -100,6 +100,7 @@ def test_attack_main_writes_outputs_and_ends_with_result_line(run):
     assert m, lines[-1]
     assert m.group(1) == "6"  # ceil(24 / 4)
     assert float(m.group(4)) > 4 and float(m.group(5)) < 1e-6  # 500 trials: the bound is about ln(500/3.7)
+    assert 0 < float(m.group(6)) < 1e-9  # same-round differences: round-off only (test_attack_element_noise)
 
     data = json.loads((out / "result.json").read_text())
     assert data["headline"]["full_rank_round"] == 6
@@ -133,7 +134,8 @@ def test_threat_models_are_labelled_and_result_line_is_uploads_only(run):
     figs = next(d for d in data["designs"] if d["design"] == "fast-oblique")["figures"]
     for name in ("telescoped", "geometry_ratio_broadcast", "geometry_cosine_broadcast"):
         assert figs[name]["threat_model"] == AGGREGATOR_BROADCASTS
-    for name in ("difference_rank", "projection", "regression", "geometry_ratio", "geometry_cosine"):
+    uploads_only = ("difference_rank", "difference_noise", "difference_noise_control", "projection")
+    for name in (*uploads_only, "regression", "geometry_ratio", "geometry_cosine"):
         assert figs[name]["threat_model"] == AGGREGATOR
     uploads_only = [figs[k]["value"] for k in ("projection", "regression") if figs[k]["value"] is not None]
     assert uploads_only and data["headline"]["projection_error"] == min(uploads_only)

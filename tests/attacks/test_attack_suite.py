@@ -110,8 +110,29 @@ def test_threat_models_follow_the_spec_parties(suite):
         assert f["geometry_ratio_broadcast"].threat_model == AGGREGATOR_BROADCASTS
         assert f["geometry_cosine_broadcast"].threat_model == AGGREGATOR_BROADCASTS
         uploads_only = ("difference_rank", "projection", "regression", "geometry_ratio", "geometry_cosine")
+        uploads_only += ("difference_noise", "difference_noise_control")
         assert all(f[k].threat_model == AGGREGATOR for k in uploads_only)
         assert "broadcast" in AGGREGATOR_BROADCASTS and "broadcast" not in AGGREGATOR
+
+
+def test_same_round_differences_are_noise_free_per_element_in_every_design(suite):
+    """(a) per element: the noise in element j of w~_i - w~_k is round-off (the per-element ε does not hold
+    against the aggregator); the control with independent draws shows √2. The control's tolerance: m = 8
+    noise dimensions, 10 pairs of rounds; for N1ᵀN1 = β²I (pinv keys) the ratio's standard deviation is
+    1/√(2(mT + 1)) (derivation in test_attack_element_noise), five of them allowed; oblique keys weight the
+    noise dimensions unequally (fewer effective dimensions), so only the pinv keys are held to it."""
+    from sifl_ray.attacks.suite import AGGREGATOR
+
+    for d in suite.designs:
+        f = d.figures["difference_noise"]
+        assert f.threat_model == AGGREGATOR and 0 < f.value < 1e-9, d.design
+        assert all(v < 1e-9 for v in f.per_round.values())
+        assert 1.0 < d.figures["difference_noise_control"].value < 2.0, d.design
+    for name in ("dense-pinv", "fast-pinv", "block-pinv"):
+        control = _fig(suite, name, "difference_noise_control")
+        assert control.value == pytest.approx(math.sqrt(2), abs=5 / math.sqrt(2 * (8 * 10 + 1))), name
+    assert suite.headline()["diff_noise_ratio"] == _fig(suite, "fast-oblique", "difference_noise").value
+    assert list(suite.headline())[-1] == "diff_noise_ratio"
 
 
 def test_known_plaintext_pairs_needed_per_block(suite):
