@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import http.server
+import inspect
 import math
 import struct
 import threading
@@ -22,6 +23,7 @@ from hypothesis import given, settings
 
 from sifl_ray.data import (
     IDX_FILES,
+    PARTITIONERS,
     ChecksumMismatchError,
     Dataset,
     DatasetDownloadError,
@@ -37,8 +39,10 @@ from sifl_ray.data import (
     partition_iid,
     partition_shards,
     read_idx,
+    register_partitioner,
     sample_clients,
 )
+from sifl_ray.data.partition import PARTITION_OPTIONS
 from sifl_ray.models import build_model
 from sifl_ray.seeding import numpy_generator
 
@@ -530,6 +534,57 @@ def test_partition_dataset_uses_named_streams() -> None:
     assert len(partition_dataset(labels, scheme="shards", num_clients=5, seed=1)) == 5
     with pytest.raises(ValueError, match="unknown partition scheme 'pathological'"):
         partition_dataset(labels, scheme="pathological", num_clients=5, seed=1)
+
+
+@pytest.fixture
+def restore_partitioners() -> Iterator[None]:
+    """Put :data:`PARTITIONERS` back as it was, so a toy scheme registered by a test does not leak."""
+    saved = dict(PARTITIONERS)
+    yield
+    PARTITIONERS.clear()
+    PARTITIONERS.update(saved)
+
+
+def test_a_registered_partitioner_is_accepted_and_unknown_schemes_list_the_registry(
+    restore_partitioners: None,
+) -> None:
+    labels = _labels(103)
+    with pytest.raises(
+        ValueError, match="unknown partition scheme 'round_robin'; registered: iid, dirichlet, shards"
+    ):
+        partition_dataset(labels, scheme="round_robin", num_clients=4, seed=1)
+
+    @register_partitioner("round_robin")
+    def partition_round_robin(
+        labels: np.ndarray, num_clients: int, generator: np.random.Generator
+    ) -> list[np.ndarray]:
+        """Deal the samples out like cards, starting from a random client."""
+        order = np.roll(np.arange(num_clients), int(generator.integers(num_clients)))
+        return [np.arange(k, labels.size, num_clients, dtype=np.int64) for k in order]
+
+    # Accepted by name, on its own stream, given none of the options it did not ask for.
+    parts = partition_dataset(labels, scheme="round_robin", num_clients=4, seed=1, alpha=0.1)
+    _assert_exact_cover(parts, labels.size)
+    direct = partition_round_robin(labels, 4, numpy_generator(1, "partition", "round_robin"))
+    assert all(np.array_equal(a, b) for a, b in zip(parts, direct, strict=True))
+
+    with pytest.raises(ValueError, match=r"registered: iid, dirichlet, shards, round_robin\. Fix:"):
+        partition_dataset(labels, scheme="pathological", num_clients=4, seed=1)
+    with pytest.raises(ValueError, match="'round_robin' is already registered"):
+        register_partitioner("round_robin")(partition_round_robin)
+    with pytest.raises(ValueError, match=r"unknown option.*beta"):
+        register_partitioner("skewed", options=("beta",))
+
+
+def test_partition_options_are_partition_datasets_keywords() -> None:
+    """The options a scheme may ask for are exactly the knobs partition_dataset hands out."""
+    keywords = [
+        p.name
+        for p in inspect.signature(partition_dataset).parameters.values()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in ("scheme", "num_clients", "seed")
+    ]
+    assert keywords == list(PARTITION_OPTIONS)
+    assert list(PARTITIONERS) == ["iid", "dirichlet", "shards"]  # the built-ins, in the order shown to users
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ One module per concern:
 - :mod:`~sifl_ray.data.download`: where those files are found, fetched from and how they are verified;
 - :mod:`~sifl_ray.data.datasets`: the :class:`Dataset` value and its loaders (MNIST, Fashion-MNIST,
   digits, synthetic), scaling, standardisation and subsampling;
-- :mod:`~sifl_ray.data.partition`: how the training set is split across clients;
+- :mod:`~sifl_ray.data.partition`: how the training set is split across clients, one registered
+  function per scheme (:data:`PARTITIONERS`);
 - :mod:`~sifl_ray.data.sampling`: per round, which clients take part and which minibatches they use.
 
 Everything random here takes its randomness from a named stream of the run seed (``sifl_ray.seeding``):
@@ -34,7 +35,15 @@ from sifl_ray.data.download import (
     DatasetError,
 )
 from sifl_ray.data.idx import IDXFormatError, encode_idx, read_idx
-from sifl_ray.data.partition import partition_dataset, partition_dirichlet, partition_iid, partition_shards
+from sifl_ray.data.partition import (
+    PARTITIONERS,
+    Partitioner,
+    partition_dataset,
+    partition_dirichlet,
+    partition_iid,
+    partition_shards,
+    register_partitioner,
+)
 from sifl_ray.data.sampling import client_batches, sample_clients
 
 __all__ = [
@@ -42,11 +51,13 @@ __all__ = [
     "IDX_FILES",
     "MNIST_CHECKSUMS",
     "MNIST_MIRRORS",
+    "PARTITIONERS",
     "ChecksumMismatchError",
     "Dataset",
     "DatasetDownloadError",
     "DatasetError",
     "IDXFormatError",
+    "Partitioner",
     "client_batches",
     "encode_idx",
     "load_dataset",
@@ -58,5 +69,6 @@ __all__ = [
     "partition_iid",
     "partition_shards",
     "read_idx",
+    "register_partitioner",
     "sample_clients",
 ]

@@ -3,21 +3,92 @@
 Each partitioner returns ``num_clients`` sorted int64 index arrays that together cover every sample
 exactly once, and draws its randomness from the generator it is given; :func:`partition_dataset` gives
 it the stream ``(seed, "partition", scheme)``.
+
+The schemes live in one registry, :data:`PARTITIONERS`, which :func:`partition_dataset` dispatches through
+and the configuration validator reads (``data.partition``). Adding a scheme is one function and one
+registration::
+
+    @register_partitioner("round_robin")
+    def partition_round_robin(labels, num_clients, generator):
+        return [np.arange(k, len(labels), num_clients) for k in range(num_clients)]
+
+A scheme that needs a knob declares which of :func:`partition_dataset`'s options it takes
+(``options=("alpha",)``); it receives them as keyword arguments.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
 from sifl_ray.seeding import numpy_generator
 
-__all__ = ["partition_dataset", "partition_dirichlet", "partition_iid", "partition_shards"]
+__all__ = [
+    "PARTITIONERS",
+    "PARTITION_OPTIONS",
+    "Partitioner",
+    "partition_dataset",
+    "partition_dirichlet",
+    "partition_iid",
+    "partition_shards",
+    "register_partitioner",
+]
 
-PartitionScheme = Literal["iid", "dirichlet", "shards"]
+PARTITION_OPTIONS = ("alpha", "shards_per_client", "min_size")
+"""The keyword options of :func:`partition_dataset` a partitioner can ask for (the scenario's knobs)."""
+
+
+@dataclass(frozen=True)
+class Partitioner:
+    """A registered scheme: ``function(labels, num_clients, generator=..., **options) -> parts``.
+
+    Attributes:
+        function: returns ``num_clients`` sorted int64 index arrays covering every sample exactly once.
+        options: the names in :data:`PARTITION_OPTIONS` it takes, passed as keyword arguments.
+    """
+
+    function: Callable[..., list[np.ndarray]]
+    options: tuple[str, ...] = ()
+
+
+PARTITIONERS: dict[str, Partitioner] = {}
+"""Scheme name → :class:`Partitioner`, in registration order: the names ``data.partition`` accepts."""
+
+_F = TypeVar("_F", bound=Callable[..., list[np.ndarray]])
+
+
+def register_partitioner(name: str, *, options: Sequence[str] = ()) -> Callable[[_F], _F]:
+    """Decorator: register a partitioner under ``name`` and return it unchanged.
+
+    Args:
+        name: the scheme's name, as a scenario writes it (``data.partition=<name>``).
+        options: which of :data:`PARTITION_OPTIONS` the function takes as keyword arguments.
+
+    Raises:
+        ValueError: ``name`` is already registered (two schemes must not silently share a name), or an
+            option is not one :func:`partition_dataset` can give.
+    """
+    unknown = [o for o in options if o not in PARTITION_OPTIONS]
+    if unknown:
+        raise ValueError(
+            f"partitioner {name!r}: unknown option(s) {', '.join(unknown)}; partition_dataset can pass "
+            f"{', '.join(PARTITION_OPTIONS)}"
+        )
+
+    def register(function: _F) -> _F:
+        if name in PARTITIONERS:
+            taken_by = PARTITIONERS[name].function.__qualname__
+            raise ValueError(
+                f"partition scheme {name!r} is already registered ({taken_by}); choose another name"
+            )
+        PARTITIONERS[name] = Partitioner(function, tuple(options))
+        return function
+
+    return register
 
 
 def _check_partition_args(labels: np.ndarray, num_clients: int) -> np.ndarray:
@@ -38,6 +109,7 @@ def _sorted_int64(parts: Sequence[np.ndarray]) -> list[np.ndarray]:
     return [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
 
 
+@register_partitioner("iid")
 def partition_iid(labels: np.ndarray, num_clients: int, generator: np.random.Generator) -> list[np.ndarray]:
     """Shuffle and cut into ``num_clients`` near-equal parts (sizes differ by at most one).
 
@@ -48,6 +120,7 @@ def partition_iid(labels: np.ndarray, num_clients: int, generator: np.random.Gen
     return _sorted_int64(np.array_split(generator.permutation(labels.size), num_clients))
 
 
+@register_partitioner("dirichlet", options=("alpha", "min_size"))
 def partition_dirichlet(
     labels: np.ndarray,
     num_clients: int,
@@ -94,6 +167,7 @@ def partition_dirichlet(
     return _sorted_int64(parts)
 
 
+@register_partitioner("shards", options=("shards_per_client",))
 def partition_shards(
     labels: np.ndarray,
     num_clients: int,
@@ -130,19 +204,29 @@ def partition_shards(
 def partition_dataset(
     labels: np.ndarray,
     *,
-    scheme: PartitionScheme | str,
+    scheme: str,
     num_clients: int,
     seed: int,
     alpha: float = 0.5,
     shards_per_client: int = 2,
     min_size: int = 1,
 ) -> list[np.ndarray]:
-    """Dispatch on ``scheme`` with the stream ``(seed, "partition", scheme)``, as a scenario names it."""
-    gen = numpy_generator(seed, "partition", scheme)
-    if scheme == "iid":
-        return partition_iid(labels, num_clients, gen)
-    if scheme == "dirichlet":
-        return partition_dirichlet(labels, num_clients, alpha, gen, min_size=min_size)
-    if scheme == "shards":
-        return partition_shards(labels, num_clients, shards_per_client, gen)
-    raise ValueError(f"unknown partition scheme {scheme!r}; expected 'iid', 'dirichlet' or 'shards'")
+    """Partition with the registered ``scheme``, drawing from the stream ``(seed, "partition", scheme)``.
+
+    Each scheme receives only the options it registered (``alpha`` and ``min_size`` for ``dirichlet``,
+    ``shards_per_client`` for ``shards``); the others are ignored.
+
+    Raises:
+        ValueError: ``scheme`` is not registered (the message lists the registered ones), or the
+            partitioner's own checks fail.
+    """
+    partitioner = PARTITIONERS.get(scheme)
+    if partitioner is None:
+        raise ValueError(
+            f"unknown partition scheme {scheme!r}; registered: {', '.join(PARTITIONERS)}. Fix: use one of "
+            "them, or register yours with @register_partitioner (sifl_ray.data.partition)"
+        )
+    given = {"alpha": alpha, "shards_per_client": shards_per_client, "min_size": min_size}
+    options = {name: given[name] for name in partitioner.options}
+    generator = numpy_generator(seed, "partition", scheme)
+    return partitioner.function(labels, num_clients, generator=generator, **options)
