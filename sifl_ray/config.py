@@ -37,7 +37,7 @@ class DataConfig:
     limit_train: int | None = None  # keep a random subset of the training set (scaled-down runs)
     limit_test: int | None = None
     test_fraction: float = 0.25  # digits only
-    partition: str = "iid"  # iid | dirichlet | shards
+    partition: str = "iid"  # a name in sifl_ray.data.PARTITIONERS: iid, dirichlet, shards, ...
     dirichlet_alpha: float = 0.5
     shards_per_client: int = 2
 
@@ -197,9 +197,17 @@ class ConfigError(ValueError):
         super().__init__("\n".join(lines))
 
 
-CHOICES: dict[str, tuple[str, ...]] = {
+def _partition_schemes() -> tuple[str, ...]:
+    """The partitioners' names, read from their registry (``sifl_ray.data.partition``) when validating."""
+    from sifl_ray.data.partition import PARTITIONERS  # deferred: importing config must stay cheap
+
+    return tuple(PARTITIONERS)
+
+
+# key → the allowed values, or a function returning them where a registry elsewhere owns the list
+CHOICES: dict[str, tuple[str, ...] | typing.Callable[[], tuple[str, ...]]] = {
     "data.name": ("digits", "mnist", "fashion_mnist", "synthetic"),
-    "data.partition": ("iid", "dirichlet", "shards"),
+    "data.partition": _partition_schemes,
     "train.model": ("mlp", "cnn", "cnn2", "digits_mlp"),
     "coding.backend": ("fast", "dense", "block"),
     "coding.left_inverse": ("oblique", "pinv"),
@@ -391,11 +399,14 @@ def _validate_tree(schema: type, raw: dict, prefix: str, problems: list[str]) ->
                 f"set {dotted}=<{_type_name(hint_t)}>"
             )
             continue
-        if dotted in CHOICES and coerced not in CHOICES[dotted]:
+        choices = CHOICES.get(dotted)
+        if callable(choices):
+            choices = choices()
+        if choices is not None and coerced not in choices:
             meaning = f" ({CHOICE_HELP[dotted]})" if dotted in CHOICE_HELP else ""
             problems.append(
-                f"{dotted}: expected one of {', '.join(CHOICES[dotted])}{meaning}, got {coerced!r}; "
-                f"set {dotted}={CHOICES[dotted][0]}"
+                f"{dotted}: expected one of {', '.join(choices)}{meaning}, got {coerced!r}; "
+                f"set {dotted}={choices[0]}"
             )
             continue
         if dotted in RANGES and coerced is not None:

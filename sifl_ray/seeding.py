@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 
 def derive_bytes(seed: int | bytes, *names: object, nbytes: int = 32) -> bytes:
@@ -48,6 +51,8 @@ def derive_seed(seed: int | bytes, *names: object) -> int:
 
 def torch_generator(seed: int | bytes, *names: object, device: str | torch.device = "cpu") -> torch.Generator:
     """A ``torch.Generator`` on ``device`` seeded for the stream ``(seed, *names)``."""
+    import torch  # deferred: NumPy-only users (data partitions, read by config validation) skip torch
+
     gen = torch.Generator(device=device)
     gen.manual_seed(derive_seed(seed, *names))
     return gen

@@ -100,3 +100,26 @@ def test_nbafl_exposures_and_calibration_keys():
     assert (
         "How many uploads it covers is nbafl.exposures" in text and "set nbafl.calibration=classical" in text
     )
+
+
+def test_partition_choices_are_read_from_the_partitioner_registry(monkeypatch):
+    from sifl_ray.data.partition import PARTITIONERS
+
+    with pytest.raises(
+        ConfigError, match=r"data\.partition: expected one of iid, dirichlet, shards, got 'toy'"
+    ):
+        load_config(["data.partition=toy"])
+    monkeypatch.setitem(PARTITIONERS, "toy", PARTITIONERS["iid"])  # undone after the test
+    assert load_config(["data.partition=toy"]).data.partition == "toy"
+
+
+def test_validation_stays_free_of_torch():
+    """``sifl run`` validates before the heavy imports so that a typo answers at once; reading the
+    partitioner registry must not pull torch in."""
+    code = (
+        "import sys; from sifl_ray.config import load_config; "
+        "load_config(['data.partition=shards']); print('torch' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "False"

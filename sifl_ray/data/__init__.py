@@ -1,0 +1,74 @@
+"""Datasets, client partitions, client sampling and minibatch order (SPEC "The paper's experiments").
+
+One module per concern:
+
+- :mod:`~sifl_ray.data.idx`: the IDX file format (MNIST, Fashion-MNIST), read strictly and written back;
+- :mod:`~sifl_ray.data.download`: where those files are found, fetched from and how they are verified;
+- :mod:`~sifl_ray.data.datasets`: the :class:`Dataset` value and its loaders (MNIST, Fashion-MNIST,
+  digits, synthetic), scaling, standardisation and subsampling;
+- :mod:`~sifl_ray.data.partition`: how the training set is split across clients, one registered
+  function per scheme (:data:`PARTITIONERS`);
+- :mod:`~sifl_ray.data.sampling`: per round, which clients take part and which minibatches they use.
+
+Everything random here takes its randomness from a named stream of the run seed (``sifl_ray.seeding``):
+the train/test split of digits (``"data", "digits_split"``), synthetic data (``"data", "synthetic"``),
+subsampling (``"data", "subsample", name``), partitions (``"partition", scheme``), client sampling
+(``"sample_clients", round``) and minibatches (``"batches", client, round``). The stream names do not
+mention the arm (FL, SIFL M1, SIFL M2), so every arm of a scenario sees the same data, the same clients and
+the same minibatches: differences between arms come from the coding alone.
+"""
+
+from sifl_ray.data.datasets import (
+    DATASET_NAMES,
+    Dataset,
+    load_dataset,
+    load_digits_dataset,
+    load_mnist,
+    make_synthetic,
+)
+from sifl_ray.data.download import (
+    IDX_FILES,
+    MNIST_CHECKSUMS,
+    MNIST_MIRRORS,
+    ChecksumMismatchError,
+    DatasetDownloadError,
+    DatasetError,
+)
+from sifl_ray.data.idx import IDXFormatError, encode_idx, read_idx
+from sifl_ray.data.partition import (
+    PARTITIONERS,
+    Partitioner,
+    partition_dataset,
+    partition_dirichlet,
+    partition_iid,
+    partition_shards,
+    register_partitioner,
+)
+from sifl_ray.data.sampling import client_batches, sample_clients
+
+__all__ = [
+    "DATASET_NAMES",
+    "IDX_FILES",
+    "MNIST_CHECKSUMS",
+    "MNIST_MIRRORS",
+    "PARTITIONERS",
+    "ChecksumMismatchError",
+    "Dataset",
+    "DatasetDownloadError",
+    "DatasetError",
+    "IDXFormatError",
+    "Partitioner",
+    "client_batches",
+    "encode_idx",
+    "load_dataset",
+    "load_digits_dataset",
+    "load_mnist",
+    "make_synthetic",
+    "partition_dataset",
+    "partition_dirichlet",
+    "partition_iid",
+    "partition_shards",
+    "read_idx",
+    "register_partitioner",
+    "sample_clients",
+]

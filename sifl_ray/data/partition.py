@@ -1,0 +1,232 @@
+"""Partitions of a training set across clients: IID, Dirichlet label skew, McMahan's shards.
+
+Each partitioner returns ``num_clients`` sorted int64 index arrays that together cover every sample
+exactly once, and draws its randomness from the generator it is given; :func:`partition_dataset` gives
+it the stream ``(seed, "partition", scheme)``.
+
+The schemes live in one registry, :data:`PARTITIONERS`, which :func:`partition_dataset` dispatches through
+and the configuration validator reads (``data.partition``). Adding a scheme is one function and one
+registration::
+
+    @register_partitioner("round_robin")
+    def partition_round_robin(labels, num_clients, generator):
+        return [np.arange(k, len(labels), num_clients) for k in range(num_clients)]
+
+A scheme that needs a knob declares which of :func:`partition_dataset`'s options it takes
+(``options=("alpha",)``); it receives them as keyword arguments.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+
+from sifl_ray.seeding import numpy_generator
+
+__all__ = [
+    "PARTITIONERS",
+    "PARTITION_OPTIONS",
+    "Partitioner",
+    "partition_dataset",
+    "partition_dirichlet",
+    "partition_iid",
+    "partition_shards",
+    "register_partitioner",
+]
+
+PARTITION_OPTIONS = ("alpha", "shards_per_client", "min_size")
+"""The keyword options of :func:`partition_dataset` a partitioner can ask for (the scenario's knobs)."""
+
+
+@dataclass(frozen=True)
+class Partitioner:
+    """A registered scheme: ``function(labels, num_clients, generator=..., **options) -> parts``.
+
+    Attributes:
+        function: returns ``num_clients`` sorted int64 index arrays covering every sample exactly once.
+        options: the names in :data:`PARTITION_OPTIONS` it takes, passed as keyword arguments.
+    """
+
+    function: Callable[..., list[np.ndarray]]
+    options: tuple[str, ...] = ()
+
+
+PARTITIONERS: dict[str, Partitioner] = {}
+"""Scheme name → :class:`Partitioner`, in registration order: the names ``data.partition`` accepts."""
+
+_F = TypeVar("_F", bound=Callable[..., list[np.ndarray]])
+
+
+def register_partitioner(name: str, *, options: Sequence[str] = ()) -> Callable[[_F], _F]:
+    """Decorator: register a partitioner under ``name`` and return it unchanged.
+
+    Args:
+        name: the scheme's name, as a scenario writes it (``data.partition=<name>``).
+        options: which of :data:`PARTITION_OPTIONS` the function takes as keyword arguments.
+
+    Raises:
+        ValueError: ``name`` is already registered (two schemes must not silently share a name), or an
+            option is not one :func:`partition_dataset` can give.
+    """
+    unknown = [o for o in options if o not in PARTITION_OPTIONS]
+    if unknown:
+        raise ValueError(
+            f"partitioner {name!r}: unknown option(s) {', '.join(unknown)}; partition_dataset can pass "
+            f"{', '.join(PARTITION_OPTIONS)}"
+        )
+
+    def register(function: _F) -> _F:
+        if name in PARTITIONERS:
+            taken_by = PARTITIONERS[name].function.__qualname__
+            raise ValueError(
+                f"partition scheme {name!r} is already registered ({taken_by}); choose another name"
+            )
+        PARTITIONERS[name] = Partitioner(function, tuple(options))
+        return function
+
+    return register
+
+
+def _check_partition_args(labels: np.ndarray, num_clients: int) -> np.ndarray:
+    labels = np.asarray(labels)
+    if labels.ndim != 1:
+        raise ValueError(f"labels must be a 1-D array; got shape {labels.shape}")
+    if num_clients < 1:
+        raise ValueError(f"num_clients must be at least 1; got {num_clients}")
+    if num_clients > labels.size:
+        raise ValueError(
+            f"{num_clients} clients but only {labels.size} samples: every client needs at least one sample. "
+            "Fix: use fewer clients or more data (limit_train, synthetic_train)."
+        )
+    return labels
+
+
+def _sorted_int64(parts: Sequence[np.ndarray]) -> list[np.ndarray]:
+    return [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
+
+
+@register_partitioner("iid")
+def partition_iid(labels: np.ndarray, num_clients: int, generator: np.random.Generator) -> list[np.ndarray]:
+    """Shuffle and cut into ``num_clients`` near-equal parts (sizes differ by at most one).
+
+    The paper's setting (§6: N_c = 10, IID). Each part is a sorted index array; together they cover every
+    sample exactly once.
+    """
+    labels = _check_partition_args(labels, num_clients)
+    return _sorted_int64(np.array_split(generator.permutation(labels.size), num_clients))
+
+
+@register_partitioner("dirichlet", options=("alpha", "min_size"))
+def partition_dirichlet(
+    labels: np.ndarray,
+    num_clients: int,
+    alpha: float,
+    generator: np.random.Generator,
+    min_size: int = 1,
+) -> list[np.ndarray]:
+    """Label skew: each class is spread over the clients with proportions drawn from Dir(α, ..., α).
+
+    Small α gives each client few classes; large α tends to IID. The raw draw can leave a client empty
+    (often for α < 1), and an empty client breaks size-weighted averaging, so clients below ``min_size``
+    are then topped up with random samples taken from the currently largest client. That repair always
+    terminates (unlike redrawing until it works) and moves at most ``num_clients·min_size`` samples.
+
+    Returns:
+        ``num_clients`` sorted index arrays covering every sample exactly once, each of size ≥ ``min_size``.
+
+    Raises:
+        ValueError: α ≤ 0, ``min_size < 1``, or fewer than ``num_clients·min_size`` samples.
+    """
+    labels = _check_partition_args(labels, num_clients)
+    if not alpha > 0 or not math.isfinite(alpha):
+        raise ValueError(f"Dirichlet alpha must be a positive finite number; got {alpha}")
+    if min_size < 1:
+        raise ValueError(f"min_size must be at least 1; got {min_size}")
+    if num_clients * min_size > labels.size:
+        raise ValueError(
+            f"{num_clients} clients × min_size {min_size} = {num_clients * min_size} samples needed, "
+            f"only {labels.size} available"
+        )
+    parts: list[list[int]] = [[] for _ in range(num_clients)]
+    for c in np.unique(labels):
+        idx = generator.permutation(np.flatnonzero(labels == c))
+        p = generator.dirichlet(np.full(num_clients, float(alpha)))  # NumPy ≥ 1.22 is exact for tiny α
+        cuts = np.round(np.cumsum(p)[:-1] * idx.size).astype(int)
+        for k, chunk in enumerate(np.split(idx, cuts)):
+            parts[k].extend(chunk.tolist())
+    for k in range(num_clients):
+        while len(parts[k]) < min_size:
+            donor = max(range(num_clients), key=lambda j: len(parts[j]))
+            pos = int(generator.integers(len(parts[donor])))
+            parts[donor][pos], parts[donor][-1] = parts[donor][-1], parts[donor][pos]
+            parts[k].append(parts[donor].pop())
+    return _sorted_int64(parts)
+
+
+@register_partitioner("shards", options=("shards_per_client",))
+def partition_shards(
+    labels: np.ndarray,
+    num_clients: int,
+    shards_per_client: int,
+    generator: np.random.Generator,
+) -> list[np.ndarray]:
+    """McMahan et al.'s pathological non-IID split: sort by label, cut into shards, deal shards out.
+
+    With 2 shards per client most clients see only two classes. Ties within a label are broken at random
+    so the shards are not the file's order.
+
+    Returns:
+        ``num_clients`` sorted index arrays covering every sample exactly once.
+
+    Raises:
+        ValueError: ``shards_per_client < 1`` or more shards than samples.
+    """
+    labels = _check_partition_args(labels, num_clients)
+    if shards_per_client < 1:
+        raise ValueError(f"shards_per_client must be at least 1; got {shards_per_client}")
+    n_shards = num_clients * shards_per_client
+    if n_shards > labels.size:
+        raise ValueError(
+            f"{num_clients} clients × {shards_per_client} shards = {n_shards} shards, more than the "
+            f"{labels.size} samples"
+        )
+    order = generator.permutation(labels.size)
+    order = order[np.argsort(labels[order], kind="stable")]
+    shards = np.array_split(order, n_shards)
+    deal = generator.permutation(n_shards).reshape(num_clients, shards_per_client)
+    return _sorted_int64([np.concatenate([shards[j] for j in row]) for row in deal])
+
+
+def partition_dataset(
+    labels: np.ndarray,
+    *,
+    scheme: str,
+    num_clients: int,
+    seed: int,
+    alpha: float = 0.5,
+    shards_per_client: int = 2,
+    min_size: int = 1,
+) -> list[np.ndarray]:
+    """Partition with the registered ``scheme``, drawing from the stream ``(seed, "partition", scheme)``.
+
+    Each scheme receives only the options it registered (``alpha`` and ``min_size`` for ``dirichlet``,
+    ``shards_per_client`` for ``shards``); the others are ignored.
+
+    Raises:
+        ValueError: ``scheme`` is not registered (the message lists the registered ones), or the
+            partitioner's own checks fail.
+    """
+    partitioner = PARTITIONERS.get(scheme)
+    if partitioner is None:
+        raise ValueError(
+            f"unknown partition scheme {scheme!r}; registered: {', '.join(PARTITIONERS)}. Fix: use one of "
+            "them, or register yours with @register_partitioner (sifl_ray.data.partition)"
+        )
+    given = {"alpha": alpha, "shards_per_client": shards_per_client, "min_size": min_size}
+    options = {name: given[name] for name in partitioner.options}
+    generator = numpy_generator(seed, "partition", scheme)
+    return partitioner.function(labels, num_clients, generator=generator, **options)
