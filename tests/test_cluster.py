@@ -25,7 +25,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-RAY = str(Path(sys.executable).with_name("ray"))
+# Every tool through this interpreter, never PATH: under ``venv/bin/python -m pytest`` without an activated
+# venv, a bare ``ray`` or ``python`` is another interpreter's (without this project's dependencies) or none,
+# and a venv made with --system-site-packages has no ``ray`` console script of its own.
+RAY = [sys.executable, "-m", "ray.scripts.scripts"]
 
 
 AGENT_PORTS = (
@@ -54,7 +57,7 @@ def head_node(tmp_path):
     log = open(tmp_path / "head.log", "w")  # noqa: SIM115 - closed in teardown
     proc = subprocess.Popen(
         [
-            RAY,
+            *RAY,
             "start",
             "--head",
             "--block",
@@ -81,7 +84,7 @@ def head_node(tmp_path):
     ready = False
     while time.time() < deadline and proc.poll() is None:
         probe = subprocess.run(
-            [RAY, "job", "list", "--address", address], capture_output=True, text=True, env=env, timeout=60
+            [*RAY, "job", "list", "--address", address], capture_output=True, text=True, env=env, timeout=60
         )
         if probe.returncode == 0:
             ready = True
@@ -128,7 +131,7 @@ def test_job_submit_on_a_loopback_cluster_succeeds(head_node, tmp_path):
     address, env = head_node
     runtime_env = json.dumps({"excludes": [".git", "runs", "data_cache", "bench_results", "*.pyc"]})
     cmd = [
-        RAY,
+        *RAY,
         "job",
         "submit",
         "--address",
@@ -138,7 +141,9 @@ def test_job_submit_on_a_loopback_cluster_succeeds(head_node, tmp_path):
         "--runtime-env-json",
         runtime_env,
         "--",
-        "python",
+        # The head's job manager runs the entrypoint through /bin/sh with the head's PATH: the interpreter
+        # is named by its absolute path, the one running these tests (whose packages the job needs).
+        sys.executable,
         "run.py",
         "scenario=quickstart",
         "train.rounds=2",
