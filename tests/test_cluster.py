@@ -193,6 +193,8 @@ def test_job_submit_on_a_loopback_cluster_succeeds(head_node, tmp_path):
     )
     assert status.stdout.strip().splitlines()[-1:] == ["SUCCEEDED"], status.stdout + status.stderr
     assert "RESULT quickstart fl=" in out
+    # Ray gives a job's driver RAY_ADDRESS: the run joins the cluster rather than starting its own
+    assert f"Ray: joined cluster at {head_node.gcs} (2 CPUs, 0 GPUs)" in out, out[-4000:]
     summaries = list((tmp_path / "runs").rglob("summary.json"))
     assert summaries, "the job wrote no summary.json"
     summary = json.loads(summaries[0].read_text())
