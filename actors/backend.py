@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import ray
+
+from actors import cluster
 
 
 class RayBackend:
     """Runs the role hosts as Ray actors.
 
     Args:
-        address: an existing cluster (``RAY_ADDRESS`` or ``ray.address``); ``None`` starts a local one sized
-            to the machine.
-        num_cpus / num_gpus: only for a local start (tests declare GPUs on a CPU machine this way).
+        address: ``ray.address`` (``RAY_ADDRESS`` folded in): unset or ``local`` starts a private local
+            instance sized to the machine; ``auto``, ``HOST:PORT`` or ``ray://HOST:PORT`` joins that
+            cluster (see :mod:`actors.cluster`).
+        num_cpus / num_gpus: only for a private instance (tests declare GPUs on a CPU machine this way).
+
+    Raises:
+        actors.cluster.ClusterUnreachable: a cluster was asked for and cannot be joined.
     """
 
     name = "ray"
@@ -23,16 +28,18 @@ class RayBackend:
         self, *, address: str | None = None, num_cpus: int | None = None, num_gpus: int | None = None
     ) -> None:
         self._owns = False
+        # What the run got, said on its first line: a private instance or a joined cluster; "" when the
+        # caller's Ray (tests, benchmarks) is used as it is.
+        self.description = ""
         if not ray.is_initialized():
-            kwargs: dict[str, Any] = {
-                "include_dashboard": False,
-                "log_to_driver": True,
-                "configure_logging": False,
-            }
-            if address:
-                ray.init(address=address, **kwargs)
-            else:
-                ray.init(num_cpus=num_cpus or os.cpu_count(), num_gpus=num_gpus, **kwargs)
+            self.description = cluster.connect(
+                address,
+                num_cpus=num_cpus,
+                num_gpus=num_gpus,
+                include_dashboard=False,
+                log_to_driver=True,
+                configure_logging=False,
+            )
             self._owns = True
 
     def available(self) -> dict[str, float]:

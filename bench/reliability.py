@@ -484,6 +484,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("tensorboard").setLevel(logging.ERROR)  # "purging expired events" is expected here
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     ray.init(
+        address="local",  # its own Ray, whatever cluster `ray start` recorded (see actors/cluster.py)
         num_cpus=max(2, os.cpu_count() or 2),
         include_dashboard=False,
         configure_logging=False,

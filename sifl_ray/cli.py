@@ -30,12 +30,13 @@ def cmd_run(argv: list[str]) -> int:
     if "--resume" in argv:
         return cmd_resume(argv)
     cfg = load_config(argv)  # validate before the heavy imports: a typo answers at once
+    from actors.cluster import ClusterUnreachable
     from sifl_ray.coding.precision import PrecisionError
     from sifl_ray.runner import run_scenario, summary_table
 
     try:
         result = run_scenario(cfg)
-    except PrecisionError as err:
+    except (PrecisionError, ClusterUnreachable) as err:
         return _fail(str(err))
     print(summary_table(result.summary))
     print(f"run folder: {result.run_dir} (tensorboard --logdir {result.run_dir / 'tb'})")
@@ -55,6 +56,7 @@ def cmd_resume(argv: list[str]) -> int:
             f"--resume takes no other arguments (got {' '.join(rest)}): a resumed run keeps the "
             "configuration it started with"
         )
+    from actors.cluster import ClusterUnreachable
     from sifl_ray.checkpoint import CheckpointError, describe_error
     from sifl_ray.runner import Simulation, summary_table
 
@@ -62,6 +64,8 @@ def cmd_resume(argv: list[str]) -> int:
         sim = Simulation.resume(argv[i + 1])
     except CheckpointError as err:
         return _fail(f"cannot resume: {describe_error(err)}. Nothing was written.")
+    except ClusterUnreachable as err:
+        return _fail(str(err))
     try:
         result = sim.run()
     finally:

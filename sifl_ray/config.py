@@ -118,7 +118,9 @@ class NbaflConfig:
 @dataclass
 class RayConfig:
     backend: str = "ray"  # ray | sequential (in-process, same roles)
-    address: str | None = None  # existing cluster; the RAY_ADDRESS environment variable also works
+    # unset/local: a private local Ray instance; auto: join the cluster `ray start` recorded on this
+    # machine; HOST:PORT or ray://HOST:PORT: join that one (RAY_ADDRESS also sets it, as a Ray job does)
+    address: str | None = None
     num_workers: int = 0  # client workers; 0 → one per available CPU (at most the number of clients)
     cpus_per_worker: float = 1.0
     gpus_per_worker: float = 0.0  # fractional GPUs per worker when GPUs exist

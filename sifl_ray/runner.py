@@ -183,7 +183,12 @@ class Simulation:
             deadline_s=cfg.faults.deadline_s,
             max_retries=cfg.faults.max_retries,
         )
-        self.backend = backend or make_backend(cfg)
+        if backend is None:
+            backend = make_backend(cfg)
+            # The first line a run prints: a private Ray instance or a joined cluster, and its size.
+            if getattr(backend, "description", ""):
+                print(backend.description, flush=True)
+        self.backend = backend
         self._state_reset()
         self.restored: list[dict] = []  # restores and resumes: carried across rollbacks
         self.restores = 0

@@ -16,8 +16,15 @@ def ray_session():
     import ray
 
     if not ray.is_initialized():
+        # address="local": a Ray of its own even when `ray start` left a record of a cluster in /tmp
+        # (ray.init() would join it, or a stale one, and refuse num_cpus / num_gpus there)
         ray.init(
-            num_cpus=2, num_gpus=4, include_dashboard=False, configure_logging=False, log_to_driver=False
+            address="local",
+            num_cpus=2,
+            num_gpus=4,
+            include_dashboard=False,
+            configure_logging=False,
+            log_to_driver=False,
         )
     yield ray
     ray.shutdown()
