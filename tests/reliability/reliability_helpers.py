@@ -83,6 +83,18 @@ def tree_digest(root: Path) -> dict[str, str]:
     }
 
 
+def paired_run(overrides: list[str], run_dir: Path) -> tuple[dict[str, list[tuple[float, int]]], dict]:
+    """Build a run, play all its rounds with :func:`paired_round_errors`, close it; return the errors and
+    each SIFL arm's rigorous ``round_bound``."""
+    cfg = load_config([*overrides, f"output.dir={run_dir.parent}"])
+    sim = Simulation(cfg, run_dir=run_dir)
+    try:
+        errors = paired_round_errors(sim, cfg.train.rounds)
+        return errors, {arm: sim.precision[arm]["round_bound"] for arm in errors}
+    finally:
+        sim.close()
+
+
 def paired_round_errors(sim: Simulation, rounds: int) -> dict[str, list[tuple[float, int]]]:
     """Each SIFL round against FedAvg from the same start: the rigorous claim of ``round_bound``.
 

@@ -4,7 +4,7 @@ ever averaged in."""
 
 from __future__ import annotations
 
-from reliability_helpers import ARMS, BASE, paired_round_errors, per_arm, run_sim
+from reliability_helpers import ARMS, BASE, paired_run, per_arm, run_sim
 
 from sifl_ray.config import load_config
 from sifl_ray.runner import Simulation
@@ -58,15 +58,8 @@ def test_rounds_with_bad_updates_code_within_the_rigorous_bound(tmp_path):
     """The same faults, each SIFL round played beside FedAvg from the same start (in-process): rejected
     uploads, a refused partial reduced again and renormalised weights stay inside the float64 bound on any
     CPU. A mis-weighted sum would miss it by orders of magnitude: it moves the model by (Σa − 1)·‖w‖."""
-    cfg = load_config(
-        [*BASE, f"faults.inject=[{', '.join(FAULTS)}]", "ray.backend=sequential", f"output.dir={tmp_path}"]
-    )
-    sim = Simulation(cfg, run_dir=tmp_path / "run")
-    try:
-        errors = paired_round_errors(sim, cfg.train.rounds)
-        bounds = {arm: sim.precision[arm]["round_bound"] for arm in errors}
-    finally:
-        sim.close()
+    faults = f"faults.inject=[{', '.join(FAULTS)}]"
+    errors, bounds = paired_run([*BASE, faults, "ray.backend=sequential"], tmp_path / "run")
     for arm, rows in errors.items():
         assert [accepted for _, accepted in rows] == [6, 4, 2, 5, 5], arm
         assert all(0.0 <= err <= bounds[arm] for err, _ in rows), (arm, rows, bounds[arm])

@@ -4,10 +4,7 @@ the survivors with renormalised weights and says who was dropped."""
 
 from __future__ import annotations
 
-from reliability_helpers import ARMS, BASE, max_deviation, paired_round_errors, per_arm, run_sim
-
-from sifl_ray.config import load_config
-from sifl_ray.runner import Simulation
+from reliability_helpers import ARMS, BASE, max_deviation, paired_run, per_arm, run_sim
 
 
 def test_retry_respawns_dead_and_late_workers_and_changes_nothing(reference, tmp_path):
@@ -73,21 +70,9 @@ def test_a_dropped_worker_round_codes_within_the_rigorous_bound(ray_session, tmp
     """SIFL decodes exactly only if the weights of an average sum to 1 (else (1 − Σw)·w lands in the
     model): a round that drops a dead worker and renormalises, played beside FedAvg from the same start
     on real Ray, stays inside the float64 bound (any CPU)."""
-    cfg = load_config(
-        [
-            *BASE,
-            "train.rounds=3",
-            "faults.worker_policy=drop",
-            f"faults.inject=[{per_arm('worker_exit', 1, worker=0)}]",
-            f"output.dir={tmp_path}",
-        ]
-    )
-    sim = Simulation(cfg, run_dir=tmp_path / "run")
-    try:
-        errors = paired_round_errors(sim, cfg.train.rounds)
-        bounds = {arm: sim.precision[arm]["round_bound"] for arm in errors}
-    finally:
-        sim.close()
+    faults = f"faults.inject=[{per_arm('worker_exit', 1, worker=0)}]"
+    overrides = [*BASE, "train.rounds=3", "faults.worker_policy=drop", faults]
+    errors, bounds = paired_run(overrides, tmp_path / "run")
     for arm, rows in errors.items():
         assert [accepted for _, accepted in rows] == [6, 3, 6], arm
         assert all(0.0 < err <= bounds[arm] for err, _ in rows), (arm, rows, bounds[arm])
