@@ -115,6 +115,8 @@ def _mt_init_genrand(seed: int) -> np.ndarray:
 def _generator_from_words(words: np.ndarray) -> torch.Generator:
     """A fresh CPU generator whose Mersenne Twister state is ``words`` (624 values below 2^32); its next draw
     regenerates the state from them (``left = 1``), as after ``manual_seed``."""
+    import torch  # deferred, as in torch_generator
+
     _check_state_layout()
     gen = torch.Generator()
     state = gen.get_state().clone()
@@ -128,6 +130,8 @@ def _generator_from_words(words: np.ndarray) -> torch.Generator:
 @functools.cache
 def _check_state_layout() -> None:
     """Refuse to run if this torch lays out its generator state differently from what we write into it."""
+    import torch
+
     seed = 0x5EED_1234
     state = torch.Generator().manual_seed(seed).get_state().numpy()
     end = _MT_OFFSET + 8 * _MT_WORDS
