@@ -133,9 +133,10 @@ def connect(
         ClusterUnreachable: a cluster was asked for and cannot be joined.
     """
     if (address or "") in PRIVATE:
+        # Probe before starting: the private instance's own ports (random) could answer on a stale record.
+        running = recorded_cluster()
         ray.init(address="local", num_cpus=num_cpus or os.cpu_count(), num_gpus=num_gpus, **init_kwargs)
         line = f"Ray: private local instance ({resources()})"
-        running = recorded_cluster()
         if running:
             line += f"; to join the cluster running at {running} instead, set ray.address=auto"
         return line
