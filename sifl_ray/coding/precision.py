@@ -167,7 +167,8 @@ def predict_decode_error(
         dtype: the coding dtype (float32 is modelled, so that it can be refused with a number).
         n, n_tilde, alpha, beta, kappa, left_inverse: key 1 (κ = ‖K‖₂; None means 1/α for oblique, as
             for the keys; ignored for pinv).
-        backend, depth: transform family and its depth D (default :func:`transform_depth`).
+        backend, depth: transform family and its depth D (default: the key's ``transform_depth()``, else
+            :func:`~sifl_ray.coding.keys.transform_depth` of the backend's name).
         p1l_norm: ``‖P1L‖₂`` (default 1/α for pinv, √(1/α² + κ²) for oblique: the fast design's values;
             dense keys are worse conditioned, pass ``key=`` to use their exact norm).
         cond: ``‖P1L‖₂‖P1‖₂`` (1 for the orthogonal designs).
