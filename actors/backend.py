@@ -10,7 +10,7 @@ from actors import cluster
 
 
 class RayBackend:
-    """Runs the role hosts as Ray actors.
+    """Runs the role hosts as Ray actors (:class:`sifl_ray.backend.Backend`).
 
     Args:
         address: ``ray.address`` (``RAY_ADDRESS`` folded in): unset or ``local`` starts a private local
@@ -23,14 +23,14 @@ class RayBackend:
     """
 
     name = "ray"
+    description = ""
 
     def __init__(
         self, *, address: str | None = None, num_cpus: int | None = None, num_gpus: int | None = None
     ) -> None:
         self._owns = False
-        # What the run got, said on its first line: a private instance or a joined cluster; "" when the
-        # caller's Ray (tests, benchmarks) is used as it is.
-        self.description = ""
+        # What the run got, said on its first line: a private instance or a joined cluster; "" (the class
+        # default) when the caller's Ray (tests, benchmarks) is used as it is.
         if not ray.is_initialized():
             self.description = cluster.connect(
                 address,
@@ -64,14 +64,13 @@ class RayBackend:
         return ray.get(refs)
 
     def wait(self, refs: list, timeout: float | None = None) -> tuple[list, list]:
-        """``(ready, not_ready)`` after at most ``timeout`` seconds; a failed task counts as ready."""
         if not refs:
             return [], []
         return ray.wait(list(refs), num_returns=len(refs), timeout=timeout, fetch_local=False)
 
     @staticmethod
     def is_lost(err: BaseException) -> bool:
-        """Whether ``err`` says an actor (or an object it owned) is gone, as opposed to a bug in a task."""
+        # Gone: the actor itself, or an object it owned (a result whose owner died with it).
         lost = (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError, ray.exceptions.OwnerDiedError)
         if isinstance(err, lost):
             return True

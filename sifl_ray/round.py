@@ -2,7 +2,7 @@
 
 ``run_round`` is the protocol in four visible steps. It only passes references between parties (ObjectRefs
 on Ray, :class:`~sifl_ray.sequential.LocalRef` in-process) and reads back metrics, so the driver never holds
-a parameter vector or a key. Both backends offer ``call(handle, method, *args, num_returns)`` and ``get``.
+a parameter vector or a key. What it asks of the backend is :class:`~sifl_ray.backend.Backend`.
 
 Failures. A client worker that dies or misses the deadline is retried (respawned; its clients re-run
 deterministically) or dropped (the shards average the survivors, with weights renormalised to sum to one),
@@ -19,6 +19,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from sifl_ray.backend import Backend
 
 
 @dataclass
@@ -87,7 +89,7 @@ class RoundResult:
 
 
 def run_round(
-    backend,
+    backend: Backend,
     parties: Parties,
     arm: ArmState,
     t: int,
@@ -222,7 +224,15 @@ class _Trained:
     retried: list[dict] = field(default_factory=list)
 
 
-def _train_clients(backend, parties, arm, t, assignment, policy, supervisor) -> _Trained:
+def _train_clients(
+    backend: Backend,
+    parties: Parties,
+    arm: ArmState,
+    t: int,
+    assignment: list[list[int]],
+    policy: RoundPolicy,
+    supervisor: Supervisor | None,
+) -> _Trained:
     """Step 2 with its failure policy: submit every worker's clients, collect the small reports, and retry
     or drop the workers that died (or missed the deadline)."""
     num_returns = len(arm.bounds) + 1
@@ -249,14 +259,14 @@ def _train_clients(backend, parties, arm, t, assignment, policy, supervisor) -> 
     attempts = dict.fromkeys(pending, 0)
     while pending:
         by_ref = {refs[-1]: k for k, refs in pending.items()}
-        ready, late = _wait(backend, list(by_ref), policy.deadline_s)
+        ready, late = backend.wait(list(by_ref), policy.deadline_s)
         failed: dict[int, tuple[str, str]] = {}  # worker → (policy, reason)
         for ref in ready:
             k = by_ref[ref]
             try:
                 out.reports[k] = backend.get(ref)
             except Exception as err:
-                if supervisor is None or not _is_lost(backend, err):
+                if supervisor is None or not backend.is_lost(err):
                     raise
                 failed[k] = (policy.worker_policy, f"died ({type(err).__name__})")
         for ref in late:
@@ -284,21 +294,11 @@ def _train_clients(backend, parties, arm, t, assignment, policy, supervisor) -> 
     return out
 
 
-def _wait(backend, refs: list, timeout: float | None) -> tuple[list, list]:
-    wait = getattr(backend, "wait", None)
-    return wait(refs, timeout) if wait is not None else (list(refs), [])
-
-
-def _is_lost(backend, err: BaseException) -> bool:
-    is_lost = getattr(backend, "is_lost", None)
-    return bool(is_lost(err)) if is_lost is not None else False
-
-
-def collect(backend, ref, party: str, index: int, *, arm: str, t: int):
+def collect(backend: Backend, ref: Any, party: str, index: int, *, arm: str, t: int):
     """``backend.get(ref)``, naming the party when the call failed because that party is gone."""
     try:
         return backend.get(ref)
     except Exception as err:
-        if _is_lost(backend, err):
+        if backend.is_lost(err):
             raise PartyLost(party, index, arm=arm, round=t, error=err) from err
         raise

@@ -27,6 +27,7 @@ from actors.aggregator import AggregatorActor
 from actors.client_worker import ClientWorkerActor
 from actors.evaluator import EvaluatorActor
 from actors.server import ServerActor
+from sifl_ray.backend import Backend
 from sifl_ray.checkpoint import (
     DRIVER_FILE,
     MANIFEST,
@@ -102,7 +103,7 @@ def _record_text(record: dict) -> str:
     return "\n".join(f"- **{k}**: {v}" for k, v in record.items())
 
 
-def make_backend(cfg: DictConfig, **ray_kwargs: Any):
+def make_backend(cfg: DictConfig, **ray_kwargs: Any) -> Backend:
     if cfg.ray.backend == "sequential":
         from sifl_ray.sequential import SequentialBackend
 
@@ -123,7 +124,7 @@ def partition(cfg: DictConfig, labels: np.ndarray) -> list[np.ndarray]:
     )
 
 
-def _worker_count(cfg: DictConfig, backend) -> int:
+def _worker_count(cfg: DictConfig, backend: Backend) -> int:
     if cfg.ray.num_workers:
         return min(cfg.ray.num_workers, cfg.clients.num_clients)
     if backend.name == "sequential":
@@ -163,7 +164,12 @@ class Simulation:
     """
 
     def __init__(
-        self, cfg: DictConfig, *, backend=None, run_dir: Path | None = None, _resume: _Resume | None = None
+        self,
+        cfg: DictConfig,
+        *,
+        backend: Backend | None = None,
+        run_dir: Path | None = None,
+        _resume: _Resume | None = None,
     ):
         self.cfg = cfg
         self.arms = arm_names(cfg)
@@ -186,7 +192,7 @@ class Simulation:
         if backend is None:
             backend = make_backend(cfg)
             # The first line a run prints: a private Ray instance or a joined cluster, and its size.
-            if getattr(backend, "description", ""):
+            if backend.description:
                 print(backend.description, flush=True)
         self.backend = backend
         self._state_reset()
@@ -210,7 +216,7 @@ class Simulation:
         self.backend.shutdown()
 
     @classmethod
-    def resume(cls, path: str | Path, *, backend=None) -> Simulation:
+    def resume(cls, path: str | Path, *, backend: Backend | None = None) -> Simulation:
         """Continue the run in ``path`` (a run folder, or one of its ``checkpoints/round-*`` folders).
 
         Everything is verified before anything is written or any actor is asked to restore: the saved
@@ -1098,7 +1104,9 @@ def summary_table(summary: dict[str, Any]) -> str:
     return format_table(rows)
 
 
-def run_scenario(cfg: DictConfig, *, backend=None, run_dir: Path | None = None) -> RunResult:
+def run_scenario(
+    cfg: DictConfig, *, backend: Backend | None = None, run_dir: Path | None = None
+) -> RunResult:
     sim = Simulation(cfg, backend=backend, run_dir=run_dir)
     try:
         return sim.run()

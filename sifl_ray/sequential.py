@@ -1,7 +1,8 @@
 """The in-process backend: the same role hosts as the Ray actors, called directly, in order.
 
 Why: a reference run without Ray (fast tests, debugging with a plain debugger) that must agree with the Ray
-run number for number. It mirrors :class:`actors.backend.RayBackend`'s small interface.
+run number for number. It implements :class:`sifl_ray.backend.Backend`, as :class:`actors.backend.RayBackend`
+does.
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ def _resolve(x: Any) -> Any:
 
 
 class SequentialBackend:
+    """Every party is a plain object in this process; a call runs to completion before it returns."""
+
     name = "sequential"
+    description = ""
 
     def available(self) -> dict[str, float]:
         return {"CPU": 1.0}
@@ -49,6 +53,14 @@ class SequentialBackend:
         if isinstance(refs, list):
             return [_resolve(r) for r in refs]
         return _resolve(refs)
+
+    def wait(self, refs: list, timeout: float | None = None) -> tuple[list, list]:
+        # ``call`` runs the method to completion (an error raises there): every ref is ready, none is late.
+        return list(refs), []
+
+    def is_lost(self, err: BaseException) -> bool:
+        # A party lives in this process and cannot die on its own: every error is its method's.
+        return False
 
     def kill(self, handle) -> None:
         raise RuntimeError("the sequential backend has no actors to kill")

@@ -29,6 +29,7 @@ from sifl_ray.coding.keys import (
     make_aggregator_key,
     make_server_key,
     server_key_from_state_dict,
+    transform_depth,
 )
 from sifl_ray.coding.precision import (
     PrecisionError,
@@ -39,7 +40,6 @@ from sifl_ray.coding.precision import (
     measure_round_trip_error,
     precision_tradeoff,
     predict_decode_error,
-    transform_depth,
 )
 from sifl_ray.coding.transform import StructuredOrthogonal, release_workspace
 

@@ -170,6 +170,29 @@ class ServerKey(ClientServerKey):
     def state_dict(self) -> dict:
         """Secret key material, for the owner's own checkpoint file only."""
 
+    # -- what the precision model (:mod:`sifl_ray.coding.precision`) asks of a key ---------------------
+    # Each backend answers for itself, so the model holds no table of backends.
+
+    @classmethod
+    @abc.abstractmethod
+    def depth_for(cls, *, n_tilde: int, rounds: int = 1, block_rows: int | None = None) -> float:
+        """The model's D for a key of this backend with these sizes, before any key exists (a configuration
+        names only the backend); sizes a backend has no use for are ignored."""
+
+    @abc.abstractmethod
+    def transform_depth(self) -> float:
+        """The model's D: how many roundings one output of an encode or a decode accumulates."""
+
+    def p1l_spectral(self) -> float:
+        """``‖P1L‖₂``: how much a decode amplifies an error in the encoded vector."""
+        return float(self.norms().p1l_spectral)
+
+    @abc.abstractmethod
+    def conditioning(self, *, p1l_norm: float, alpha: float) -> float:
+        """The model's ``cond``, the factor on the round-off of the signal ``P1 w``: ``‖P1L‖₂‖P1‖₂`` where
+        the decode can amplify it, 1 for the orthogonal designs. ``p1l_norm`` and ``alpha`` are the values
+        the model uses (this key's, unless the caller gave its own)."""
+
 
 class AggregatorKey(abc.ABC):
     """Key 2 (π2, Proposition 2): ``W'_a = w~_a P2 + R2 N2``; clients strip it with ``P2R``."""

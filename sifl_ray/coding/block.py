@@ -10,6 +10,7 @@ blocks) carry no noise at all. That is the point: it is broken faster, which cal
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
@@ -29,7 +30,7 @@ from sifl_ray.coding._common import (
     zeros_like_rows,
 )
 from sifl_ray.coding.base import CODING_DTYPE, KeyNorms, ServerKey
-from sifl_ray.coding.dense import dense_code
+from sifl_ray.coding.dense import dense_code, dot_product_depth, gaussian_spectral_bound
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -236,6 +237,23 @@ class BlockServerKey(ServerKey):
                       "rows of blocks without extra rows have N1 = 0 (no noise)"),
             )  # fmt: skip
         return self._cache["norms"]
+
+    @property
+    def tallest_block_rows(self) -> int:
+        """Rows of the tallest block: ``block_size`` columns plus ⌈m/B⌉ extra rows."""
+        return self.block_size + math.ceil((self.n_tilde - self.n) / math.ceil(self.n / self.block_size))
+
+    @classmethod
+    def depth_for(cls, *, n_tilde: int, rounds: int = 1, block_rows: int | None = None) -> float:
+        # Block heights unknown (a configuration without a key): as if one block of ñ rows.
+        return dot_product_depth(block_rows if block_rows is not None else n_tilde)
+
+    def transform_depth(self) -> float:
+        return self.depth_for(n_tilde=self.n_tilde, block_rows=self.tallest_block_rows)
+
+    def conditioning(self, *, p1l_norm: float, alpha: float) -> float:
+        # Each block is a small Gaussian code (:class:`~sifl_ray.coding.dense.DenseServerKey`'s reason).
+        return p1l_norm * alpha * gaussian_spectral_bound(self.block_size, self.tallest_block_rows)
 
     def to(self, device: str | torch.device) -> BlockServerKey:
         return replace(self, core=self.core.to(device), _cache={})

@@ -305,6 +305,20 @@ class FastServerKey(ServerKey):
         """
         return math.sqrt(1.0 / self.alpha**2 + self.kappa**2)
 
+    @classmethod
+    def depth_for(cls, *, n_tilde: int, rounds: int = 1, block_rows: int | None = None) -> float:
+        # Per round of the transform: log₂ L butterfly levels plus ~4 for the signs and Givens rotations.
+        return rounds * (math.floor(math.log2(n_tilde)) + 4.0)
+
+    def transform_depth(self) -> float:
+        return self.depth_for(n_tilde=self.n_tilde, rounds=self.rounds)
+
+    def conditioning(self, *, p1l_norm: float, alpha: float) -> float:
+        # Q is orthogonal: P1 = α·(n columns of Q) and P1L's pinv part is (those columns)ᵀ/α, so the product
+        # of norms is 1. The model leaves the oblique K out of this term; measured errors stay inside the
+        # bound (tests/coding/test_coding_precision.py).
+        return 1.0
+
     def norms(self) -> KeyNorms:
         """Exact row norms, computed once and cached on the key (the dataclass is frozen; the cache is a
         private dict, dropped by ``to()``).

@@ -93,6 +93,19 @@ class IdentityKey(ServerKey):
             p1p1l_exact=True,
         )
 
+    @classmethod
+    def depth_for(cls, *, n_tilde: int, rounds: int = 1, block_rows: int | None = None) -> float:
+        return 1.0  # P1 = P1L = I: no transform arithmetic
+
+    def transform_depth(self) -> float:
+        return self.depth_for(n_tilde=self.n)
+
+    def p1l_spectral(self) -> float:
+        return 1.0
+
+    def conditioning(self, *, p1l_norm: float, alpha: float) -> float:
+        return 1.0
+
     def dense(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         eye = torch.eye(self.n, dtype=CODING_DTYPE, device=self.device)
         return eye, eye.clone(), torch.zeros((self.n, 0), dtype=CODING_DTYPE, device=self.device)

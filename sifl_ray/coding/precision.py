@@ -17,7 +17,9 @@ with σ_std the noise standard deviation (Laplace scale b: b√2), D the transfo
 output accumulates: ``log₂ L + 4`` per round of the fast transform; for dense and block the dot-product
 length ñ or block height, divided by 64 for BLAS's parallel partial sums), ``q(k)`` the δ-quantile of
 the largest of k standard noise draws (Gaussian √(2 ln(2k/δ)), Laplace ln(k/δ)/√2) and
-``cond = ‖P1L‖₂‖P1‖₂`` (1 for the orthogonal designs).
+``cond = ‖P1L‖₂‖P1‖₂`` (1 for the orthogonal designs). A key answers for its backend: D is
+``key.transform_depth()``, ‖P1L‖₂ ``key.p1l_spectral()``, cond ``key.conditioning(...)``; a configuration
+without a key gets D from :func:`~sifl_ray.coding.keys.transform_depth` and the fast design's norms.
 The two noise terms are the two ways round-off meets the noise:
 
 * concentrated (``q(m)``): in the fast design the noise enters the pre-image ``[α(w − βKr); βr]`` as m
@@ -57,9 +59,9 @@ from typing import Literal
 import torch
 
 from sifl_ray.coding.base import CODING_DTYPE, AggregatorKey, NoiseDistribution, NoiseSpec, ServerKey
+from sifl_ray.coding.keys import transform_depth
 
 SAFETY = 2.0
-_BLAS_LANES = 64
 DEFAULT_CONFIDENCE = 1e-6
 Scheme = Literal["M1", "M2"]
 
@@ -111,23 +113,6 @@ def noise_quantile(count: int, *, distribution: NoiseDistribution, confidence: f
     if distribution == "laplace":
         return math.log(count / confidence) / math.sqrt(2.0)
     return math.sqrt(2.0 * math.log(2.0 * count / confidence))
-
-
-def transform_depth(backend: str, *, n_tilde: int, rounds: int = 1, block_rows: int | None = None) -> float:
-    """Effective roundings one output of a transform accumulates (the model's D).
-
-    fast: ``log₂ L`` butterfly levels plus ~4 for signs and Givens, per round; dense: a dot product of
-    length ñ, block: of length (block height), each divided by 64 because BLAS accumulates a dot product
-    in many independent SIMD/blocked partial sums (measured with MKL: errors ~8x below a sequential sum);
-    identity: 1.
-    """
-    if backend == "fast":
-        return rounds * (math.floor(math.log2(n_tilde)) + 4.0)
-    if backend == "dense":
-        return max(1.0, n_tilde / _BLAS_LANES)
-    if backend == "block":
-        return max(1.0, (block_rows if block_rows is not None else n_tilde) / _BLAS_LANES)
-    return 1.0
 
 
 def _transform_error(
@@ -182,7 +167,8 @@ def predict_decode_error(
         dtype: the coding dtype (float32 is modelled, so that it can be refused with a number).
         n, n_tilde, alpha, beta, kappa, left_inverse: key 1 (κ = ‖K‖₂; None means 1/α for oblique, as
             for the keys; ignored for pinv).
-        backend, depth: transform family and its depth D (default :func:`transform_depth`).
+        backend, depth: transform family and its depth D (default: the key's ``transform_depth()``, else
+            :func:`~sifl_ray.coding.keys.transform_depth` of the backend's name).
         p1l_norm: ``‖P1L‖₂`` (default 1/α for pinv, √(1/α² + κ²) for oblique: the fast design's values;
             dense keys are worse conditioned, pass ``key=`` to use their exact norm).
         cond: ``‖P1L‖₂‖P1‖₂`` (1 for the orthogonal designs).
@@ -202,18 +188,10 @@ def predict_decode_error(
         kappa = getattr(key, "kappa", 0.0) if kappa is None else kappa
         left_inverse = key.left_inverse
         backend = key.backend
-        if depth is None:
-            rows = None
-            if backend == "block":
-                blocks = math.ceil(key.n / key.block_size)
-                rows = key.block_size + math.ceil((key.n_tilde - key.n) / blocks)
-            depth = transform_depth(
-                backend, n_tilde=n_tilde, rounds=getattr(key, "rounds", 1), block_rows=rows
-            )
-        if p1l_norm is None:
-            p1l_norm = _key_p1l_norm(key)
-        if backend in ("dense", "block") and cond == 1.0:
-            cond = p1l_norm * alpha * _dense_p1_norm_over_alpha(key)
+        depth = key.transform_depth() if depth is None else depth
+        p1l_norm = key.p1l_spectral() if p1l_norm is None else p1l_norm
+        if cond == 1.0:
+            cond = key.conditioning(p1l_norm=p1l_norm, alpha=alpha)
     if aggregator_key is not None and scheme == "M2":
         p = aggregator_key.p
         gamma = getattr(aggregator_key, "gamma", gamma)
@@ -292,26 +270,6 @@ def predict_decode_error(
         confidence=confidence,
     )
     return PrecisionReport(total, scheme, config["dtype"], u, tuple(terms), config)
-
-
-def _key_p1l_norm(key: ServerKey) -> float:
-    if hasattr(key, "p1l_spectral") and callable(key.p1l_spectral):
-        return float(key.p1l_spectral())
-    if key.backend == "identity":
-        return 1.0
-    return float(key.norms().p1l_spectral)
-
-
-def _dense_p1_norm_over_alpha(key: ServerKey) -> float:
-    """A high-probability upper bound on ``‖G‖₂`` for the Gaussian ``P1 = αG`` of dense and block keys
-    (entries N(0, 1/ñ), per block for block): ``1 + √(n/ñ) + 6/√ñ`` (Davidson–Szarek, failure probability
-    e⁻¹⁸), so the signal term needs no SVD of an ñ×n matrix."""
-    if key.backend == "block":
-        rows = key.block_size + math.ceil((key.n_tilde - key.n) / math.ceil(key.n / key.block_size))
-        cols, tall = key.block_size, rows
-    else:
-        cols, tall = key.n, key.n_tilde
-    return 1.0 + math.sqrt(min(cols, tall) / tall) + 6.0 / math.sqrt(tall)
 
 
 def max_noise_scale(*, tolerance: float, **config) -> float:
