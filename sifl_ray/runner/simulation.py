@@ -15,7 +15,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,24 +43,26 @@ from sifl_ray.config import ConfigError, arm_kind, arm_names, load_run_config, n
 from sifl_ray.data import load_dataset, partition_dataset, sample_clients
 from sifl_ray.faults import FaultJournal, FaultPlan
 from sifl_ray.keys import ClientNoiseSeeds
-from sifl_ray.logging import RunLogger, format_table
+from sifl_ray.logging import RunLogger
 from sifl_ray.models import build_model, flatten_params
 from sifl_ray.privacy.accountant import SiflAccountant
 from sifl_ray.privacy.nbafl import nbafl_exposures, nbafl_guarantee, nbafl_sigma
 from sifl_ray.roles.aggregator import shard_bounds
 from sifl_ray.round import ArmState, Parties, PartyLost, RoundPolicy, RoundResult, collect, run_round
+from sifl_ray.runner.summary import (
+    RunResult,
+    end_of_run_messages,
+    epsilon_metrics,
+    flat_hparams,
+    record_text,
+    result_line,
+    round_incidents,
+    summarise,
+)
 from sifl_ray.seeding import torch_generator
 from sifl_ray.sizing import arm_precision, arm_releases, arm_round_bound, describe_arm
 
 MODE = {"fl": "plain", "nbafl": "plain", "sifl_m1": "m1", "sifl_m2": "m2"}
-
-
-@dataclass
-class RunResult:
-    run_dir: Path
-    summary: dict[str, Any]
-    history: dict[str, list[dict[str, float]]] = field(default_factory=dict)
-    result_line: str = ""
 
 
 @dataclass(frozen=True)
@@ -96,10 +98,6 @@ def _sha(text: str) -> str:
 
 def _is_checkpoint_error(err: BaseException) -> bool:
     return isinstance(err, CheckpointError) or "CheckpointError" in f"{type(err).__name__}{err}"
-
-
-def _record_text(record: dict) -> str:
-    return "\n".join(f"- **{k}**: {v}" for k, v in record.items())
 
 
 def make_backend(cfg: DictConfig, **ray_kwargs: Any):
@@ -723,7 +721,7 @@ class Simulation:
         self.journal.append({"event": "restored", **record})
         self._open_logger(purge_step=resume_at)
         for arm in self.arms:
-            self.logger.log_text(arm, "faults/restored", _record_text(record), resume_at)
+            self.logger.log_text(arm, "faults/restored", record_text(record), resume_at)
         self._say(
             f"round {lost.round} {lost.arm}: {lost}; restored it from "
             f"{record['from_checkpoint']} and replaying from round {resume_at}"
@@ -769,7 +767,7 @@ class Simulation:
             self.run_dir,
             self.arms,
             config_yaml=to_yaml(self.cfg),
-            hparams=_flat_hparams(self.cfg),
+            hparams=flat_hparams(self.cfg),
             tensorboard=self.cfg.output.tensorboard,
             purge_step=purge_step,
         )
@@ -796,7 +794,7 @@ class Simulation:
                 self.accountant.record(arm=arm, round=t, releases=releases)
                 metrics.update({f"privacy/epsilon_{r.release}": r.epsilon for r in releases})
             else:
-                metrics.update(_epsilon_metrics(self.privacy.get(arm)))
+                metrics.update(epsilon_metrics(self.privacy.get(arm)))
             self.wall[arm] += metrics["time/round"]
             self.logger.log_round(arm, t, metrics)
             self.history[arm].append({"round": t, **metrics})
@@ -806,47 +804,14 @@ class Simulation:
         progress.update(t, latest)
 
     def _record_incidents(self, arm: str, t: int, result: RoundResult) -> None:
-        if not (result.rejected or result.dropped or result.retried or result.skipped):
+        got = round_incidents(arm, t, result)
+        if got is None:
             return
-        entry = {"round": t, "rejected": {str(k): v for k, v in result.rejected.items()}}
-        if result.dropped:
-            entry["dropped"] = result.dropped
-        if result.retried:
-            entry["retried"] = result.retried
-        if result.skipped:
-            entry["skipped"] = "no update was accepted: the model stays, the broadcast is reused"
-        self.dropped[arm].append(entry)
-        self.logger.log_text(arm, "faults", _record_text(entry), t)
-        for c, why in sorted(result.rejected.items()):
-            self.incidents.append(
-                {"round": t, "arm": arm, "what": f"client {c} upload rejected: {why}", "action": "dropped"}
-            )
-        for d in result.dropped:
-            self.incidents.append(
-                {
-                    "round": t,
-                    "arm": arm,
-                    "what": f"worker {d['worker']}: {d['reason']}",
-                    "action": f"dropped clients {d['clients']}",
-                }
-            )
-            self._say(
-                f"round {t} {arm}: dropped worker {d['worker']} (clients {d['clients']}): {d['reason']}"
-            )
-        for r in result.retried:
-            self.incidents.append(
-                {
-                    "round": t,
-                    "arm": arm,
-                    "what": f"worker {r['worker']}: {r['reason']}",
-                    "action": f"retried (attempt {r['attempt']})",
-                }
-            )
-        if result.rejected:
-            self._say(
-                f"round {t} {arm}: rejected {len(result.rejected)} upload(s): "
-                + "; ".join(f"client {c}: {w}" for c, w in sorted(result.rejected.items()))
-            )
+        self.dropped[arm].append(got.entry)
+        self.logger.log_text(arm, "faults", record_text(got.entry), t)
+        self.incidents.extend(got.incidents)
+        for message in got.messages:
+            self._say(message)
 
     def _say(self, text: str) -> None:
         print(f"[sifl] {text}", file=sys.stderr, flush=True)
@@ -872,14 +837,14 @@ class Simulation:
             self.restored.append(record)
             self.journal.append({"event": "resumed", **record})
             for arm in self.arms:
-                self.logger.log_text(arm, "faults/restored", _record_text(record), start)
+                self.logger.log_text(arm, "faults/restored", record_text(record), start)
             self._say(
                 f"resumed {self.run_dir} from {record['from_checkpoint']}: "
                 f"rounds {start}..{cfg.train.rounds - 1}"
             )
         else:
             for arm, info in self.privacy.items():
-                self.logger.log_text(arm, "privacy", _privacy_text(info))
+                self.logger.log_text(arm, "privacy", record_text(info))
         progress = Progress(cfg.train.rounds, cfg.output.progress)
         t = start
         while t < cfg.train.rounds:
@@ -895,26 +860,9 @@ class Simulation:
             if on_round_end is not None:
                 on_round_end(self, t)
             t += 1
-        summary = self._summary(self.history, self.wall, self.dropped)
-        for arm, a in summary["arms"].items():
-            if a["within_estimate"] is False:
-                per_round = self.precision[arm]["estimate_per_round"]
-                self._say(
-                    f"{arm}: the deviation from fl ({a['max_deviation']:.2e}) exceeds the additive estimate "
-                    f"({a['deviation_estimate']:.2e} = {per_round:.2e} per round × {cfg.train.rounds} "
-                    "rounds): local training amplified the coding error from round to round, or this CPU "
-                    "rounded less kindly than the estimate assumes. Neither is a failure of the coding: the "
-                    "rigorous per-round bound is round_bound in summary.json"
-                )
-        for arm, a in summary["arms"].items():
-            if a["clipped"]:
-                uploads = int(sum(r["clients/accepted"] for r in summary["arms"][arm]["rounds"]))
-                key = "nbafl.clip" if arm_kind(arm) == "nbafl" else "privacy.clip"
-                self._say(
-                    f"{arm}: clipped {a['clipped']} client models to ‖w_i‖ ≤ C = {a['clip']:g} ({key}; "
-                    f"{uploads} uploads accepted): the ε figures hold for clipped models only, and the "
-                    "clipping shapes the accuracy"
-                )
+        summary = self._summary()
+        for message in end_of_run_messages(summary, self.precision):
+            self._say(message)
         self.logger.write_summary(summary)
         if len(self.accountant):
             report = self.accountant.report()
@@ -927,78 +875,26 @@ class Simulation:
             run_dir=self.run_dir, summary=summary, history=self.history, result_line=result_line(summary)
         )
 
-    def _summary(self, history, wall, dropped) -> dict[str, Any]:
-        cfg = self.cfg
-        fl_final = history["fl"][-1]["test_accuracy"] if "fl" in history else None
-        arms: dict[str, Any] = {}
-        for arm in self.arms:
-            rows = history[arm]
-            final = rows[-1]["test_accuracy"]
-            devs = [r["max_deviation"] for r in rows if "max_deviation" in r]
-            priv = self.privacy.get(arm, {})
-            precision = self.precision.get(arm, {})
-            estimate = precision.get("deviation_estimate")
-            arms[arm] = {
-                "final_accuracy": final,
-                "final_test_loss": rows[-1]["test_loss"],
-                "delta_vs_fl_pp": None if fl_final is None or arm == "fl" else 100 * (final - fl_final),
-                "max_deviation": max(devs) if devs else None,
-                # an estimate (trajectories can amplify); the rigorous claim is the per-round bound
-                "deviation_estimate": estimate,
-                "within_estimate": None if not devs or estimate is None else bool(max(devs) <= estimate),
-                "round_bound": precision.get("round_bound"),
-                "round_bound_confidence": precision.get("round_bound_confidence"),
-                "privacy": priv,
-                "wall_s": wall[arm],
-                "timings_median_s": {
-                    k[5:]: float(np.median([r[k] for r in rows])) for k in rows[0] if k.startswith("time/")
-                },
-                "object_store_bytes_per_round": float(np.median([r["bytes/object_store"] for r in rows])),
-                "rounds": [{k: v for k, v in r.items()} for r in rows],
-                "dropped": dropped[arm],
-                "clients_dropped": int(sum(r.get("clients/dropped", 0) for r in rows)),
-                "clients_rejected": int(sum(r.get("clients/rejected", 0) for r in rows)),
-                "clipped": int(sum(r.get("clients/clipped", 0) for r in rows)),
-                "clip": float(cfg.nbafl.clip if arm_kind(arm) == "nbafl" else cfg.privacy.clip),
-            }
-        estimate = max((p["deviation_estimate"] for p in self.precision.values()), default=None)
-        round_bound = max(
-            (p["round_bound"] for p in self.precision.values() if p.get("round_bound") is not None),
-            default=None,
+    def _summary(self) -> dict[str, Any]:
+        return summarise(
+            self.cfg,
+            run_dir=self.run_dir,
+            n=self.n,
+            num_workers=self.num_workers,
+            backend=self.backend.name,
+            history=self.history,
+            wall=self.wall,
+            dropped=self.dropped,
+            privacy=self.privacy,
+            precision=self.precision,
+            accountant=self.accountant.summary() if len(self.accountant) else None,
+            injected=[ev.describe() for ev in self.plan.events],
+            incidents=self.incidents,
+            journal=str(self.journal.path) if self.journal.path.exists() else None,
+            restored=self.restored,
+            checkpoint_dir=str(self.store.root),
+            checkpoint_s=self.checkpoint_s,
         )
-        return {
-            "scenario": cfg.scenario,
-            "run_dir": str(self.run_dir),
-            "n": self.n,
-            "n_tilde": self.n + cfg.coding.n_extra,
-            "n_prime": (self.n + cfg.coding.n_extra) * cfg.coding.p,
-            "num_clients": cfg.clients.num_clients,
-            "num_workers": self.num_workers,
-            "rounds": cfg.train.rounds,
-            "backend": self.backend.name,
-            "deviation_estimate": estimate,
-            "round_bound": round_bound,
-            "evaluator": "simulation device holding both decoding keys; no real deployment has it",
-            "privacy_scope": "ε figures are per-element, per-round guarantees as the paper states them; "
-            "they say "
-            "nothing about the whole vector or about many rounds (see README, Threat model).",
-            "accountant": self.accountant.summary() if len(self.accountant) else None,
-            "faults": {
-                "worker_policy": cfg.faults.worker_policy,
-                "straggler_policy": cfg.faults.straggler_policy,
-                "deadline_s": cfg.faults.deadline_s,
-                "injected": [ev.describe() for ev in self.plan.events],
-                "incidents": self.incidents,
-                "journal": str(self.journal.path) if self.journal.path.exists() else None,
-            },
-            "restored": self.restored,
-            "checkpoint": {
-                "every": cfg.checkpoint.every,
-                "dir": str(self.store.root) if cfg.checkpoint.every else None,
-                "median_s": float(np.median(self.checkpoint_s)) if self.checkpoint_s else None,
-            },
-            "arms": arms,
-        }
 
     def global_model(self, arm: str) -> torch.Tensor:
         """The decoded global model of ``arm`` (simulation only: the evaluator decodes it for the driver)."""
@@ -1018,84 +914,6 @@ class Simulation:
             for handle in self.actors().values():
                 self.backend.kill(handle)
         self.backend.shutdown()
-
-
-def _flat_hparams(cfg: DictConfig) -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-
-    def walk(prefix: str, node: Any) -> None:
-        if isinstance(node, dict):
-            for k, v in node.items():
-                walk(f"{prefix}{k}.", v) if isinstance(v, dict) else walk(f"{prefix}{k}", v)
-        elif isinstance(node, int | float | str | bool):
-            flat[prefix.rstrip(".")] = node
-
-    walk("", OmegaConf.to_container(cfg))
-    flat.pop("coding.key_seed", None)
-    return flat
-
-
-def _epsilon_metrics(info: dict[str, Any] | None) -> dict[str, float]:
-    if not info:
-        return {}
-    out = {}
-    for key in ("epsilon_local", "epsilon_broadcast", "epsilon_global"):
-        if info.get(key) is not None:
-            out[f"privacy/{key}"] = float(info[key])
-    if info.get("mechanism") == "nbafl-gaussian":
-        out["privacy/epsilon_local"] = float(info["epsilon"])
-    return out
-
-
-def _privacy_text(info: dict[str, Any]) -> str:
-    return "\n".join(f"- **{k}**: {v}" for k, v in info.items())
-
-
-def result_line(summary: dict[str, Any]) -> str:
-    """The one-line result: ``RESULT <scenario> <arm>=<acc> ... max_dev_<arm>=<x> ... dev_estimate=<e>
-    round_bound=<b> run_dir=<p>``.
-
-    ``dev_estimate`` is the additive estimate of the paired deviation (an estimate: training can amplify);
-    ``round_bound`` the rigorous float64 bound on one round's coding error (the worst SIFL arm).
-    """
-    parts = [f"RESULT {summary['scenario']}"]
-    parts += [f"{arm}={a['final_accuracy']:.4f}" for arm, a in summary["arms"].items()]
-    parts += [
-        f"max_dev_{arm}={a['max_deviation']:.3e}"
-        for arm, a in summary["arms"].items()
-        if a["max_deviation"] is not None
-    ]
-    for key in ("dev_estimate", "round_bound"):
-        value = summary.get("deviation_estimate" if key == "dev_estimate" else key)
-        parts.append(f"{key}={value:.3e}" if value is not None else f"{key}=none")
-    parts.append(f"run_dir={summary['run_dir']}")
-    return " ".join(parts)
-
-
-def summary_table(summary: dict[str, Any]) -> str:
-    """The end-of-run table; a SIFL arm's ε is its largest per-round figure (M2: round 0's, an M1 round)."""
-    recorded = (summary.get("accountant") or {}).get("arms", {})
-
-    def largest(arm: str, releases: tuple[str, ...], otherwise: float | None) -> float | None:
-        rows = recorded.get(arm, {})
-        got = [float(rows[r]["largest_per_round_epsilon"]) for r in releases if r in rows]
-        return max(got) if got else otherwise
-
-    rows = []
-    for arm, a in summary["arms"].items():
-        priv = a["privacy"]
-        rows.append(
-            {
-                "arm": arm,
-                "final_accuracy": a["final_accuracy"],
-                "delta_vs_fl_pp": a["delta_vs_fl_pp"],
-                "max_deviation": a["max_deviation"],
-                "epsilon_local": largest(arm, ("local",), priv.get("epsilon")),
-                "epsilon_global": largest(arm, ("broadcast", "global"), None),
-                "wall_s": a["wall_s"],
-            }
-        )
-    return format_table(rows)
 
 
 def run_scenario(cfg: DictConfig, *, backend=None, run_dir: Path | None = None) -> RunResult:
