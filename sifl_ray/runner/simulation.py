@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import hashlib
 import os
 import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,28 +25,24 @@ from actors.aggregator import AggregatorActor
 from actors.client_worker import ClientWorkerActor
 from actors.evaluator import EvaluatorActor
 from actors.server import ServerActor
-from sifl_ray.checkpoint import (
-    DRIVER_FILE,
-    MANIFEST,
-    SERVER_FILE,
-    CheckpointError,
-    CheckpointRef,
-    CheckpointStore,
-    describe_error,
-    key_file,
-    read_checkpoint_file,
-    write_checkpoint_file,
-)
-from sifl_ray.config import ConfigError, arm_kind, arm_names, load_run_config, nbafl_epsilon, to_yaml
+from sifl_ray.checkpoint import CheckpointError, describe_error
+from sifl_ray.config import ConfigError, arm_kind, arm_names, nbafl_epsilon, to_yaml
 from sifl_ray.data import load_dataset, partition_dataset, sample_clients
 from sifl_ray.faults import FaultJournal, FaultPlan
 from sifl_ray.keys import ClientNoiseSeeds
 from sifl_ray.logging import RunLogger
 from sifl_ray.models import build_model, flatten_params
-from sifl_ray.privacy.accountant import SiflAccountant
 from sifl_ray.privacy.nbafl import nbafl_exposures, nbafl_guarantee, nbafl_sigma
-from sifl_ray.roles.aggregator import shard_bounds
-from sifl_ray.round import ArmState, Parties, PartyLost, RoundPolicy, RoundResult, collect, run_round
+from sifl_ray.round import ArmState, Parties, PartyLost, RoundPolicy, RoundResult, run_round
+from sifl_ray.runner.state import (
+    Checkpoints,
+    DriverState,
+    ResumePoint,
+    arm_shape,
+    default_key_dir,
+    is_checkpoint_error,
+    open_resume,
+)
 from sifl_ray.runner.summary import (
     RunResult,
     end_of_run_messages,
@@ -61,43 +55,6 @@ from sifl_ray.runner.summary import (
 )
 from sifl_ray.seeding import torch_generator
 from sifl_ray.sizing import arm_precision, arm_releases, arm_round_bound, describe_arm
-
-MODE = {"fl": "plain", "nbafl": "plain", "sifl_m1": "m1", "sifl_m2": "m2"}
-
-
-@dataclass(frozen=True)
-class _Resume:
-    """What :meth:`Simulation.resume` verified: the checkpoint (``None``: none yet, start over with the
-    saved keys), the driver's state in it, and the parties' key folder."""
-
-    checkpoint: CheckpointRef | None
-    state: dict | None
-    key_dir: str | None
-
-
-def default_key_dir(cfg: DictConfig, run_dir: Path) -> Path:
-    """Where the parties keep their key files: ``checkpoint.key_dir``, else ``<run_dir>/../.keys/<run>``.
-
-    Why not inside the run folder: a run folder (TensorBoard, summary, encoded checkpoints) is meant to be
-    shared; the keys are each party's secret and stay apart, in a 0700 folder, one 0600 file per party.
-    """
-    if cfg.checkpoint.key_dir:
-        return Path(cfg.checkpoint.key_dir) / Path(run_dir).name
-    return Path(run_dir).parent / ".keys" / Path(run_dir).name
-
-
-def _key_dir_of(ckpt: CheckpointRef, run_dir: Path) -> Path:
-    """The key folder a checkpoint names, relative to its run folder (a run folder moved together with its
-    ``.keys`` sibling still resumes)."""
-    return (Path(run_dir) / ckpt.manifest["key_dir"]).resolve()
-
-
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _is_checkpoint_error(err: BaseException) -> bool:
-    return isinstance(err, CheckpointError) or "CheckpointError" in f"{type(err).__name__}{err}"
 
 
 def make_backend(cfg: DictConfig, **ray_kwargs: Any):
@@ -161,17 +118,20 @@ class Simulation:
     """
 
     def __init__(
-        self, cfg: DictConfig, *, backend=None, run_dir: Path | None = None, _resume: _Resume | None = None
+        self,
+        cfg: DictConfig,
+        *,
+        backend=None,
+        run_dir: Path | None = None,
+        _resume: ResumePoint | None = None,
     ):
         self.cfg = cfg
         self.arms = arm_names(cfg)
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
         self.run_dir = Path(run_dir) if run_dir else Path(cfg.output.dir) / cfg.scenario / stamp
         self._resume = _resume
-        self.key_dir = (
-            Path(_resume.key_dir) if _resume and _resume.key_dir else default_key_dir(cfg, self.run_dir)
-        )
-        self.store = CheckpointStore(self.run_dir, keep=cfg.checkpoint.keep)
+        key_dir = Path(_resume.key_dir) if _resume and _resume.key_dir else default_key_dir(cfg, self.run_dir)
+        self.checkpoints = Checkpoints(cfg, run_dir=self.run_dir, key_dir=key_dir, arms=self.arms)
         self.plan = FaultPlan.from_config(cfg, self.arms)
         self.journal = FaultJournal(self.run_dir)
         self.fired_once = self.journal.fired_once() if _resume else set()
@@ -187,10 +147,8 @@ class Simulation:
             if getattr(backend, "description", ""):
                 print(backend.description, flush=True)
         self.backend = backend
-        self._state_reset()
-        self.restored: list[dict] = []  # restores and resumes: carried across rollbacks
+        self.driver = DriverState(self.arms)
         self.restores = 0
-        self.checkpoint_s: list[float] = []
         self.logger: RunLogger | None = None
         try:
             self._build()
@@ -218,77 +176,10 @@ class Simulation:
         Raises:
             CheckpointError: nothing to resume from, or a file is missing, truncated or corrupted.
         """
-        path = Path(path)
-        explicit = (path / MANIFEST).exists() or path.name.startswith("round-")
-        run_dir = path.parent.parent if explicit else path
-        if not (run_dir / "config.yaml").exists():
-            raise CheckpointError(f"{run_dir}: not a run folder (no config.yaml)")
-        config_text = (run_dir / "config.yaml").read_text()
-        cfg = load_run_config(run_dir / "config.yaml")
-        store = CheckpointStore(run_dir, keep=cfg.checkpoint.keep)
-        ckpt = store.open(path) if explicit else store.latest()
-        state = None
-        if ckpt is not None:
-            files = ckpt.manifest.get("files", {})
-            state = read_checkpoint_file(ckpt.driver_file, expect_sha256=files.get(DRIVER_FILE))
-            if not isinstance(state, dict) or state.get("format") != 1:
-                raise CheckpointError(f"{ckpt.driver_file}: not a driver state of this format")
-            if state.get("config_sha256") != _sha(config_text):
-                raise CheckpointError(
-                    f"{run_dir / 'config.yaml'}: changed since the checkpoint was taken; restore it "
-                    "(a resumed run must have the configuration it started with)"
-                )
-            if state.get("arms") != arm_names(cfg):
-                raise CheckpointError(f"{ckpt.driver_file}: arms {state.get('arms')} ≠ {arm_names(cfg)}")
-        elif not cfg.checkpoint.every:
-            raise CheckpointError(f"{run_dir}: nothing to resume from (the run had checkpoint.every=0)")
-        key_dir = _key_dir_of(ckpt, run_dir) if ckpt is not None else default_key_dir(cfg, run_dir)
-        for arm in arm_names(cfg):  # existence only: the driver never opens a key file
-            mode = MODE[arm_kind(arm)]
-            needed = [] if mode == "plain" else ["server"] + (["aggregator"] if mode == "m2" else [])
-            for party in needed:
-                if not key_file(key_dir, party, arm).exists():
-                    raise CheckpointError(
-                        f"{key_file(key_dir, party, arm)}: missing; "
-                        f"the {party}'s key of {arm} cannot be restored"
-                    )
-        return cls(cfg, backend=backend, run_dir=run_dir, _resume=_Resume(ckpt, state, str(key_dir)))
+        cfg, run_dir, point = open_resume(path)
+        return cls(cfg, backend=backend, run_dir=run_dir, _resume=point)
 
     # ---------------------------------------------------------------- set-up
-    def _state_reset(self) -> None:
-        """The driver's own state: what a checkpoint keeps of it (and a rollback or resume restores)."""
-        self.history: dict[str, list[dict[str, float]]] = {arm: [] for arm in self.arms}
-        self.wall: dict[str, float] = dict.fromkeys(self.arms, 0.0)
-        self.dropped: dict[str, list[dict]] = {arm: [] for arm in self.arms}
-        self.incidents: list[dict] = []
-        self.accountant = SiflAccountant()
-
-    def _driver_state(self, t: int) -> dict[str, Any]:
-        return {
-            "format": 1,
-            "round": t,
-            "arms": list(self.arms),
-            "config_sha256": _sha(to_yaml(self.cfg)),
-            "history": self.history,
-            "wall": self.wall,
-            "dropped": self.dropped,
-            "incidents": self.incidents,
-            "restored": self.restored,
-            "accountant": self.accountant.state_dict(),
-            "checkpoint_s": self.checkpoint_s,
-        }
-
-    def _load_driver_state(self, state: dict | None) -> None:
-        self._state_reset()
-        if state is None:
-            return
-        self.history = {arm: list(state["history"][arm]) for arm in self.arms}
-        self.wall = {arm: float(state["wall"][arm]) for arm in self.arms}
-        self.dropped = {arm: list(state["dropped"][arm]) for arm in self.arms}
-        self.incidents = list(state["incidents"])
-        self.accountant.load_state_dict(state["accountant"])
-        self.checkpoint_s = list(state.get("checkpoint_s", []))
-
     def _build(self) -> None:
         cfg, backend = self.cfg, self.backend
         # The server and the aggregator need nothing of the data: spawned first, their processes boot
@@ -346,35 +237,32 @@ class Simulation:
         )
         self._threads = max(1, int(cfg.ray.cpus_per_worker)) if backend.name == "ray" else 1
         self._partitions = [{int(c): parts[c] for c in owners[k]} for k in range(self.num_workers)]
-        if cfg.checkpoint.every:
-            self.key_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            self.key_dir.chmod(0o700)
-            if self.key_dir.parent.name == ".keys":
-                self.key_dir.parent.chmod(0o700)
+        self.checkpoints.make_key_dir()
         self.states: dict[str, ArmState] = {}
         self.setups: dict[str, dict] = {}
         self.views: dict[str, tuple] = {}  # arm → refs of the clients' key views (made by their owners)
         self.precision: dict[str, dict[str, Any]] = {}
         self.privacy: dict[str, dict[str, Any]] = {}
         self.releases: dict[str, tuple] = {}
-        self._coding = OmegaConf.to_container(cfg.coding)
         # On a resume the server and aggregator take their keys and the broadcasts back (and refuse
         # damaged files) before any worker is started or anything is written.
         if self._resume is not None:
             try:
-                self._restore_keys()
-                self._load_broadcasts(self._resume.checkpoint)
+                self.checkpoints.restore_keys(backend, self.parties, self.n)
+                self.checkpoints.load_broadcasts(
+                    backend, self.parties.server, self.states, self.w0, self._resume.checkpoint
+                )
             except Exception as err:
-                if not _is_checkpoint_error(err):
+                if not is_checkpoint_error(err):
                     raise
                 raise CheckpointError(describe_error(err)) from None
         self.parties.workers = [self._spawn_worker(k) for k in range(self.num_workers)]
         self.parties.evaluator = self._spawn_evaluator()
         for arm in self.arms:
-            self._setup_arm(arm, self._coding, restore=self._resume is not None)
-        self._load_driver_state(self._resume.state if self._resume else None)
+            self._setup_arm(arm, self.checkpoints.coding, restore=self._resume is not None)
+        self.driver.load(self._resume.state if self._resume else None)
         if self._resume is not None and self._resume.state is not None:
-            self.restored = list(self._resume.state.get("restored", []))
+            self.driver.restored = list(self._resume.state.get("restored", []))
 
     def _spawn_worker(self, k: int):
         cfg = self.cfg
@@ -401,61 +289,21 @@ class Simulation:
             EvaluatorActor, self._test_ref, self.model_spec, self.cfg.seed, self.cfg.train.eval_batch_size
         )
 
-    def _key_path(self, party: str, arm: str) -> str | None:
-        return str(key_file(self.key_dir, party, arm)) if self.cfg.checkpoint.every else None
-
-    def _arm_shape(self, arm: str) -> tuple[str, int, list[tuple[int, int]]]:
-        """``(mode, ñ, shard bounds)`` of ``arm``."""
-        mode = MODE[arm_kind(arm)]
-        n_tilde = self.n if mode == "plain" else self.n + self.cfg.coding.n_extra
-        return mode, n_tilde, shard_bounds(n_tilde, self.cfg.ray.num_shards)
-
-    def _restore_keys(self, parties: tuple[str, ...] = ("server", "aggregator")) -> None:
-        """The server and the aggregator shards (``parties``: ``server``, ``aggregator`` for every shard, or
-        ``aggregator<s>``) take their keys back from their own key files, which only they read."""
-        backend, cfg = self.backend, self.cfg
-        done = []
-        for arm in self.arms:
-            mode, _, bounds = self._arm_shape(arm)
-            if "server" in parties:
-                done.append(
-                    backend.call(
-                        self.parties.server,
-                        "restore_arm",
-                        arm,
-                        mode=mode,
-                        n=self.n,
-                        coding=self._coding,
-                        run_seed=cfg.seed,
-                        key_path=self._key_path("server", arm),
-                    )
-                )
-            for s, a in enumerate(self.parties.aggregators[: len(bounds)]):
-                if "aggregator" in parties or f"aggregator{s}" in parties:
-                    done.append(
-                        backend.call(
-                            a,
-                            "restore_arm",
-                            arm,
-                            mode=mode,
-                            coding=self._coding,
-                            key_path=self._key_path("aggregator", arm),
-                            bounds=bounds[s],
-                        )
-                    )
-        backend.get(done)
-
     def _setup_arm(self, arm: str, coding: dict, *, restore: bool) -> None:
         """Give every party its part of ``arm``: fresh keys, or (``restore``) the keys already taken back
-        from their files by :meth:`_restore_keys`."""
+        from their files by :meth:`Checkpoints.restore_keys`."""
         cfg, backend, parties = self.cfg, self.backend, self.parties
         kind = arm_kind(arm)
-        mode, n_tilde, bounds = self._arm_shape(arm)
+        mode, n_tilde, bounds = arm_shape(cfg, arm, self.n)
         if mode != "plain":
             # Refuse (or warn) before any work if float64 cannot carry this configuration (SPEC "Precision").
             self.precision[arm] = arm_precision(cfg, mode=mode, n=self.n, w_max=float(self.w0.abs().max()))
         server_kw = dict(
-            mode=mode, n=self.n, coding=coding, run_seed=cfg.seed, key_path=self._key_path("server", arm)
+            mode=mode,
+            n=self.n,
+            coding=coding,
+            run_seed=cfg.seed,
+            key_path=self.checkpoints.key_path("server", arm),
         )
         if restore:
             done = []
@@ -468,7 +316,7 @@ class Simulation:
                 mode=mode,
                 coding=coding,
                 run_seed=cfg.seed,
-                key_path=self._key_path("aggregator", arm),
+                key_path=self.checkpoints.key_path("aggregator", arm),
             )
             done = [
                 backend.call(a, "setup_arm", arm, mode=mode, coding=coding, state=agg_state, bounds=bounds[s])
@@ -556,73 +404,34 @@ class Simulation:
                 cfg, mode=mode, key_norms=key_norms, agg_norms=agg_norms, **sizes
             )
         if restore:
-            broadcast = self.states[arm].broadcast  # from the checkpoint (see _load_broadcasts)
+            broadcast = self.states[arm].broadcast  # from the checkpoint (see Checkpoints.load_broadcasts)
         self.states[arm] = ArmState(name=arm, mode=mode, n_tilde=n_tilde, bounds=bounds, broadcast=broadcast)
 
     # ---------------------------------------------------------------- checkpoints
     @property
     def next_round(self) -> int:
         """The first round :meth:`run` will play (0, or the round after the restored checkpoint)."""
-        return len(next(iter(self.history.values()))) if self.history else 0
+        return self.driver.next_round
 
     def _checkpoint(self, t: int) -> None:
-        """End of round ``t``: the server saves the broadcasts, the driver its state, then the manifest.
+        """End of round ``t``: save the broadcasts and the driver's state (see :meth:`Checkpoints.save`).
 
         A checkpoint that cannot be written (disk full, a folder gone) does not stop the run: it says so,
         and the previous complete checkpoint stays the one a restore or a resume would use.
         """
         try:
-            self._write_checkpoint(t)
+            self.checkpoints.save(t, self.backend, self.parties.server, self.states, self.driver)
         except PartyLost:
             raise
         except (OSError, CheckpointError) as err:
-            last = self.store.available()
-            self.incidents.append(
+            last = self.checkpoints.store.available()
+            self.driver.incidents.append(
                 {"round": t, "arm": None, "what": f"checkpoint not written: {err}", "action": "run continues"}
             )
             self._say(
                 f"round {t}: the checkpoint could not be written ({err}); the run continues, the last "
                 f"complete checkpoint is {last[-1] if last else 'none'}"
             )
-
-    def _write_checkpoint(self, t: int) -> None:
-        tic = time.perf_counter()
-        staging = self.store.begin(t)
-        refs = [self.states[arm].broadcast for arm in self.arms]
-        sha = self.backend.call(
-            self.parties.server, "save_broadcasts", str(staging / SERVER_FILE), t, self.arms, *refs
-        )
-        server_sha = collect(self.backend, sha, "server", 0, arm=self.arms[0], t=t)
-        self.checkpoint_s.append(0.0)  # this checkpoint's own time is known only once it is written
-        driver_sha = write_checkpoint_file(staging / DRIVER_FILE, self._driver_state(t))
-        self.store.commit(
-            staging,
-            t,
-            arms=self.arms,
-            files={SERVER_FILE: server_sha, DRIVER_FILE: driver_sha},
-            key_dir=os.path.relpath(self.key_dir.resolve(), self.run_dir.resolve()),
-        )
-        self.checkpoint_s[-1] = time.perf_counter() - tic
-
-    def _load_broadcasts(self, ckpt: CheckpointRef | None) -> None:
-        """Every arm's broadcast from checkpoint ``ckpt`` (read and verified by the server, which keeps it
-        until asked for it by reference), or the initial broadcast when there is no checkpoint yet."""
-        backend, server = self.backend, self.parties.server
-        for arm in self.arms:
-            if arm not in self.states:
-                mode, n_tilde, bounds = self._arm_shape(arm)
-                self.states[arm] = ArmState(name=arm, mode=mode, n_tilde=n_tilde, bounds=bounds)
-        if ckpt is None:
-            for arm in self.arms:
-                self.states[arm].broadcast = backend.call(
-                    server, "initial_broadcast", arm, backend.put(self.w0)
-                )
-            return
-        sha = ckpt.manifest.get("files", {}).get(SERVER_FILE)
-        status = backend.call(server, "load_broadcasts", str(ckpt.server_file), sha, self.arms)
-        collect(backend, status, "server", 0, arm=self.arms[0], t=ckpt.round)  # raises if the file is bad
-        for arm in self.arms:
-            self.states[arm].broadcast = backend.call(server, "loaded_broadcast", arm)
 
     # ---------------------------------------------------------------- failures
     def replace_worker(self, k: int, *, arm: str, t: int, reason: str) -> float:
@@ -696,14 +505,9 @@ class Simulation:
         )
         try:
             self._respawn_party(lost.party, lost.index)
-            ckpt = self.store.latest()
-            self._load_broadcasts(ckpt)
-            files = {} if ckpt is None else ckpt.manifest["files"]
-            self._load_driver_state(
-                None
-                if ckpt is None
-                else read_checkpoint_file(ckpt.driver_file, expect_sha256=files[DRIVER_FILE])
-            )
+            ckpt = self.checkpoints.store.latest()
+            self.checkpoints.load_broadcasts(self.backend, self.parties.server, self.states, self.w0, ckpt)
+            self.driver.load(self.checkpoints.driver_state(ckpt))
         except PartyLost:
             raise
         except Exception as err:
@@ -717,7 +521,7 @@ class Simulation:
             "replayed_from_round": resume_at,
             "restore_s": round(time.perf_counter() - tic, 3),
         }
-        self.restored.append(record)
+        self.driver.restored.append(record)
         self.journal.append({"event": "restored", **record})
         self._open_logger(purge_step=resume_at)
         for arm in self.arms:
@@ -747,7 +551,8 @@ class Simulation:
                 ]
             )
         else:
-            self._restore_keys(("server",) if party == "server" else (f"aggregator{index}",))
+            which = ("server",) if party == "server" else (f"aggregator{index}",)
+            self.checkpoints.restore_keys(backend, parties, self.n, which)
 
     # ---------------------------------------------------------------- rounds
     def assignment(self, t: int) -> list[list[int]]:
@@ -789,15 +594,15 @@ class Simulation:
             if arm in self.releases:
                 # A round starts from the server's initial M1 encoding until one round was not skipped (M2's
                 # round 0 is an M1 round: see ArmReleases). Read before this round joins the history.
-                initial = not any(r.get("clients/accepted", 1) > 0 for r in self.history[arm])
+                initial = not any(r.get("clients/accepted", 1) > 0 for r in self.driver.history[arm])
                 releases = self.releases[arm].of_round(from_initial_broadcast=initial)
-                self.accountant.record(arm=arm, round=t, releases=releases)
+                self.driver.accountant.record(arm=arm, round=t, releases=releases)
                 metrics.update({f"privacy/epsilon_{r.release}": r.epsilon for r in releases})
             else:
                 metrics.update(epsilon_metrics(self.privacy.get(arm)))
-            self.wall[arm] += metrics["time/round"]
+            self.driver.wall[arm] += metrics["time/round"]
             self.logger.log_round(arm, t, metrics)
-            self.history[arm].append({"round": t, **metrics})
+            self.driver.history[arm].append({"round": t, **metrics})
             latest[arm] = metrics["test_accuracy"]
             self._record_incidents(arm, t, result)
             self._maybe_kill_driver(arm, t)
@@ -807,9 +612,9 @@ class Simulation:
         got = round_incidents(arm, t, result)
         if got is None:
             return
-        self.dropped[arm].append(got.entry)
+        self.driver.dropped[arm].append(got.entry)
         self.logger.log_text(arm, "faults", record_text(got.entry), t)
-        self.incidents.extend(got.incidents)
+        self.driver.incidents.extend(got.incidents)
         for message in got.messages:
             self._say(message)
 
@@ -834,7 +639,7 @@ class Simulation:
                 "replayed_from_round": start,
                 "journal": [r for r in self.journal.records() if r.get("kind") == "driver_kill"],
             }
-            self.restored.append(record)
+            self.driver.restored.append(record)
             self.journal.append({"event": "resumed", **record})
             for arm in self.arms:
                 self.logger.log_text(arm, "faults/restored", record_text(record), start)
@@ -864,15 +669,18 @@ class Simulation:
         for message in end_of_run_messages(summary, self.precision):
             self._say(message)
         self.logger.write_summary(summary)
-        if len(self.accountant):
-            report = self.accountant.report()
+        if len(self.driver.accountant):
+            report = self.driver.accountant.report()
             for arm in self.releases:
                 self.logger.log_text(arm, "privacy/accountant", report, cfg.train.rounds - 1)
         if cfg.output.plot:
-            self.logger.plot(self.history, f"{cfg.scenario}: test accuracy")
+            self.logger.plot(self.driver.history, f"{cfg.scenario}: test accuracy")
         self.logger.close()
         return RunResult(
-            run_dir=self.run_dir, summary=summary, history=self.history, result_line=result_line(summary)
+            run_dir=self.run_dir,
+            summary=summary,
+            history=self.driver.history,
+            result_line=result_line(summary),
         )
 
     def _summary(self) -> dict[str, Any]:
@@ -882,18 +690,18 @@ class Simulation:
             n=self.n,
             num_workers=self.num_workers,
             backend=self.backend.name,
-            history=self.history,
-            wall=self.wall,
-            dropped=self.dropped,
+            history=self.driver.history,
+            wall=self.driver.wall,
+            dropped=self.driver.dropped,
             privacy=self.privacy,
             precision=self.precision,
-            accountant=self.accountant.summary() if len(self.accountant) else None,
+            accountant=self.driver.accountant.summary() if len(self.driver.accountant) else None,
             injected=[ev.describe() for ev in self.plan.events],
-            incidents=self.incidents,
+            incidents=self.driver.incidents,
             journal=str(self.journal.path) if self.journal.path.exists() else None,
-            restored=self.restored,
-            checkpoint_dir=str(self.store.root),
-            checkpoint_s=self.checkpoint_s,
+            restored=self.driver.restored,
+            checkpoint_dir=str(self.checkpoints.store.root),
+            checkpoint_s=self.driver.checkpoint_s,
         )
 
     def global_model(self, arm: str) -> torch.Tensor:
