@@ -35,7 +35,8 @@ from sifl_ray.checkpoint import (
 from sifl_ray.config import arm_kind, arm_names, load_run_config, to_yaml
 from sifl_ray.privacy.accountant import SiflAccountant
 from sifl_ray.roles.aggregator import shard_bounds
-from sifl_ray.round import ArmState, Parties, collect
+from sifl_ray.round import ArmState, Parties, PartyLost, collect
+from sifl_ray.runner.parties import say
 
 MODE = {"fl": "plain", "nbafl": "plain", "sifl_m1": "m1", "sifl_m2": "m2"}
 
@@ -280,9 +281,27 @@ class Checkpoints:
     def save(self, t: int, backend, server, states: dict[str, ArmState], driver: DriverState) -> None:
         """End of round ``t``: the server saves the broadcasts, the driver its state, then the manifest.
 
+        A checkpoint that cannot be written (disk full, a folder gone) does not stop the run: it says so,
+        and the previous complete checkpoint stays the one a restore or a resume would use.
+
         Raises:
-            PartyLost: the server died; OSError, CheckpointError: the checkpoint could not be written.
+            PartyLost: the server died.
         """
+        try:
+            self._write(t, backend, server, states, driver)
+        except PartyLost:
+            raise
+        except (OSError, CheckpointError) as err:
+            last = self.store.available()
+            driver.incidents.append(
+                {"round": t, "arm": None, "what": f"checkpoint not written: {err}", "action": "run continues"}
+            )
+            say(
+                f"round {t}: the checkpoint could not be written ({err}); the run continues, the last "
+                f"complete checkpoint is {last[-1] if last else 'none'}"
+            )
+
+    def _write(self, t: int, backend, server, states: dict[str, ArmState], driver: DriverState) -> None:
         tic = time.perf_counter()
         staging = self.store.begin(t)
         refs = [states[arm].broadcast for arm in self.arms]
