@@ -47,10 +47,11 @@ class Simulation:
     continues from the last checkpoint (the rounds since are replayed: every stream is deterministic, so
     nothing changes but the wall time); :meth:`resume` continues a run whose driver died.
 
-    Who does what: the actors are :attr:`pool`'s (:mod:`~sifl_ray.runner.parties`), the checkpoints and
-    the driver's records :attr:`checkpoints`' and :attr:`driver`'s (:mod:`~sifl_ray.runner.state`), the
-    summary :mod:`~sifl_ray.runner.summary`'s. To play rounds without the run loop (benches, paired
-    tests): :meth:`play_round`, :meth:`global_model`, :meth:`set_start`.
+    Who does what: the actors are :attr:`pool`'s (:mod:`~sifl_ray.runner.parties`); the checkpoints and
+    the driver's records :attr:`checkpoints`' and :attr:`driver`'s (:mod:`~sifl_ray.runner.state`); the
+    logs and ``summary.json`` :attr:`recorder`'s (:mod:`~sifl_ray.runner.recorder`). To play rounds
+    without the run loop (benches, paired tests): :meth:`play_round`, :meth:`global_model`,
+    :meth:`set_start`.
     """
 
     def __init__(
