@@ -40,7 +40,6 @@ from bench._common import (
     timed,
 )
 from sifl_ray.models import MODEL_PARAM_COUNTS
-from sifl_ray.round import run_round
 
 TARGET = 1.05
 DEFAULT_SAMPLES = {"mlp": (60000, 10000), "cnn2": (12000, 2000), "cnn": (6000, 1000)}  # (train, test)
@@ -76,8 +75,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         for t in range(total):
             groups = sim.assignment(t)
             for arm in rotation(ARMS, t):
-                state = sim.states[arm]
-                dt, res = timed(lambda s=state, t=t, g=groups: run_round(sim.backend, sim.parties, s, t, g))
+                dt, res = timed(lambda a=arm, t=t, g=groups: sim.play_round(a, t, g, supervise=False))
                 times[arm].append(dt)
                 parts[arm].append({k: res.metrics[k] for k in TIMINGS})
                 if "max_deviation" in res.metrics:

@@ -39,7 +39,6 @@ from bench._common import (
     spread,
     table,
 )
-from sifl_ray.round import run_round
 
 TARGET = 2.0
 MIB = 2**20
@@ -140,7 +139,7 @@ def measure_once(clients: int, args: argparse.Namespace) -> dict[str, Any]:
         rounds_start = time.perf_counter()
         try:
             for t in range(args.warmup + args.rounds):
-                run_round(sim.backend, sim.parties, sim.states["fl"], t, sim.assignment(t))
+                sim.play_round("fl", t, supervise=False)
             end = time.perf_counter()
             sampler.samples.append((end, *sampler.sample()))  # the state at the end of the last round
         finally:

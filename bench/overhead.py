@@ -3,8 +3,8 @@
 The reference workload (:mod:`bench._common`) at N clients, three arms taking turns round by round in a
 rotating order, in one process and one Ray session:
 
-* ``fl``: the platform's FedAvg arm (``run_round`` on Ray: ``--workers`` client workers of one CPU and one
-  torch thread each, two aggregator shards, the server, the evaluator);
+* ``fl``: the platform's FedAvg arm (``Simulation.play_round`` on Ray: ``--workers`` client workers of one
+  CPU and one torch thread each, two aggregator shards, the server, the evaluator);
 * ``bare 1t`` / ``bare 2t``: :class:`bench._common.BareLoop` in the driver with 1 and 2 torch threads,
   the same arithmetic with zero framework (after every round the bench checks that the platform's global
   model equals the bare loop's: the largest difference is printed, 0 means bit for bit).
@@ -47,7 +47,6 @@ from bench._common import (
     table,
     timed,
 )
-from sifl_ray.round import run_round
 
 TARGETS = ((10, 1.10), (100, 1.25), (None, 1.5))
 NOOP_TARGET_MS = 1.0
@@ -77,13 +76,8 @@ def _time_calls(module: Any, name: str) -> Iterator[list[float]]:
 
 
 def _platform_round(sim, t: int, groups) -> tuple[float, dict[str, float]]:
-    dt, result = timed(lambda: run_round(sim.backend, sim.parties, sim.states["fl"], t, groups))
+    dt, result = timed(lambda: sim.play_round("fl", t, groups, supervise=False))
     return dt, result.metrics
-
-
-def _stop_actors(sim) -> None:
-    for handle in sim.actors().values():
-        sim.backend.kill(handle)
 
 
 def _turns(sim, cfg, args: argparse.Namespace, total: int):
@@ -120,7 +114,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     )
 
     # 1. Start-up: ray.init, then the simulation (data set, partition, actors, keys, first broadcast).
-    with _time_calls(runner, "load_dataset") as data_calls:
+    with _time_calls(runner.workload, "load_dataset") as data_calls:  # where Simulation looks it up
         ray_s, backend = timed(lambda: runner.make_backend(cfg))
         with _time_calls(backend, "put") as put_calls:
             build_s, sim = timed(lambda: runner.Simulation(cfg, backend=backend))
@@ -139,7 +133,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     try:
         times, metrics, deviation = _turns(sim, cfg, args, total)
     finally:
-        _stop_actors(sim)  # the no-op simulation needs their CPUs; Ray itself stays up
+        sim.stop_actors()  # the no-op simulation needs their CPUs; Ray itself stays up
     noop: dict[str, Any] = {}
     if args.noop_rounds:
         cfg_noop = reference_config(
@@ -157,7 +151,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 for t in range(args.warmup + args.noop_rounds)
             ]
         finally:
-            _stop_actors(noop_sim)
+            noop_sim.stop_actors()
         noop_stats = spread(noop_times[args.warmup :])
         noop = {
             "round_s": noop_stats,

@@ -107,25 +107,15 @@ def paired_round_errors(sim: Simulation, rounds: int) -> dict[str, list[tuple[fl
     Returns:
         Per SIFL arm, per round: (the error, the clients whose uploads were averaged).
     """
-    from sifl_ray.round import run_round
-
-    backend, parties = sim.backend, sim.parties
     arms = [a for a in sim.arms if a in ("sifl_m1", "sifl_m2")]
     errors: dict[str, list[tuple[float, int]]] = {arm: [] for arm in arms}
-
-    def decoded(arm: str) -> torch.Tensor:
-        return backend.get(backend.call(parties.evaluator, "decode", arm, sim.states[arm].broadcast))
-
     for t in range(rounds):
         assignment = sim.assignment(t)
         for arm in arms:
-            sim.states["fl"].broadcast = backend.put(decoded(arm))
-            accepted = [
-                run_round(
-                    backend, parties, sim.states[played], t, assignment, policy=sim.policy, supervisor=sim
-                ).accepted
-                for played in ("fl", arm)
-            ]
+            sim.set_start("fl", sim.global_model(arm))
+            accepted = [sim.play_round(played, t, assignment).accepted for played in ("fl", arm)]
             assert accepted[0] == accepted[1], (arm, t, accepted)  # the same clients in both arms
-            errors[arm].append((float(torch.linalg.vector_norm(decoded(arm) - decoded("fl"))), accepted[1]))
+            errors[arm].append(
+                (float(torch.linalg.vector_norm(sim.global_model(arm) - sim.global_model("fl"))), accepted[1])
+            )
     return errors

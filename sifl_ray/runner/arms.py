@@ -1,0 +1,167 @@
+"""Setting up an arm: every party's part of it (keys, the clients' setup), and what the driver keeps about
+it (the float64 precision claims, the privacy figures, the releases the accountant records each round).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+
+from sifl_ray.config import arm_kind, nbafl_epsilon
+from sifl_ray.keys import ClientNoiseSeeds
+from sifl_ray.privacy.nbafl import nbafl_exposures, nbafl_guarantee, nbafl_sigma
+from sifl_ray.round import ArmState
+from sifl_ray.runner.parties import PartyPool
+from sifl_ray.runner.state import Checkpoints, arm_shape
+from sifl_ray.sizing import arm_precision, arm_releases, arm_round_bound, describe_arm
+
+
+@dataclass
+class ArmSetup:
+    """One arm, set up.
+
+    Attributes:
+        state: what the driver keeps between rounds (the reference to the next broadcast).
+        setup: what every client worker was told (mode, clipping, NbAFL noise).
+        precision: the float64 claims (coded arms only; ``None`` for plain arms).
+        privacy: the ε figures as the paper states them (coded and NbAFL arms; ``None`` for fl).
+        releases: what the accountant records each round (coded arms only).
+    """
+
+    state: ArmState
+    setup: dict[str, Any]
+    precision: dict[str, Any] | None = None
+    privacy: dict[str, Any] | None = None
+    releases: Any = None
+
+
+def setup_arm(
+    cfg: DictConfig,
+    pool: PartyPool,
+    checkpoints: Checkpoints,
+    arm: str,
+    *,
+    w0: torch.Tensor,
+    sizes: np.ndarray,
+    clients_per_worker: int,
+    restored: ArmState | None = None,
+) -> ArmSetup:
+    """Give every party its part of ``arm``: fresh keys, or (``restored``: the arm's state taken back from
+    a checkpoint) the keys already taken back from their files by :meth:`Checkpoints.restore_keys`.
+
+    Args:
+        w0: the initial model (the first broadcast encodes it); ``sizes``: every client's data set size.
+        clients_per_worker: the most clients one worker sums (for the round's rounding bound).
+
+    Raises:
+        PrecisionError: float64 cannot carry this configuration (before any party is asked anything).
+    """
+    backend, parties, coding = pool.backend, pool.parties, checkpoints.coding
+    n = int(w0.numel())
+    kind = arm_kind(arm)
+    mode, n_tilde, bounds = arm_shape(cfg, arm, n)
+    out = ArmSetup(state=ArmState(name=arm, mode=mode, n_tilde=n_tilde, bounds=bounds), setup={})
+    if mode != "plain":
+        # Refuse (or warn) before any work if float64 cannot carry this configuration (SPEC "Precision").
+        out.precision = arm_precision(cfg, mode=mode, n=n, w_max=float(w0.abs().max()))
+    server_kw = dict(
+        mode=mode, n=n, coding=coding, run_seed=cfg.seed, key_path=checkpoints.key_path("server", arm)
+    )
+    if restored is not None:
+        done = []
+    else:
+        server_view = backend.call(parties.server, "setup_arm", arm, **server_kw)
+        agg_state = backend.call(
+            parties.aggregators[0],
+            "create_key",
+            arm,
+            mode=mode,
+            coding=coding,
+            run_seed=cfg.seed,
+            key_path=checkpoints.key_path("aggregator", arm),
+        )
+        done = [
+            backend.call(a, "setup_arm", arm, mode=mode, coding=coding, state=agg_state, bounds=bounds[s])
+            for s, a in enumerate(parties.aggregators[: len(bounds)])
+        ]
+    backend.get(done)
+    if restored is not None:
+        server_view = backend.call(parties.server, "client_view", arm)
+    agg_view = backend.call(parties.aggregators[0], "client_view", arm)
+    setup = out.setup
+    setup.update({"mode": mode, "client_form": cfg.coding.client_form, "key_epoch": 0})
+    if kind != "nbafl":
+        # Every SIFL ε assumes ‖w_i‖ ≤ C; fl, the SIFL arms' paired reference, trains under the same
+        # constraint so that the paired deviation measures coding alone. NbAFL clips to its own C.
+        setup["model_clip"] = float(cfg.privacy.clip)
+    if kind == "nbafl":
+        eps, nb = nbafl_epsilon(cfg, arm), cfg.nbafl
+        # L = T: a client can upload in every round (also under sampling), see nbafl_exposures.
+        exposures = nbafl_exposures(exposures=nb.exposures, rounds=cfg.train.rounds)
+        setup["nbafl_clip"] = float(nb.clip)
+        # Each client's noise seed is made in its worker (secure random, or from coding.key_seed): never
+        # the run seed, which would let anyone holding the configuration subtract the noise.
+        setup["nbafl_noise"] = ClientNoiseSeeds(key_seed=cfg.coding.key_seed)
+        setup["nbafl_sigma"] = float(
+            nbafl_sigma(
+                epsilon=eps,
+                delta=nb.delta,
+                clip=nb.clip,
+                local_size=int(sizes.min()),
+                exposures=exposures,
+                calibration=nb.calibration,
+            )
+        )
+        out.privacy = {
+            "mechanism": "nbafl-gaussian",
+            "epsilon": eps,
+            "delta": nb.delta,
+            "sigma": setup["nbafl_sigma"],
+            "clip": nb.clip,
+            "exposures": nb.exposures,
+            "uploads_covered": exposures,
+            "calibration": nb.calibration,
+            "guarantee": nbafl_guarantee(
+                exposures=nb.exposures, rounds=cfg.train.rounds, calibration=nb.calibration
+            ),
+            "scope": "the whole upload vector, "
+            + (f"all {exposures} rounds together" if exposures > 1 else "each round alone"),
+        }
+    done = pool.hand_arm(arm, mode=mode, setup=setup, views=(server_view, agg_view))
+    if restored is None:
+        out.state.broadcast = backend.call(parties.server, "initial_broadcast", arm, backend.put(w0))
+    backend.get(done)
+    if mode != "plain":
+        key_norms, agg_norms = backend.get(
+            [
+                backend.call(parties.server, "key_norms", arm),
+                backend.call(parties.aggregators[0], "key_norms", arm),
+            ]
+        )
+        key_ro, agg_ro = backend.get(
+            [
+                backend.call(parties.server, "roundoff", arm),
+                backend.call(parties.aggregators[0], "roundoff", arm),
+            ]
+        )
+        bound = arm_round_bound(
+            cfg,
+            mode=mode,
+            n=n,
+            key_roundoff=key_ro,
+            aggregator_roundoff=agg_ro,
+            clients_per_worker=clients_per_worker,
+            workers=len(parties.workers),
+            initial_norm=float(torch.linalg.vector_norm(w0)),
+        )
+        out.precision.update(bound or {"round_bound": None})
+        local = {"local_size": int(sizes.min()), "total_size": int(sizes.sum())}
+        out.privacy = describe_arm(cfg, mode=mode, key_norms=key_norms, agg_norms=agg_norms, **local)
+        out.releases = arm_releases(cfg, mode=mode, key_norms=key_norms, agg_norms=agg_norms, **local)
+    if restored is not None:
+        out.state.broadcast = restored.broadcast  # from the checkpoint (see Checkpoints.load_broadcasts)
+    return out

@@ -1,0 +1,206 @@
+"""The party pool: the parties' actors spawned, replaced when they die, and the faults the driver injects.
+
+:class:`PartyPool` is the round's :class:`~sifl_ray.round.Supervisor`: ``run_round`` asks it for a fresh
+client worker when one dies or straggles, and tells it when a step was submitted (the moment the driver
+kills the actors a fault plan names). A server, aggregator or evaluator that dies is respawned here; the
+keys and broadcasts it held are restored by :class:`~sifl_ray.runner.state.Checkpoints`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from actors.aggregator import AggregatorActor
+from actors.client_worker import ClientWorkerActor
+from actors.evaluator import EvaluatorActor
+from actors.server import ServerActor
+from sifl_ray.backend import Backend
+from sifl_ray.faults import FaultJournal, FaultPlan
+from sifl_ray.round import Parties
+
+
+def say(text: str) -> None:
+    """A message of the driver, on stderr."""
+    print(f"[sifl] {text}", file=sys.stderr, flush=True)
+
+
+def make_backend(cfg: DictConfig, **ray_kwargs: Any) -> Backend:
+    if cfg.ray.backend == "sequential":
+        from sifl_ray.sequential import SequentialBackend
+
+        return SequentialBackend()
+    from actors.backend import RayBackend
+
+    return RayBackend(address=cfg.ray.address, **ray_kwargs)
+
+
+def worker_count(cfg: DictConfig, backend: Backend) -> int:
+    """How many client workers: ``ray.num_workers``, else as many as the cluster's CPUs allow."""
+    if cfg.ray.num_workers:
+        return min(cfg.ray.num_workers, cfg.clients.num_clients)
+    if backend.name == "sequential":
+        return min(2, cfg.clients.num_clients)
+    cpus = backend.cluster().get("CPU", 1.0)
+    per = cfg.ray.cpus_per_worker or 1.0
+    return max(1, min(int(cpus // per) or 1, cfg.clients.num_clients))
+
+
+class PartyPool:
+    """Every party's actor, shared by all arms, and what it takes to replace one.
+
+    Built in two steps: the server and the aggregator shards at once (they need nothing of the data),
+    the client workers and the evaluator with :meth:`spawn_clients` once the data set is loaded.
+    """
+
+    def __init__(self, cfg: DictConfig, backend, *, plan: FaultPlan, journal: FaultJournal, fired_once: set):
+        self.cfg, self.backend = cfg, backend
+        self.plan, self.journal, self.fired_once = plan, journal, fired_once
+        # The server and the aggregator need nothing of the data: spawned first, their processes boot
+        # (each imports torch, ~1-1.5 s of CPU) while this driver loads the data set.
+        self.parties = Parties(
+            server=backend.spawn(ServerActor),
+            aggregators=[backend.spawn(AggregatorActor, s) for s in range(cfg.ray.num_shards)],
+            workers=[],
+            evaluator=None,
+        )
+        self.setups: dict[str, dict] = {}
+        self.views: dict[str, tuple] = {}  # arm → refs of the clients' key views (made by their owners)
+        self.modes: dict[str, str] = {}
+
+    def spawn_clients(self, *, data_ref, test_ref, partitions: list[dict], model_spec: dict) -> None:
+        """The client workers (worker ``k`` owns ``partitions[k]``) and the evaluator."""
+        self._data_ref, self._test_ref = data_ref, test_ref
+        self._partitions, self._model_spec = partitions, model_spec
+        self._train = OmegaConf.to_container(self.cfg.train)
+        self._threads = max(1, int(self.cfg.ray.cpus_per_worker)) if self.backend.name == "ray" else 1
+        self.parties.workers = [self._spawn_worker(k) for k in range(len(partitions))]
+        self.parties.evaluator = self._spawn_evaluator()
+
+    def _spawn_worker(self, k: int):
+        cfg = self.cfg
+        handle = self.backend.spawn(
+            ClientWorkerActor,
+            k,
+            self._data_ref,
+            self._partitions[k],
+            self._model_spec,
+            self._train,
+            cfg.seed,
+            self._threads,
+            cfg.ray.materialize_uploads,
+            num_cpus=cfg.ray.cpus_per_worker,
+            num_gpus=cfg.ray.gpus_per_worker,
+        )
+        events = self.plan.for_worker(k, sorted(self._partitions[k]))
+        if events:
+            self.backend.call(handle, "set_faults", events)
+        return handle
+
+    def _spawn_evaluator(self):
+        return self.backend.spawn(
+            EvaluatorActor, self._test_ref, self._model_spec, self.cfg.seed, self.cfg.train.eval_batch_size
+        )
+
+    def hand_arm(self, arm: str, *, mode: str, setup: dict, views: tuple) -> list:
+        """Give every client worker and the evaluator their part of ``arm`` (kept, to set up a replacement);
+        return the calls' references."""
+        self.setups[arm], self.views[arm], self.modes[arm] = setup, views, mode
+        backend, parties = self.backend, self.parties
+        done = [backend.call(w, "set_arm", arm, setup, *views) for w in parties.workers]
+        done.append(backend.call(parties.evaluator, "set_arm", arm, mode, *views))
+        return done
+
+    # ---------------------------------------------------------------- Supervisor
+    def replace_worker(self, k: int, *, arm: str, t: int, reason: str) -> float:
+        """:class:`~sifl_ray.round.Supervisor`: a fresh worker ``k`` (same clients, every arm set up)."""
+        with contextlib.suppress(Exception):  # already gone
+            self.backend.kill(self.parties.workers[k])
+        tic = time.perf_counter()
+        handle = self._spawn_worker(k)
+        ready = [self.backend.call(handle, "set_arm", a, self.setups[a], *self.views[a]) for a in self.setups]
+        self.backend.get(ready)
+        self.parties.workers[k] = handle
+        took = time.perf_counter() - tic
+        say(f"round {t} {arm}: worker {k} {reason}; replaced it ({took:.1f} s)")
+        return took
+
+    def after_submit(self, stage: str, *, arm: str, t: int) -> None:
+        """:class:`~sifl_ray.round.Supervisor`: the faults the driver injects itself (``ray.kill``)."""
+        if stage == "train":
+            for ev in self.plan.at("worker_kill", arm, t):
+                self._fired(ev, arm, t)
+                self.backend.kill(self.parties.workers[ev.worker])
+            return
+        targets = {
+            "server_kill": lambda ev: self.parties.server,
+            "aggregator_kill": lambda ev: self.parties.aggregators[ev.shard],
+            "evaluator_kill": lambda ev: self.parties.evaluator,
+        }
+        for kind, handle in targets.items():
+            for ev in self.plan.at(kind, arm, t):
+                if ev.index in self.fired_once:
+                    continue
+                self.fired_once.add(ev.index)
+                self._fired(ev, arm, t)
+                self.backend.kill(handle(ev))
+
+    def maybe_kill_driver(self, arm: str, t: int) -> None:
+        """The driver's own injected fault, after round ``t`` of ``arm`` was recorded: SIGKILL itself."""
+        for ev in self.plan.at("driver_kill", arm, t):
+            if ev.index in self.fired_once:
+                continue
+            self._fired(ev, arm, t)
+            say(f"round {t} {arm}: injected fault: the driver SIGKILLs itself (resume with --resume)")
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def _fired(self, ev, arm: str, t: int) -> None:
+        self.journal.append({"event": "fired", "fault": ev.index, "kind": ev.kind, "round": t, "arm": arm})
+
+    # ---------------------------------------------------------------- failures
+    def respawn(self, party: str, index: int) -> None:
+        """A fresh ``party`` (``server``, ``aggregator`` shard ``index``, ``evaluator``) in place of the old
+        one. The evaluator gets every arm again here; a server or aggregator still has to take its keys
+        back (:meth:`~sifl_ray.runner.state.Checkpoints.restore_keys`)."""
+        backend, parties = self.backend, self.parties
+        if party == "server":
+            old, parties.server = parties.server, backend.spawn(ServerActor)
+        elif party == "aggregator":
+            old = parties.aggregators[index]
+            parties.aggregators[index] = backend.spawn(AggregatorActor, index)
+        else:
+            old, parties.evaluator = parties.evaluator, self._spawn_evaluator()
+        with contextlib.suppress(Exception):  # already gone
+            backend.kill(old)
+        if party == "evaluator":
+            backend.get(
+                [
+                    backend.call(parties.evaluator, "set_arm", a, self.modes[a], *self.views[a])
+                    for a in self.modes
+                ]
+            )
+
+    def actors(self) -> dict[str, Any]:
+        p = self.parties
+        out = {"server": p.server} if p.evaluator is None else {"server": p.server, "evaluator": p.evaluator}
+        out.update({f"aggregator{i}": a for i, a in enumerate(p.aggregators)})
+        out.update({f"worker{i}": w for i, w in enumerate(p.workers)})
+        return out
+
+    def stop(self, *, quiet: bool = False) -> None:
+        """Kill every actor (their CPUs go back to Ray; nothing to do in-process). ``quiet``: ignore
+        failures (undoing a set-up that failed half-way)."""
+        if self.backend.name != "ray":
+            return
+        for handle in self.actors().values():
+            if quiet:
+                with contextlib.suppress(Exception):
+                    self.backend.kill(handle)
+            else:
+                self.backend.kill(handle)

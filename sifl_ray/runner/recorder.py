@@ -1,0 +1,149 @@
+"""What the driver records of a run, and where: each round's metrics, privacy releases and incidents
+(TensorBoard, the driver's state that checkpoints keep, stderr), restores and resumes, and at the end
+``summary.json``, the accountant's report and the plot. The figures themselves are
+:mod:`~sifl_ray.runner.summary`'s pure functions.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from sifl_ray.config import to_yaml
+from sifl_ray.faults import FaultJournal
+from sifl_ray.logging import RunLogger
+from sifl_ray.round import RoundResult
+from sifl_ray.runner.parties import say
+from sifl_ray.runner.state import DriverState
+from sifl_ray.runner.summary import (
+    RunResult,
+    end_of_run_messages,
+    epsilon_metrics,
+    flat_hparams,
+    record_text,
+    result_line,
+    round_incidents,
+    summarise,
+)
+
+
+class Progress:
+    """One line per round on stderr (a bar over rounds with the latest accuracy of every arm)."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.total = total
+        self.enabled = enabled
+        self.start = time.perf_counter()
+
+    def update(self, t: int, accs: dict[str, float]) -> None:
+        if not self.enabled:
+            return
+        done = t + 1
+        width = 20
+        bar = "#" * (width * done // self.total) + "." * (width - width * done // self.total)
+        arms = " ".join(f"{a}={100 * v:.1f}%" for a, v in accs.items())
+        elapsed = time.perf_counter() - self.start
+        print(f"[{bar}] round {done}/{self.total} {elapsed:6.1f}s | {arms}", file=sys.stderr, flush=True)
+
+
+class Recorder:
+    """Keeps the driver's records (:class:`~sifl_ray.runner.state.DriverState`) and writes them out."""
+
+    def __init__(self, cfg: DictConfig, *, run_dir: Path, driver: DriverState, journal: FaultJournal):
+        self.cfg, self.run_dir, self.driver, self.journal = cfg, Path(run_dir), driver, journal
+        self.arms = list(driver.arms)
+        self.logger: RunLogger | None = None
+
+    def open(self, *, purge_step: int | None) -> None:
+        """(Re)open the TensorBoard writers; ``purge_step=t`` makes TensorBoard drop the steps ≥ t that an
+        earlier writer left (a round replayed after a restore or a resume is then logged once)."""
+        if self.logger is not None:
+            for writer in self.logger.writers.values():  # not close(): the run is not over
+                writer.close()
+        self.logger = RunLogger(
+            self.run_dir,
+            self.arms,
+            config_yaml=to_yaml(self.cfg),
+            hparams=flat_hparams(self.cfg),
+            tensorboard=self.cfg.output.tensorboard,
+            purge_step=purge_step,
+        )
+
+    def privacy(self, privacy: dict[str, dict[str, Any]]) -> None:
+        """Each arm's privacy figures, once, at the start of a fresh run."""
+        for arm, info in privacy.items():
+            self.logger.log_text(arm, "privacy", record_text(info))
+
+    def restored(self, record: dict[str, Any], *, event: str, step: int) -> None:
+        """A restore (a party died) or a resume (the driver died): kept across rollbacks, journaled, shown."""
+        self.driver.restored.append(record)
+        self.journal.append({"event": event, **record})
+        for arm in self.arms:
+            self.logger.log_text(arm, "faults/restored", record_text(record), step)
+
+    def round(self, arm: str, t: int, result: RoundResult, *, releases: Any, privacy: dict | None) -> float:
+        """Keep round ``t`` of ``arm``: its privacy releases (``releases``: the arm's ArmReleases, or
+        ``None``: ``privacy``'s fixed figures), metrics and incidents; return its test accuracy."""
+        metrics, driver = dict(result.metrics), self.driver
+        if releases is not None:
+            # A round starts from the server's initial M1 encoding until one round was not skipped (M2's
+            # round 0 is an M1 round: see ArmReleases). Read before this round joins the history.
+            initial = not any(r.get("clients/accepted", 1) > 0 for r in driver.history[arm])
+            released = releases.of_round(from_initial_broadcast=initial)
+            driver.accountant.record(arm=arm, round=t, releases=released)
+            metrics.update({f"privacy/epsilon_{r.release}": r.epsilon for r in released})
+        else:
+            metrics.update(epsilon_metrics(privacy))
+        driver.wall[arm] += metrics["time/round"]
+        self.logger.log_round(arm, t, metrics)
+        driver.history[arm].append({"round": t, **metrics})
+        got = round_incidents(arm, t, result)
+        if got is not None:
+            driver.dropped[arm].append(got.entry)
+            self.logger.log_text(arm, "faults", record_text(got.entry), t)
+            driver.incidents.extend(got.incidents)
+            for message in got.messages:
+                say(message)
+        return metrics["test_accuracy"]
+
+    def finish(
+        self,
+        *,
+        precision: dict[str, dict[str, Any]],
+        privacy: dict[str, dict[str, Any]],
+        coded_arms: list[str],
+        **figures: Any,
+    ) -> RunResult:
+        """``summary.json`` (``figures``: :func:`~sifl_ray.runner.summary.summarise`'s other arguments),
+        the end-of-run messages, the accountant's report (for ``coded_arms``), the plot."""
+        cfg, driver = self.cfg, self.driver
+        summary = summarise(
+            cfg,
+            run_dir=self.run_dir,
+            history=driver.history,
+            wall=driver.wall,
+            dropped=driver.dropped,
+            privacy=privacy,
+            precision=precision,
+            accountant=driver.accountant.summary() if len(driver.accountant) else None,
+            incidents=driver.incidents,
+            journal=str(self.journal.path) if self.journal.path.exists() else None,
+            restored=driver.restored,
+            checkpoint_s=driver.checkpoint_s,
+            **figures,
+        )
+        for message in end_of_run_messages(summary, precision):
+            say(message)
+        self.logger.write_summary(summary)
+        if len(driver.accountant):
+            report = driver.accountant.report()
+            for arm in coded_arms:
+                self.logger.log_text(arm, "privacy/accountant", report, cfg.train.rounds - 1)
+        if cfg.output.plot:
+            self.logger.plot(driver.history, f"{cfg.scenario}: test accuracy")
+        self.logger.close()
+        return RunResult(self.run_dir, summary, history=driver.history, result_line=result_line(summary))

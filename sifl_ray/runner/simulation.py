@@ -1,0 +1,399 @@
+"""The simulation: a scenario's parties built, then every arm played round by round, recorded, summarised.
+
+All arms of a scenario share the data, the partition, the initial model, the client sampling and the
+minibatch order (every one of these streams is derived from the run seed and its name), so their curves
+differ only by what the arm does: nothing (fl), SIFL coding (sifl_m1, sifl_m2) or NbAFL noise.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+
+from sifl_ray.backend import Backend
+from sifl_ray.checkpoint import CheckpointError, describe_error
+from sifl_ray.config import ConfigError, arm_names
+from sifl_ray.data import sample_clients
+from sifl_ray.faults import FaultJournal, FaultPlan
+from sifl_ray.round import ArmState, Parties, PartyLost, RoundPolicy, RoundResult, run_round
+from sifl_ray.runner.arms import setup_arm
+from sifl_ray.runner.parties import PartyPool, make_backend, say, worker_count
+from sifl_ray.runner.recorder import Progress, Recorder
+from sifl_ray.runner.state import (
+    Checkpoints,
+    DriverState,
+    ResumePoint,
+    default_key_dir,
+    is_checkpoint_error,
+    open_resume,
+)
+from sifl_ray.runner.summary import RunResult
+from sifl_ray.runner.workload import load_workload
+
+
+class Simulation:
+    """A configured scenario with its parties spawned; :meth:`run` executes it.
+
+    Reliability (see ``faults`` and ``checkpoint`` in :mod:`sifl_ray.config`): a client worker that dies
+    or straggles is retried or dropped inside the round (:func:`~sifl_ray.round.run_round`); a server,
+    aggregator or evaluator that dies is respawned, takes its key back from its own key file, and the run
+    continues from the last checkpoint (the rounds since are replayed: every stream is deterministic, so
+    nothing changes but the wall time); :meth:`resume` continues a run whose driver died.
+
+    Who does what: the actors are :attr:`pool`'s (:mod:`~sifl_ray.runner.parties`); the checkpoints and
+    the driver's records :attr:`checkpoints`' and :attr:`driver`'s (:mod:`~sifl_ray.runner.state`); the
+    logs and ``summary.json`` :attr:`recorder`'s (:mod:`~sifl_ray.runner.recorder`). To play rounds
+    without the run loop (benches, paired tests): :meth:`play_round`, :meth:`global_model`,
+    :meth:`set_start`.
+    """
+
+    def __init__(
+        self,
+        cfg: DictConfig,
+        *,
+        backend: Backend | None = None,
+        run_dir: Path | None = None,
+        _resume: ResumePoint | None = None,
+    ):
+        self.cfg = cfg
+        self.arms = arm_names(cfg)
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+        self.run_dir = Path(run_dir) if run_dir else Path(cfg.output.dir) / cfg.scenario / stamp
+        self._resume = _resume
+        key_dir = Path(_resume.key_dir) if _resume and _resume.key_dir else default_key_dir(cfg, self.run_dir)
+        self.checkpoints = Checkpoints(cfg, run_dir=self.run_dir, key_dir=key_dir, arms=self.arms)
+        self.plan = FaultPlan.from_config(cfg, self.arms)
+        self.journal = FaultJournal(self.run_dir)
+        self.fired_once = self.journal.fired_once() if _resume else set()
+        self.policy = RoundPolicy(
+            worker_policy=cfg.faults.worker_policy,
+            straggler_policy=cfg.faults.straggler_policy,
+            deadline_s=cfg.faults.deadline_s,
+            max_retries=cfg.faults.max_retries,
+        )
+        if backend is None:
+            backend = make_backend(cfg)
+            # The first line a run prints: a private Ray instance or a joined cluster, and its size.
+            if backend.description:
+                print(backend.description, flush=True)
+        self.backend = backend
+        self.driver = DriverState(self.arms)
+        self.recorder = Recorder(cfg, run_dir=self.run_dir, driver=self.driver, journal=self.journal)
+        self.restores = 0
+        try:
+            self._build()
+        except BaseException:
+            if getattr(self, "pool", None) is not None:  # undo a failed set-up: the actors spawned so far
+                self.pool.stop(quiet=True)
+            self.backend.shutdown()  # and Ray, if this simulation started it
+            raise
+
+    @classmethod
+    def resume(cls, path: str | Path, *, backend: Backend | None = None) -> Simulation:
+        """Continue the run in ``path`` (a run folder, or one of its ``checkpoints/round-*`` folders).
+
+        Everything is verified before anything is written or any actor is asked to restore: the saved
+        configuration, the manifest and the driver's state (here), the broadcasts and key files (by the
+        server and aggregator actors, which alone may read them).
+
+        Raises:
+            CheckpointError: nothing to resume from, or a file is missing, truncated or corrupted.
+        """
+        cfg, run_dir, point = open_resume(path)
+        return cls(cfg, backend=backend, run_dir=run_dir, _resume=point)
+
+    # ---------------------------------------------------------------- set-up
+    def _build(self) -> None:
+        cfg, backend = self.cfg, self.backend
+        self.pool = PartyPool(cfg, backend, plan=self.plan, journal=self.journal, fired_once=self.fired_once)
+        self.num_workers = worker_count(cfg, backend)
+        work = load_workload(cfg, self.num_workers)
+        self.dataset, self.sizes, self.owner = work.dataset, work.sizes, work.owner
+        self.model_spec, self.w0, self.n = work.model_spec, work.w0, work.n
+        for ev in self.plan.events:
+            if ev.worker is not None and ev.worker >= self.num_workers:
+                raise ConfigError(
+                    [
+                        f"faults.inject[{ev.index}].worker: this run has {self.num_workers} workers, "
+                        f"got worker {ev.worker}; set ray.num_workers or change the worker"
+                    ]
+                )
+        data_ref = backend.put(
+            {"x_train": np.asarray(self.dataset.x_train), "y_train": np.asarray(self.dataset.y_train)}
+        )
+        test_ref = backend.put(
+            {"x_test": np.asarray(self.dataset.x_test), "y_test": np.asarray(self.dataset.y_test)}
+        )
+        self.checkpoints.make_key_dir()
+        self.states: dict[str, ArmState] = {}
+        self.precision: dict[str, dict[str, Any]] = {}
+        self.privacy: dict[str, dict[str, Any]] = {}
+        self.releases: dict[str, tuple] = {}
+        # On a resume the server and aggregator take their keys and the broadcasts back (and refuse
+        # damaged files) before any worker is started or anything is written.
+        if self._resume is not None:
+            try:
+                self.checkpoints.restore_keys(backend, self.parties, self.n)
+                self.checkpoints.load_broadcasts(
+                    backend, self.parties.server, self.states, self.w0, self._resume.checkpoint
+                )
+            except Exception as err:
+                if not is_checkpoint_error(err):
+                    raise
+                raise CheckpointError(describe_error(err)) from None
+        self.pool.spawn_clients(
+            data_ref=data_ref, test_ref=test_ref, partitions=work.partitions, model_spec=self.model_spec
+        )
+        for arm in self.arms:
+            got = setup_arm(
+                cfg,
+                self.pool,
+                self.checkpoints,
+                arm,
+                w0=self.w0,
+                sizes=self.sizes,
+                clients_per_worker=max(len(p) for p in work.partitions),
+                restored=self.states[arm] if self._resume is not None else None,
+            )
+            self.states[arm] = got.state
+            for table, value in ((self.precision, got.precision), (self.privacy, got.privacy)):
+                if value is not None:
+                    table[arm] = value
+            if got.releases is not None:
+                self.releases[arm] = got.releases
+        self.driver.load(self._resume.state if self._resume else None)
+        if self._resume is not None and self._resume.state is not None:
+            self.driver.restored = list(self._resume.state.get("restored", []))
+
+    @property
+    def parties(self) -> Parties:
+        return self.pool.parties
+
+    @property
+    def setups(self) -> dict[str, dict]:
+        """Per arm, what every client worker was told (mode, clipping, NbAFL noise)."""
+        return self.pool.setups
+
+    @property
+    def views(self) -> dict[str, tuple]:
+        """Per arm, the refs of the clients' key views (made by their owners)."""
+        return self.pool.views
+
+    def actors(self) -> dict[str, Any]:
+        return self.pool.actors()
+
+    @property
+    def next_round(self) -> int:
+        """The first round :meth:`run` will play (0, or the round after the restored checkpoint)."""
+        return self.driver.next_round
+
+    # ---------------------------------------------------------------- one round
+    def assignment(self, t: int) -> list[list[int]]:
+        """The clients of each worker in round ``t`` (the same in every arm)."""
+        sampled = sample_clients(self.cfg.clients.num_clients, self.cfg.clients.fraction, t, self.cfg.seed)
+        out: list[list[int]] = [[] for _ in range(self.num_workers)]
+        for c in sampled:
+            out[self.owner[int(c)]].append(int(c))
+        return out
+
+    def play_round(
+        self, arm: str, t: int, assignment: list[list[int]] | None = None, *, supervise: bool = True
+    ) -> RoundResult:
+        """Play round ``t`` of ``arm`` (Algorithm 2: :func:`~sifl_ray.round.run_round`); its broadcast
+        advances to the next round's.
+
+        Nothing is recorded: :meth:`run` logs, accounts and checkpoints around this call. A bench or a test
+        may call it alone, in any order of arms.
+
+        Args:
+            assignment: the clients of each worker (default: round ``t``'s sampling, :meth:`assignment`).
+            supervise: as :meth:`run` does, replace a worker that dies or misses the deadline and inject
+                the configured faults; ``False``: no supervisor, a failing worker raises (a bench's bare
+                round).
+
+        Raises:
+            PartyLost: the server, an aggregator shard or the evaluator died.
+        """
+        return run_round(
+            self.backend,
+            self.pool.parties,
+            self.states[arm],
+            t,
+            self.assignment(t) if assignment is None else assignment,
+            policy=self.policy,
+            supervisor=self.pool if supervise else None,
+        )
+
+    def global_model(self, arm: str) -> torch.Tensor:
+        """The decoded global model of ``arm`` (simulation only: the evaluator decodes it for the driver)."""
+        ref = self.backend.call(self.pool.parties.evaluator, "decode", arm, self.states[arm].broadcast)
+        return self.backend.get(ref)
+
+    def set_start(self, arm: str, w: torch.Tensor) -> None:
+        """Simulation only: the next round of the plain arm ``arm`` (fl, NbAFL) starts from the model ``w``.
+
+        For paired comparisons: FedAvg from a SIFL arm's own decoded start (:meth:`global_model`), so that
+        the two next models differ by the coding alone. No deployment can do this; a coded arm's start is
+        the server's encoding, which this method does not make.
+
+        Raises:
+            ValueError: ``arm`` is a coded arm.
+        """
+        state = self.states[arm]
+        if state.mode != "plain":
+            raise ValueError(
+                f"set_start: {arm} is a coded ({state.mode}) arm; only a plain arm takes a start"
+            )
+        state.broadcast = self.backend.put(w)
+
+    # ---------------------------------------------------------------- the run
+    def run(self, *, on_round_end: Callable[[Simulation, int], None] | None = None) -> RunResult:
+        """Play the remaining rounds (all of them, or those after the restored checkpoint), then summarise.
+
+        Args:
+            on_round_end: called as ``on_round_end(sim, t)`` after round ``t`` (and its checkpoint).
+        """
+        rounds = self.cfg.train.rounds
+        t = self._start()
+        progress = Progress(rounds, self.cfg.output.progress)
+        while t < rounds:
+            try:
+                # 1. The clients of round t: the same in every arm.
+                assignment = self.assignment(t)
+                latest: dict[str, float] = {}
+                for arm in self.arms:
+                    # 2. Every arm plays round t (encode → train → aggregate → decode), then the driver
+                    #    records it: metrics, privacy releases, incidents.
+                    result = self.play_round(arm, t, assignment)
+                    latest[arm] = self.recorder.round(
+                        arm, t, result, releases=self.releases.get(arm), privacy=self.privacy.get(arm)
+                    )
+                    self.pool.maybe_kill_driver(arm, t)
+                progress.update(t, latest)
+                # 3. A checkpoint every checkpoint.every rounds, and after the last.
+                if self.checkpoints.due(t):
+                    self.checkpoints.save(t, self.backend, self.parties.server, self.states, self.driver)
+            except PartyLost as lost:
+                # 4. A party died: respawn it, restore the last checkpoint and replay the rounds since.
+                t = self._recover(lost)
+                continue
+            if on_round_end is not None:
+                on_round_end(self, t)
+            t += 1
+        return self._finish()
+
+    def _start(self) -> int:
+        """Open the records at the first round to play; log a resume, or (a fresh run) each arm's privacy."""
+        start = self.next_round
+        self.recorder.open(purge_step=start if self._resume is not None else None)
+        if self._resume is None:
+            self.recorder.privacy(self.privacy)
+            return start
+        ckpt = self._resume.checkpoint
+        record = {
+            "party": "driver",
+            "from_checkpoint": ckpt.dir.name if ckpt else "start",
+            "replayed_from_round": start,
+            "journal": [r for r in self.journal.records() if r.get("kind") == "driver_kill"],
+        }
+        self.recorder.restored(record, event="resumed", step=start)
+        say(
+            f"resumed {self.run_dir} from {record['from_checkpoint']}: "
+            f"rounds {start}..{self.cfg.train.rounds - 1}"
+        )
+        return start
+
+    def _recover(self, lost: PartyLost) -> int:
+        """Respawn the lost party, restore it from its key file and every arm from the last checkpoint;
+        return the round to continue from."""
+        cfg = self.cfg
+        self.restores += 1
+        if not cfg.checkpoint.every:
+            raise RuntimeError(
+                f"{lost}; checkpointing is off (checkpoint.every=0), so its key is lost and the run cannot "
+                "continue. Set checkpoint.every ≥ 1 to make a party restorable."
+            ) from lost
+        if self.restores > cfg.faults.max_restores:
+            raise RuntimeError(f"{lost}; gave up after {cfg.faults.max_restores} restores") from lost
+        tic = time.perf_counter()
+        self.journal.append(
+            {
+                "event": "party_lost",
+                "party": lost.party,
+                "index": lost.index,
+                "round": lost.round,
+                "arm": lost.arm,
+            }
+        )
+        try:
+            self.pool.respawn(lost.party, lost.index)
+            if lost.party != "evaluator":
+                which = ("server",) if lost.party == "server" else (f"aggregator{lost.index}",)
+                self.checkpoints.restore_keys(self.backend, self.parties, self.n, which)
+            ckpt = self.checkpoints.store.latest()
+            self.checkpoints.load_broadcasts(self.backend, self.parties.server, self.states, self.w0, ckpt)
+            self.driver.load(self.checkpoints.driver_state(ckpt))
+        except PartyLost:
+            raise
+        except Exception as err:
+            raise RuntimeError(f"{lost}; it could not be restored: {describe_error(err)}") from err
+        resume_at = self.next_round
+        record = {
+            "party": lost.party if lost.party != "aggregator" else f"aggregator{lost.index}",
+            "died_in_round": lost.round,
+            "arm": lost.arm,
+            "from_checkpoint": ckpt.dir.name if ckpt else "start",
+            "replayed_from_round": resume_at,
+            "restore_s": round(time.perf_counter() - tic, 3),
+        }
+        self.recorder.open(purge_step=resume_at)
+        self.recorder.restored(record, event="restored", step=resume_at)
+        say(
+            f"round {lost.round} {lost.arm}: {lost}; restored it from "
+            f"{record['from_checkpoint']} and replaying from round {resume_at}"
+        )
+        return resume_at
+
+    def _finish(self) -> RunResult:
+        return self.recorder.finish(
+            precision=self.precision,
+            privacy=self.privacy,
+            coded_arms=list(self.releases),
+            n=self.n,
+            num_workers=self.num_workers,
+            backend=self.backend.name,
+            injected=[ev.describe() for ev in self.plan.events],
+            checkpoint_dir=str(self.checkpoints.store.root),
+        )
+
+    def stop_actors(self) -> None:
+        """Stop this simulation's actors (their CPUs go back to Ray) and leave Ray running (a bench then
+        builds another simulation in the same session)."""
+        self.pool.stop()
+
+    def close(self) -> None:
+        """Stop this simulation's actors (their CPUs go back to Ray); shut Ray down if we started it."""
+        self.pool.stop()
+        self.backend.shutdown()
+
+
+def run_scenario(
+    cfg: DictConfig, *, backend: Backend | None = None, run_dir: Path | None = None
+) -> RunResult:
+    sim = Simulation(cfg, backend=backend, run_dir=run_dir)
+    try:
+        return sim.run()
+    finally:
+        sim.close()
+
+
+def cpu_count() -> int:
+    return os.cpu_count() or 1

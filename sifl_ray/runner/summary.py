@@ -1,0 +1,292 @@
+"""What a run reports, as functions of data only: the summary dict, the table, the RESULT line, and the
+text of the driver's messages (a round's incidents, the end-of-run warnings).
+
+Nothing here holds an actor, a backend or a file: :class:`~sifl_ray.runner.Simulation` gathers the
+figures and passes them in, and tests can call every function on a hand-made dict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from sifl_ray.config import arm_kind
+from sifl_ray.logging import format_table
+from sifl_ray.round import RoundResult
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    summary: dict[str, Any]
+    history: dict[str, list[dict[str, float]]] = field(default_factory=dict)
+    result_line: str = ""
+
+
+@dataclass(frozen=True)
+class RoundIncidents:
+    """What went wrong in one round of one arm, as the driver keeps it and says it.
+
+    Attributes:
+        entry: the arm's ``dropped`` record of the round (``summary.json``, TensorBoard ``faults``).
+        incidents: one line per event for ``summary.json``'s ``faults.incidents``.
+        messages: what the driver prints on stderr.
+    """
+
+    entry: dict[str, Any]
+    incidents: list[dict[str, Any]]
+    messages: list[str]
+
+
+def record_text(record: dict) -> str:
+    """A record as a Markdown list (TensorBoard text: privacy figures, faults, restores)."""
+    return "\n".join(f"- **{k}**: {v}" for k, v in record.items())
+
+
+def flat_hparams(cfg: DictConfig) -> dict[str, Any]:
+    """The configuration as TensorBoard hparams (``section.key``: scalar), without the key seed."""
+    flat: dict[str, Any] = {}
+
+    def walk(prefix: str, node: Any) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(f"{prefix}{k}.", v) if isinstance(v, dict) else walk(f"{prefix}{k}", v)
+        elif isinstance(node, int | float | str | bool):
+            flat[prefix.rstrip(".")] = node
+
+    walk("", OmegaConf.to_container(cfg))
+    flat.pop("coding.key_seed", None)
+    return flat
+
+
+def epsilon_metrics(info: dict[str, Any] | None) -> dict[str, float]:
+    """The per-round ε metrics of an arm without an accountant record (its privacy description's)."""
+    if not info:
+        return {}
+    out = {}
+    for key in ("epsilon_local", "epsilon_broadcast", "epsilon_global"):
+        if info.get(key) is not None:
+            out[f"privacy/{key}"] = float(info[key])
+    if info.get("mechanism") == "nbafl-gaussian":
+        out["privacy/epsilon_local"] = float(info["epsilon"])
+    return out
+
+
+def round_incidents(arm: str, t: int, result: RoundResult) -> RoundIncidents | None:
+    """The incidents of round ``t`` of ``arm`` (``None``: nothing went wrong)."""
+    if not (result.rejected or result.dropped or result.retried or result.skipped):
+        return None
+    entry: dict[str, Any] = {"round": t, "rejected": {str(k): v for k, v in result.rejected.items()}}
+    if result.dropped:
+        entry["dropped"] = result.dropped
+    if result.retried:
+        entry["retried"] = result.retried
+    if result.skipped:
+        entry["skipped"] = "no update was accepted: the model stays, the broadcast is reused"
+    incidents = [
+        {"round": t, "arm": arm, "what": f"client {c} upload rejected: {why}", "action": "dropped"}
+        for c, why in sorted(result.rejected.items())
+    ]
+    messages = []
+    for d in result.dropped:
+        incidents.append(
+            {
+                "round": t,
+                "arm": arm,
+                "what": f"worker {d['worker']}: {d['reason']}",
+                "action": f"dropped clients {d['clients']}",
+            }
+        )
+        messages.append(
+            f"round {t} {arm}: dropped worker {d['worker']} (clients {d['clients']}): {d['reason']}"
+        )
+    for r in result.retried:
+        incidents.append(
+            {
+                "round": t,
+                "arm": arm,
+                "what": f"worker {r['worker']}: {r['reason']}",
+                "action": f"retried (attempt {r['attempt']})",
+            }
+        )
+    if result.rejected:
+        messages.append(
+            f"round {t} {arm}: rejected {len(result.rejected)} upload(s): "
+            + "; ".join(f"client {c}: {w}" for c, w in sorted(result.rejected.items()))
+        )
+    return RoundIncidents(entry, incidents, messages)
+
+
+def summarise(
+    cfg: DictConfig,
+    *,
+    run_dir: Path,
+    n: int,
+    num_workers: int,
+    backend: str,
+    history: dict[str, list[dict[str, float]]],
+    wall: dict[str, float],
+    dropped: dict[str, list[dict]],
+    privacy: dict[str, dict[str, Any]],
+    precision: dict[str, dict[str, Any]],
+    accountant: dict[str, Any] | None,
+    injected: list[dict],
+    incidents: list[dict],
+    journal: str | None,
+    restored: list[dict],
+    checkpoint_dir: str,
+    checkpoint_s: list[float],
+) -> dict[str, Any]:
+    """``summary.json``: per arm (in ``history``'s order) the final figures, timings and incidents; the
+    run's sizes, precision claims, privacy scope, faults, restores and checkpoints.
+
+    Args:
+        accountant: the accountant's summary (``None``: it recorded nothing).
+        injected: the configured faults, described; ``journal``: the fault journal's path if written.
+        checkpoint_dir: where checkpoints go (reported only when ``checkpoint.every`` is set).
+    """
+    fl_final = history["fl"][-1]["test_accuracy"] if "fl" in history else None
+    arms: dict[str, Any] = {}
+    for arm, rows in history.items():
+        final = rows[-1]["test_accuracy"]
+        devs = [r["max_deviation"] for r in rows if "max_deviation" in r]
+        priv = privacy.get(arm, {})
+        arm_precision = precision.get(arm, {})
+        estimate = arm_precision.get("deviation_estimate")
+        arms[arm] = {
+            "final_accuracy": final,
+            "final_test_loss": rows[-1]["test_loss"],
+            "delta_vs_fl_pp": None if fl_final is None or arm == "fl" else 100 * (final - fl_final),
+            "max_deviation": max(devs) if devs else None,
+            # an estimate (trajectories can amplify); the rigorous claim is the per-round bound
+            "deviation_estimate": estimate,
+            "within_estimate": None if not devs or estimate is None else bool(max(devs) <= estimate),
+            "round_bound": arm_precision.get("round_bound"),
+            "round_bound_confidence": arm_precision.get("round_bound_confidence"),
+            "privacy": priv,
+            "wall_s": wall[arm],
+            "timings_median_s": {
+                k[5:]: float(np.median([r[k] for r in rows])) for k in rows[0] if k.startswith("time/")
+            },
+            "object_store_bytes_per_round": float(np.median([r["bytes/object_store"] for r in rows])),
+            "rounds": [{k: v for k, v in r.items()} for r in rows],
+            "dropped": dropped[arm],
+            "clients_dropped": int(sum(r.get("clients/dropped", 0) for r in rows)),
+            "clients_rejected": int(sum(r.get("clients/rejected", 0) for r in rows)),
+            "clipped": int(sum(r.get("clients/clipped", 0) for r in rows)),
+            "clip": float(cfg.nbafl.clip if arm_kind(arm) == "nbafl" else cfg.privacy.clip),
+        }
+    estimate = max((p["deviation_estimate"] for p in precision.values()), default=None)
+    round_bound = max(
+        (p["round_bound"] for p in precision.values() if p.get("round_bound") is not None),
+        default=None,
+    )
+    return {
+        "scenario": cfg.scenario,
+        "run_dir": str(run_dir),
+        "n": n,
+        "n_tilde": n + cfg.coding.n_extra,
+        "n_prime": (n + cfg.coding.n_extra) * cfg.coding.p,
+        "num_clients": cfg.clients.num_clients,
+        "num_workers": num_workers,
+        "rounds": cfg.train.rounds,
+        "backend": backend,
+        "deviation_estimate": estimate,
+        "round_bound": round_bound,
+        "evaluator": "simulation device holding both decoding keys; no real deployment has it",
+        "privacy_scope": "ε figures are per-element, per-round guarantees as the paper states them; "
+        "they say "
+        "nothing about the whole vector or about many rounds (see README, Threat model).",
+        "accountant": accountant,
+        "faults": {
+            "worker_policy": cfg.faults.worker_policy,
+            "straggler_policy": cfg.faults.straggler_policy,
+            "deadline_s": cfg.faults.deadline_s,
+            "injected": injected,
+            "incidents": incidents,
+            "journal": journal,
+        },
+        "restored": restored,
+        "checkpoint": {
+            "every": cfg.checkpoint.every,
+            "dir": checkpoint_dir if cfg.checkpoint.every else None,
+            "median_s": float(np.median(checkpoint_s)) if checkpoint_s else None,
+        },
+        "arms": arms,
+    }
+
+
+def end_of_run_messages(summary: dict[str, Any], precision: dict[str, dict[str, Any]]) -> list[str]:
+    """What the driver says after the last round: a deviation beyond its estimate, clipped client models."""
+    messages = []
+    for arm, a in summary["arms"].items():
+        if a["within_estimate"] is False:
+            per_round = precision[arm]["estimate_per_round"]
+            messages.append(
+                f"{arm}: the deviation from fl ({a['max_deviation']:.2e}) exceeds the additive estimate "
+                f"({a['deviation_estimate']:.2e} = {per_round:.2e} per round × {summary['rounds']} "
+                "rounds): local training amplified the coding error from round to round, or this CPU "
+                "rounded less kindly than the estimate assumes. Neither is a failure of the coding: the "
+                "rigorous per-round bound is round_bound in summary.json"
+            )
+    for arm, a in summary["arms"].items():
+        if a["clipped"]:
+            uploads = int(sum(r["clients/accepted"] for r in summary["arms"][arm]["rounds"]))
+            key = "nbafl.clip" if arm_kind(arm) == "nbafl" else "privacy.clip"
+            messages.append(
+                f"{arm}: clipped {a['clipped']} client models to ‖w_i‖ ≤ C = {a['clip']:g} ({key}; "
+                f"{uploads} uploads accepted): the ε figures hold for clipped models only, and the "
+                "clipping shapes the accuracy"
+            )
+    return messages
+
+
+def result_line(summary: dict[str, Any]) -> str:
+    """The one-line result: ``RESULT <scenario> <arm>=<acc> ... max_dev_<arm>=<x> ... dev_estimate=<e>
+    round_bound=<b> run_dir=<p>``.
+
+    ``dev_estimate`` is the additive estimate of the paired deviation (an estimate: training can amplify);
+    ``round_bound`` the rigorous float64 bound on one round's coding error (the worst SIFL arm).
+    """
+    parts = [f"RESULT {summary['scenario']}"]
+    parts += [f"{arm}={a['final_accuracy']:.4f}" for arm, a in summary["arms"].items()]
+    parts += [
+        f"max_dev_{arm}={a['max_deviation']:.3e}"
+        for arm, a in summary["arms"].items()
+        if a["max_deviation"] is not None
+    ]
+    for key in ("dev_estimate", "round_bound"):
+        value = summary.get("deviation_estimate" if key == "dev_estimate" else key)
+        parts.append(f"{key}={value:.3e}" if value is not None else f"{key}=none")
+    parts.append(f"run_dir={summary['run_dir']}")
+    return " ".join(parts)
+
+
+def summary_table(summary: dict[str, Any]) -> str:
+    """The end-of-run table; a SIFL arm's ε is its largest per-round figure (M2: round 0's, an M1 round)."""
+    recorded = (summary.get("accountant") or {}).get("arms", {})
+
+    def largest(arm: str, releases: tuple[str, ...], otherwise: float | None) -> float | None:
+        rows = recorded.get(arm, {})
+        got = [float(rows[r]["largest_per_round_epsilon"]) for r in releases if r in rows]
+        return max(got) if got else otherwise
+
+    rows = []
+    for arm, a in summary["arms"].items():
+        priv = a["privacy"]
+        rows.append(
+            {
+                "arm": arm,
+                "final_accuracy": a["final_accuracy"],
+                "delta_vs_fl_pp": a["delta_vs_fl_pp"],
+                "max_deviation": a["max_deviation"],
+                "epsilon_local": largest(arm, ("local",), priv.get("epsilon")),
+                "epsilon_global": largest(arm, ("broadcast", "global"), None),
+                "wall_s": a["wall_s"],
+            }
+        )
+    return format_table(rows)

@@ -1,0 +1,80 @@
+"""What every arm shares: the data set, its split over the clients and of the clients over the workers, the
+model and its initial parameters. Each comes from the run seed and its own stream name, so every arm (and a
+resumed run) sees the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+
+from sifl_ray.data import load_dataset, partition_dataset
+from sifl_ray.models import build_model, flatten_params
+from sifl_ray.seeding import torch_generator
+
+
+def partition(cfg: DictConfig, labels: np.ndarray) -> list[np.ndarray]:
+    return partition_dataset(
+        labels,
+        scheme=cfg.data.partition,
+        num_clients=cfg.clients.num_clients,
+        seed=cfg.seed,
+        alpha=cfg.data.dirichlet_alpha,
+        shards_per_client=cfg.data.shards_per_client,
+    )
+
+
+@dataclass
+class Workload:
+    dataset: Any
+    sizes: np.ndarray  # |D_i| of every client i
+    partitions: list[dict[int, np.ndarray]]  # worker k → {client: its training indices}
+    owner: dict[int, int]  # client → its worker
+    model_spec: dict[str, Any]
+    w0: torch.Tensor  # the initial model, float64
+
+    @property
+    def n(self) -> int:
+        return int(self.w0.numel())
+
+
+def load_workload(cfg: DictConfig, num_workers: int) -> Workload:
+    """Load the data set, split it over the clients and the clients over ``num_workers`` workers (in
+    contiguous blocks), and build the initial model."""
+    dataset = load_dataset(
+        cfg.data.name,
+        seed=cfg.seed,
+        root=cfg.data.root or "data_cache",
+        download=cfg.data.download,
+        test_fraction=cfg.data.test_fraction,
+        synthetic_train=cfg.data.n_train,
+        synthetic_test=cfg.data.n_test,
+        limit_train=cfg.data.limit_train,
+        limit_test=cfg.data.limit_test,
+    )
+    parts = partition(cfg, np.asarray(dataset.y_train))
+    owners = np.array_split(np.arange(cfg.clients.num_clients), num_workers)
+    model_spec = {
+        "name": cfg.train.model,
+        "input_shape": list(dataset.x_train.shape[1:]),
+        "num_classes": int(dataset.num_classes),
+        "dtype": cfg.train.dtype,
+    }
+    net = build_model(
+        cfg.train.model,
+        input_shape=tuple(model_spec["input_shape"]),
+        num_classes=model_spec["num_classes"],
+        generator=torch_generator(cfg.seed, "init"),
+    )
+    return Workload(
+        dataset=dataset,
+        sizes=np.array([len(p) for p in parts], dtype=np.int64),
+        partitions=[{int(c): parts[c] for c in owners[k]} for k in range(num_workers)],
+        owner={int(c): k for k, cs in enumerate(owners) for c in cs},
+        model_spec=model_spec,
+        w0=flatten_params(net).to(torch.float64),
+    )

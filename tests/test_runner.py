@@ -1,0 +1,73 @@
+"""The runner's public round API (in-process): ``play_round`` is the round ``run`` plays, ``set_start`` takes
+plain arms only, and the summary module is a function of data."""
+
+from __future__ import annotations
+
+import pytest
+
+from sifl_ray.config import load_config
+from sifl_ray.runner import Simulation, result_line, summary_table
+
+TINY = [
+    "scenario=quickstart",
+    "train.rounds=2",
+    "clients.num_clients=4",
+    "coding.key_seed=7",
+    "ray.num_workers=2",
+    "ray.backend=sequential",
+    "arms=[fl,sifl_m1]",
+    "output.progress=false",
+    "output.plot=false",
+]
+
+
+def _sim(tmp_path, name: str) -> Simulation:
+    return Simulation(load_config([*TINY, f"output.dir={tmp_path}"]), run_dir=tmp_path / name)
+
+
+def test_play_round_is_the_round_run_plays(tmp_path):
+    sim = _sim(tmp_path, "run")
+    try:
+        history = sim.run().history
+    finally:
+        sim.close()
+    sim = _sim(tmp_path, "rounds")
+    try:
+        for t in range(2):
+            for arm in sim.arms:
+                got = sim.play_round(arm, t).metrics
+                assert got["test_accuracy"] == history[arm][t]["test_accuracy"], (arm, t)
+                assert got["train_loss"] == history[arm][t]["train_loss"], (arm, t)
+    finally:
+        sim.close()
+
+
+def test_set_start_takes_plain_arms_only(tmp_path):
+    sim = _sim(tmp_path, "run")
+    try:
+        w = sim.global_model("sifl_m1")
+        sim.set_start("fl", w)
+        assert float((sim.global_model("fl") - w).abs().max()) == 0.0
+        with pytest.raises(ValueError, match="sifl_m1 is a coded"):
+            sim.set_start("sifl_m1", w)
+    finally:
+        sim.close()
+
+
+def test_the_result_line_and_table_need_only_the_summary_dict():
+    arm = {
+        "final_accuracy": 0.5,
+        "delta_vs_fl_pp": None,
+        "max_deviation": None,
+        "privacy": {},
+        "wall_s": 1.0,
+    }
+    summary = {
+        "scenario": "s",
+        "arms": {"fl": arm},
+        "deviation_estimate": None,
+        "round_bound": None,
+        "run_dir": "d",
+    }
+    assert result_line(summary) == "RESULT s fl=0.5000 dev_estimate=none round_bound=none run_dir=d"
+    assert "50.00%" in summary_table(summary)
