@@ -7,7 +7,12 @@ operation on a number of size ``X`` commits an error up to ``u·X`` (unit round-
 So each decode carries an error of order ``u · (noise magnitude) · ‖P1L‖₂`` — the relative precision
 of w is traded for noise: smaller ε (more noise) costs digits, linearly.
 
-The model (a high-probability bound on ``max_i |ŵ_i − w_i|``, δ = ``confidence``). For one transform
+This is an ESTIMATE, not a bound: its constants (the safety factor C, BLAS's partial sums, the random-walk
+accumulation of round-off) are fitted to how round-off behaves on the CPUs measured, and another CPU may
+round less kindly. The rigorous per-round bound, worst case for every operation on any CPU, is
+:mod:`sifl_ray.coding.roundoff` (1-3 orders looser); this estimate is what a run uses to refuse or warn.
+
+The model (a high-probability estimate of ``max_i |ŵ_i − w_i|``, δ = ``confidence``). For one transform
 (one encode or one decode) the error of a decoded coordinate is bounded by
 
     E_T(σ) = C · u · ‖P1L‖₂ · β√(1 + (ακ)²) · σ_std · [ q(m) + √(D·m/ñ) · q(n) ]
@@ -30,7 +35,7 @@ The two noise terms are the two ways round-off meets the noise:
   accumulates D roundings per output; this dominates for the dense backend, where a decode is a dot
   product of length ñ (D ∝ ñ gives a term ∝ ``βσ√m``).
 
-A round chains several transforms, each with fresh round-off, so the bound adds them:
+A round chains several transforms, each with fresh round-off, so the estimate adds them:
 
 * M1 (server encode, client decode, client encode of the change, aggregation of N_c uploads, server
   decode): ``2·E_T(σ1) + E_T(σ1)/√2 + C√N_c·u‖P1L‖₂(βσ1√(m/ñ) + α‖w‖∞) q(n)`` — the client's decode
@@ -43,10 +48,9 @@ A round chains several transforms, each with fresh round-off, so the bound adds 
   βσ1/γ: ``M1 + ‖P2R‖₂·[3·E_T^noise(σ1) + 2·C·u‖P1L‖₂·σ2η·√D·q(n)]``.
 
 ``C = 2`` is a safety factor for the constant in front of each term. Measured errors sit 5-80x below
-the bound for the fast backend at n ≥ 2,000 (5-30x at the paper's sizes and scales), 8-180x for dense
-and block, and never above it (tests). For σ = 0 or tiny n (a max over a handful of coordinates) the
-bound is looser, but then it is at the 1e-14 level. A worst-case (deterministic) bound would replace
-q(m) by √m·D and be another 10-100x looser; this one is what a run can use to refuse.
+the estimate for the fast backend at n ≥ 2,000 (5-30x at the paper's sizes and scales), 8-180x for dense
+and block, and were never above it on the CPUs tested. For σ = 0 or tiny n (a max over a handful of
+coordinates) the estimate is looser, but then it is at the 1e-14 level.
 """
 
 from __future__ import annotations
@@ -79,7 +83,8 @@ class PrecisionReport:
     """The precision model's prediction for one round (see the module docstring).
 
     Attributes:
-        predicted_max_error: high-probability bound on ``max_i |decode(...)_i − w_i|`` over the round's chain.
+        predicted_max_error: high-probability estimate of ``max_i |decode(...)_i − w_i|`` over the round's
+            chain (not a bound: see the module docstring).
         scheme: ``"M1"`` or ``"M2"``.
         dtype: the coding dtype the prediction is for (``"float64"`` or ``"float32"``).
         unit_roundoff: u of that dtype.
@@ -176,7 +181,7 @@ def predict_decode_error(
         p, gamma, eta: key 2 (M2).
         w_max: ``‖w‖∞`` (or ``w_scale``: the std of Gaussian-like weights, turned into a max).
         clients: uploads averaged per round.
-        confidence: δ, the probability the bound may fail.
+        confidence: δ, the probability the estimate may be exceeded under its model.
     """
     if scheme not in ("M1", "M2"):
         raise ValueError(f"scheme must be 'M1' or 'M2'; got {scheme!r}")
