@@ -83,6 +83,8 @@ def test_sifl_arms_equal_fedavg_in_accuracy_with_the_figures_named_for_what_they
         assert a["max_deviation"] is not None and a["max_deviation"] > 0
         assert a["deviation_estimate"] > 0 and isinstance(a["within_estimate"], bool)
         assert a["round_bound"] > 0 and 0 < a["round_bound_confidence"] < 1e-6
+        assert sum(a["round_bound_terms"].values()) == pytest.approx(a["round_bound"], rel=1e-12)
+        assert "server decode" in a["round_bound_terms"] or "server re-encode" in a["round_bound_terms"]
         assert "within_bound" not in a and "predicted_bound" not in summary
     assert summary["round_bound"] == max(summary["arms"][a]["round_bound"] for a in ("sifl_m1", "sifl_m2"))
     # the DP baseline really perturbs: its model is far from FedAvg's

@@ -167,6 +167,8 @@ def summarise(
             "within_estimate": None if not devs or estimate is None else bool(max(devs) <= estimate),
             "round_bound": arm_precision.get("round_bound"),
             "round_bound_confidence": arm_precision.get("round_bound_confidence"),
+            # which operation of the round the bound charges most (a place to look when it is large)
+            "round_bound_terms": arm_precision.get("round_bound_terms"),
             "privacy": priv,
             "wall_s": wall[arm],
             "timings_median_s": {
