@@ -20,6 +20,7 @@ class AggregatorActor:
         prepare_process()
         self.shard = shard
         self.roles: dict[str, Aggregator] = {}
+        self.steps: dict[str, object] = {}  # arm → its aggregator step (sifl_ray.arms.AggregatorStep), if any
 
     def create_key(
         self, arm: str, *, mode: str, coding: dict, run_seed: int, key_path: str | None = None
@@ -65,8 +66,13 @@ class AggregatorActor:
         key = self.roles[arm].key
         return None if key is None else key.roundoff()
 
+    def set_step(self, arm: str, step) -> None:
+        """The arm's aggregator step (kept apart from key 2: a restored key finds it here)."""
+        self.steps[arm] = step
+
     def reduce(self, arm: str, t: int, key_epoch: int, *partials: Partial):
-        return self.roles[arm].reduce(t, key_epoch, list(partials), allow_empty=True)
+        step = self.steps.get(arm)
+        return self.roles[arm].reduce(t, key_epoch, list(partials), allow_empty=True, step=step, arm=arm)
 
     def pid(self) -> int:
         return os.getpid()

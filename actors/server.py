@@ -28,6 +28,7 @@ class ServerActor:
     def __init__(self) -> None:
         prepare_process()
         self.roles: dict[str, Server] = {}
+        self.steps: dict[str, object] = {}  # arm → its server step (sifl_ray.arms.ServerStep), if it has one
         self._loaded: dict[str, torch.Tensor] = {}
 
     def setup_arm(
@@ -75,9 +76,14 @@ class ServerActor:
     def initial_broadcast(self, arm: str, w0: torch.Tensor) -> torch.Tensor:
         return self.roles[arm].initial_broadcast(w0)
 
-    def finish_round(self, arm: str, t: int, *shards: torch.Tensor):
+    def set_step(self, arm: str, step) -> None:
+        """The arm's server step (kept apart from the key: a restored key finds it here)."""
+        self.steps[arm] = step
+
+    def finish_round(self, arm: str, t: int, *shards: torch.Tensor, previous: torch.Tensor | None = None):
         aggregate = torch.cat(shards, dim=0)
-        return self.roles[arm].finish_round(t, aggregate)
+        step = self.steps.get(arm)
+        return self.roles[arm].finish_round(t, aggregate, previous=previous, step=step, arm=arm)
 
     def save_broadcasts(self, path: str, t: int, arms: list[str], *broadcasts: torch.Tensor) -> str:
         """Checkpoint every arm's next broadcast (what this server holds); return the file's SHA-256."""

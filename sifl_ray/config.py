@@ -21,8 +21,10 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
+from sifl_ray.arms import ARMS, arm_names
+
 SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
-ARM_KINDS = ("fl", "sifl_m1", "sifl_m2", "nbafl")
+DEFAULT_ARMS = ("fl", "sifl_m1", "sifl_m2", "nbafl")  # the arms a scenario runs when it lists none
 
 
 @dataclass
@@ -176,7 +178,7 @@ class CheckpointConfig:
 class ScenarioConfig:
     scenario: str = "quickstart"
     seed: int = 0
-    arms: list[str] = field(default_factory=lambda: list(ARM_KINDS))
+    arms: list[str] = field(default_factory=lambda: list(DEFAULT_ARMS))
     data: DataConfig = field(default_factory=DataConfig)
     clients: ClientsConfig = field(default_factory=ClientsConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -421,20 +423,19 @@ def _validate_tree(schema: type, raw: dict, prefix: str, problems: list[str]) ->
 
 
 def _cross_checks(cfg: dict, problems: list[str]) -> None:
-    arms = cfg.get("arms", list(ARM_KINDS))
+    arms = cfg.get("arms", list(DEFAULT_ARMS))
     for arm in arms:
-        if arm not in ARM_KINDS:
-            problems.append(f"arms: unknown arm {arm!r}; expected a subset of {', '.join(ARM_KINDS)}")
+        if arm not in ARMS:
+            close = difflib.get_close_matches(str(arm), list(ARMS), n=1)
+            tip = f"did you mean {close[0]}? " if close else ""
+            problems.append(f"arms: unknown arm {arm!r}; {tip}expected a subset of {', '.join(ARMS)}")
     if not arms:
         problems.append("arms: expected at least one arm, got []; for example arms=[fl,sifl_m2]")
     if len(set(arms)) != len(arms):
         problems.append(f"arms: duplicate arm in {arms}; list each arm once")
-    nb = cfg.get("nbafl", {})
-    for eps in nb.get("epsilons", [1.0]):
-        if not eps > 0:
-            problems.append(
-                f"nbafl.epsilons: expected every ε > 0, got {eps}; for example nbafl.epsilons=[1,5]"
-            )
+    for kind in dict.fromkeys(arms):
+        if kind in ARMS:
+            problems.extend(ARMS[kind].problems(cfg))
     coding = cfg.get("coding", {})
     if coding.get("dtype") == "float32":
         problems.append(
@@ -513,7 +514,7 @@ def _fault_checks(cfg: dict, problems: list[str]) -> None:
     workers = cfg.get("ray", {}).get("num_workers", 0)
     max_workers = min(workers, num_clients) if workers else num_clients
     shards = cfg.get("ray", {}).get("num_shards", 2)
-    arms = _arm_names_of(cfg)
+    arms = arm_names(cfg)
     for i, ev in enumerate(events):
         at = f"faults.inject[{i}]"
         kind = ev.get("kind")
@@ -569,16 +570,6 @@ def _fault_checks(cfg: dict, problems: list[str]) -> None:
             "faults.deadline_s: a straggle fault needs a per-round deadline, got null; "
             "set faults.deadline_s (for example faults.deadline_s=5)"
         )
-
-
-def _arm_names_of(cfg: dict) -> list[str]:
-    names: list[str] = []
-    for arm in cfg.get("arms", list(ARM_KINDS)):
-        if arm == "nbafl":
-            names += [f"nbafl_eps{_fmt_eps(e)}" for e in cfg.get("nbafl", {}).get("epsilons", [1.0])]
-        else:
-            names.append(arm)
-    return names
 
 
 def load_config(overrides: list[str] | None = None, *, scenario: str | None = None) -> DictConfig:
@@ -661,33 +652,6 @@ def _validated(raw: dict, problems: list[str]) -> DictConfig:
         raise ConfigError(problems)
     OmegaConf.set_readonly(merged, True)
     return merged
-
-
-def arm_names(cfg: DictConfig) -> list[str]:
-    """Concrete arm names: ``nbafl`` expands to one arm per ε (``nbafl_eps1``, ``nbafl_eps5``, ...)."""
-    names: list[str] = []
-    for arm in cfg.arms:
-        if arm == "nbafl":
-            names += [f"nbafl_eps{_fmt_eps(e)}" for e in cfg.nbafl.epsilons]
-        else:
-            names.append(arm)
-    return names
-
-
-def _fmt_eps(eps: float) -> str:
-    return f"{eps:g}".replace(".", "p")
-
-
-def arm_kind(arm: str) -> str:
-    """``nbafl_eps5`` → ``nbafl``; other arm names are their own kind."""
-    return "nbafl" if arm.startswith("nbafl") else arm
-
-
-def nbafl_epsilon(cfg: DictConfig, arm: str) -> float:
-    for eps in cfg.nbafl.epsilons:
-        if f"nbafl_eps{_fmt_eps(eps)}" == arm:
-            return float(eps)
-    raise KeyError(arm)
 
 
 def to_yaml(cfg: DictConfig) -> str:

@@ -38,11 +38,12 @@ class ArmState:
     """What the driver keeps about one arm between rounds: a reference to its broadcast, nothing more."""
 
     name: str
-    mode: str  # plain | m1 | m2
+    mode: str  # the arm's coding: plain | m1 | m2
     n_tilde: int
     bounds: list[tuple[int, int]]  # rows of each aggregator shard
     broadcast: Any = None  # ref to w^t (plain), w~^t (M1, and M2 round 0) or W'^t (M2)
     key_epoch: int = 0
+    server_step: bool = False  # the arm's server step needs the previous global model (this broadcast)
 
 
 @dataclass(frozen=True)
@@ -151,8 +152,15 @@ def run_round(
     #    Nothing usable this round (everyone dropped or refused): the model stays, the broadcast is reused.
     server_info = None
     if sources:
+        previous = {"previous": broadcast} if arm.server_step else {}
         next_broadcast, server_info = backend.call(
-            parties.server, "finish_round", arm.name, t, *[out[0] for out in shard_outs], num_returns=2
+            parties.server,
+            "finish_round",
+            arm.name,
+            t,
+            *[out[0] for out in shard_outs],
+            num_returns=2,
+            **previous,
         )
     else:
         next_broadcast, agg_infos = broadcast, []

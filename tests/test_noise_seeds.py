@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from sifl_ray.arms.steps import ClipAndNoise
 from sifl_ray.coding import make_server_key
 from sifl_ray.coding.base import NoiseSpec
 from sifl_ray.keys import (
@@ -172,7 +173,7 @@ def _nbafl_noise(*, key_seed, run_seed, noise=None, t=2):
         device=torch.device("cpu"),
     )
     noise = ClientNoiseSeeds(key_seed) if noise is None else noise
-    role.set_arm("nbafl", ArmSetup(mode="plain", nbafl_clip=1e9, nbafl_sigma=1.0, nbafl_noise=noise))
+    role.set_arm("nbafl", ArmSetup(mode="plain", step=ClipAndNoise(clip=1e9, sigma=1.0, seeds=noise)))
     (partial,), _ = role.train_round("nbafl", t, w0, [0], [(0, w0.numel())])
     return partial.weighted_sum / 20.0 - w0
 

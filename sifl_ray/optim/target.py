@@ -19,7 +19,7 @@ coordinates. The plain-FL arm resets its optimizer every round too, so both arms
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -38,6 +38,16 @@ def _stats(losses: list[float], w0: torch.Tensor, wK: torch.Tensor) -> dict[str,
     }
 
 
+#: The arm's client step with its client and round bound: the local model → (the model to upload, clipped).
+ModelStep = Callable[[torch.Tensor], tuple[torch.Tensor, bool]]
+
+
+def _client_step(w: torch.Tensor, clip: float | None, step: ModelStep | None) -> tuple[torch.Tensor, bool]:
+    if step is not None:
+        return step(w)
+    return w, clip is not None and clip_norm_(w, clip)
+
+
 def fused_update(
     key_view: ClientServerKey,
     w_tilde: torch.Tensor,
@@ -45,23 +55,25 @@ def fused_update(
     batches: Iterable[Batch],
     *,
     clip: float | None = None,
+    step: ModelStep | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Decode once, K ordinary steps, upload ``w~ + P1 (w_K − w_0)``.
+    """Decode once, K ordinary steps, upload ``w~ + P1 (f(w_K) − w_0)``.
 
     Args:
         clip: if given, ``w_K`` is clipped to ``‖w_K‖₂ ≤ clip`` before it is encoded (the ε figures assume
             bounded models; see :mod:`sifl_ray.privacy.clipping`).
+        step: the arm's client step ``f`` on the local model before it is encoded (it may clip, add the
+            client's noise, ...; returns the model and whether it clipped). Overrides ``clip``.
 
     Returns:
         The encoded upload (ñ,) and stats: mean ``loss`` over the steps, ``steps``, ``first_loss``,
-        ``last_loss``, ``update_norm`` = ‖w_K − w_0‖₂ (decoded coordinates), ``clipped`` (1.0 or 0.0).
+        ``last_loss``, ``update_norm`` = ‖f(w_K) − w_0‖₂ (decoded coordinates), ``clipped`` (1.0 or 0.0).
     """
     w_tilde = w_tilde.to(CODING_DTYPE)
     w0 = key_view.decode(w_tilde)
     trainer.reset(w0)
     losses = [trainer.step(batch) for batch in batches]
-    wK = trainer.params().to(w0.device)
-    clipped = clip is not None and clip_norm_(wK, clip)
+    wK, clipped = _client_step(trainer.params().to(w0.device), clip, step)
     upload = w_tilde + key_view.apply_P1(wK - w0)
     return upload, {**_stats(losses, w0, wK), "clipped": float(clipped)}
 
@@ -73,6 +85,7 @@ def stepwise_update(
     batches: Iterable[Batch],
     *,
     clip: float | None = None,
+    step: ModelStep | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The paper's form: every step ``w~ ← w~ − P1 g(P1L w~)``, g the base optimizer's step from the
     decoded point (optimizer state in decoded coordinates, fresh each round; see the module docstring).
@@ -80,6 +93,8 @@ def stepwise_update(
     Args:
         clip: if given, the final model is clipped to ``‖w_K‖₂ ≤ clip``: one more encoded step,
             ``w~ ← w~ + P1 (clip(w_K) − w_K)``, the same form as every other step.
+        step: the arm's client step ``f`` (overrides ``clip``), applied the same way:
+            ``w~ ← w~ + P1 (f(w_K) − w_K)`` when it changed the model.
 
     Returns:
         The encoded upload (ñ,) and the same stats as :func:`fused_update`.
@@ -98,9 +113,10 @@ def stepwise_update(
         w_tilde = w_tilde - key_view.apply_P1(g)
     wK = key_view.decode(w_tilde) if losses else w0.clone()
     clipped = False
-    if clip is not None:
+    if clip is not None or step is not None:
         before = wK.clone()
-        clipped = clip_norm_(wK, clip)
-        if clipped:
-            w_tilde = w_tilde + key_view.apply_P1(wK - before)
+        wK, clipped = _client_step(wK, clip, step)
+        change = wK - before
+        if bool(change.any()):
+            w_tilde = w_tilde + key_view.apply_P1(change)
     return w_tilde, {**_stats(losses, w0, wK), "clipped": float(clipped)}

@@ -14,6 +14,7 @@ import time
 
 import torch
 
+from sifl_ray.arms.base import AggregatorStep
 from sifl_ray.coding.base import CODING_DTYPE, AggregatorKey, NoiseSpec
 from sifl_ray.roles.messages import Partial
 from sifl_ray.seeding import noise_generator
@@ -110,9 +111,17 @@ class Aggregator:
         self.shard = shard
 
     def reduce(
-        self, t: int, key_epoch: int, partials: list[Partial], *, allow_empty: bool = False
+        self,
+        t: int,
+        key_epoch: int,
+        partials: list[Partial],
+        *,
+        allow_empty: bool = False,
+        step: AggregatorStep | None = None,
+        arm: str = "",
     ) -> tuple[torch.Tensor | None, dict]:
-        """Steps 3a–3b: ``w~_a = Σ_i (|D_i| / Σ|D|) w~_i`` over this shard; M2: ``W'_a = w~_a P2 + R2 N2``.
+        """Steps 3a–3b: ``w~_a = Σ_i (|D_i| / Σ|D|) w~_i`` over this shard, then the arm's ``step`` on it (if
+        any); M2: ``W'_a = w~_a P2 + R2 N2``.
 
         Partials that fail :func:`check_partial` (or come twice from one source) are left out and listed in
         ``info["rejected"]``; the caller must then reduce every shard again without those sources, so that
@@ -162,6 +171,8 @@ class Aggregator:
         for p in usable:
             acc.add_(p.weighted_sum)
         acc.div_(total)
+        if step is not None:
+            acc = step(acc, arm=arm, t=t, shard=self.shard, bounds=self.bounds)
         aggregate_s = time.perf_counter() - start
         encode_s = 0.0
         if self.mode == "m2":

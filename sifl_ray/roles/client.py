@@ -17,17 +17,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
 
+from sifl_ray.arms.base import ClientStep
 from sifl_ray.coding.base import CODING_DTYPE, AggregatorKey, ClientServerKey
 from sifl_ray.data import client_batches
-from sifl_ray.keys import ClientNoiseSeeds
 from sifl_ray.optim import TorchTrainer, fused_update, stepwise_update
-from sifl_ray.privacy.clipping import clip_norm_
-from sifl_ray.privacy.nbafl import privatize_upload
 from sifl_ray.roles.aggregator import check_upload
 from sifl_ray.roles.messages import Partial, WorkerReport
 
@@ -51,11 +50,10 @@ class ArmSetup:
     server_view: ClientServerKey | None = None  # P1, P1L
     aggregator_view: AggregatorKey | None = None  # P2R (M2)
     client_form: str = "fused"
-    nbafl_clip: float = 0.0  # > 0: NbAFL clipping and noise before upload
-    nbafl_sigma: float = 0.0
-    model_clip: float = 0.0  # > 0: clip every local model to ‖w_i‖ ≤ C (privacy.clip) before upload
     key_epoch: int = 0
-    nbafl_noise: ClientNoiseSeeds = field(default_factory=ClientNoiseSeeds)  # each client's secret noise seed
+    # The arm's step on each local model before upload (clip; clip and add the client's own noise; ...):
+    # :class:`sifl_ray.arms.ClientStep`. None: upload the model as trained.
+    step: ClientStep | None = None
 
 
 @dataclass(frozen=True)
@@ -164,14 +162,11 @@ class ClientWorkerRole:
         for client in sorted(clients):
             size = float(len(self.partitions[client]))
             t0 = time.perf_counter()
+            step = None if setup.step is None else partial(setup.step, arm=arm, client=client, t=t)
             if w_tilde is not None and not shortcut:
                 form = stepwise_update if setup.client_form == "stepwise" else fused_update
                 upload, stats = form(
-                    setup.server_view,
-                    w_tilde,
-                    self.trainer,
-                    self._batches(client, t),
-                    clip=setup.model_clip or None,
+                    setup.server_view, w_tilde, self.trainer, self._batches(client, t), step=step
                 )
                 loss = float(stats.get("loss", 0.0))
                 report.clipped += int(stats.get("clipped", 0.0))
@@ -179,17 +174,9 @@ class ClientWorkerRole:
             else:
                 w_k, loss = self._train(w0, start, client, t, local)
                 report.train_s += time.perf_counter() - t0
-                if setup.model_clip > 0:
-                    report.clipped += clip_norm_(w_k, setup.model_clip)
-                if setup.nbafl_clip > 0:
-                    report.clipped += bool(torch.linalg.vector_norm(w_k) > setup.nbafl_clip)
-                    gen = setup.nbafl_noise.generator(arm, client, t)  # the client's secret, not the run seed
-                    w_k = privatize_upload(
-                        w_k.to(CODING_DTYPE).cpu(),
-                        clip=setup.nbafl_clip,
-                        sigma=setup.nbafl_sigma,
-                        generator=gen,
-                    ).to(self.device)
+                if step is not None:
+                    w_k, clipped = step(w_k)
+                    report.clipped += bool(clipped)
                 upload = w_k.to(CODING_DTYPE) if w_tilde is None else None
             stamped_round, stamped_epoch = t, setup.key_epoch
             if self.upload_hook is not None and upload is not None:

@@ -11,6 +11,7 @@ import time
 
 import torch
 
+from sifl_ray.arms.base import ServerStep
 from sifl_ray.coding.base import CODING_DTYPE, NoiseSpec, ServerKey
 from sifl_ray.seeding import noise_generator
 
@@ -70,14 +71,31 @@ class Server:
         w0 = w0.to(CODING_DTYPE)
         return w0.clone() if self.mode == "plain" else self.key.encode(w0, self._r1(0, None))
 
-    def finish_round(self, t: int, aggregate: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-        """Step 4 of a round: decode the aggregate and encode the next broadcast (for round ``t + 1``)."""
+    def finish_round(
+        self,
+        t: int,
+        aggregate: torch.Tensor,
+        *,
+        previous: torch.Tensor | None = None,
+        step: ServerStep | None = None,
+        arm: str = "",
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """Step 4 of a round: decode the aggregate and encode the next broadcast (for round ``t + 1``).
+
+        ``step``: the arm's server step, from the previous global model (behind ``previous``, this round's
+        broadcast) and the clients' average to the new global model. M2 has none: its server never holds a
+        plain model.
+        """
         start = time.perf_counter()
+        if self.mode == "m2" and step is not None:
+            raise ValueError(f"{arm}: an M2 server holds no plain model, so it cannot run a server step")
         if self.mode == "plain":
-            out = aggregate
+            out = aggregate if step is None else self._step(step, previous, aggregate, arm, t)
             decode_s = encode_s = 0.0
         elif self.mode == "m1":
             w = self.key.decode(aggregate)  # w^{t+1} = P1L w~_a (exact: weights sum to 1, P1L N1 = 0)
+            if step is not None:
+                w = self._step(step, None if previous is None else self.key.decode(previous), w, arm, t)
             decode_s = time.perf_counter() - start
             out = self.key.encode(w, self._r1(t + 1, None))
             encode_s = time.perf_counter() - start - decode_s
@@ -86,3 +104,11 @@ class Server:
             out = self.key.reencode(aggregate, self._r1(t + 1, aggregate.shape[1]))
             decode_s, encode_s = 0.0, time.perf_counter() - start
         return out, {"decode_s": decode_s, "encode_s": encode_s}
+
+    @staticmethod
+    def _step(
+        step: ServerStep, previous: torch.Tensor | None, average: torch.Tensor, arm: str, t: int
+    ) -> torch.Tensor:
+        if previous is None:
+            raise ValueError(f"{arm}: a server step needs the previous global model (the round's broadcast)")
+        return step(previous.to(CODING_DTYPE), average, arm=arm, t=t).to(CODING_DTYPE)

@@ -1,5 +1,8 @@
-"""Setting up an arm: every party's part of it (keys, the clients' setup), and what the driver keeps about
-it (the float64 precision claims, the privacy figures, the releases the accountant records each round).
+"""Setting up an arm: every party's part of it (keys, the arm's steps), and what the driver keeps about it
+(the float64 precision claims, the privacy figures, the releases the accountant records each round).
+
+What an arm does is its :class:`~sifl_ray.arms.Arm` object's to say; this module only hands each party its
+part, so it names no arm.
 """
 
 from __future__ import annotations
@@ -11,13 +14,11 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from sifl_ray.config import arm_kind, nbafl_epsilon
-from sifl_ray.keys import ClientNoiseSeeds
-from sifl_ray.privacy.nbafl import nbafl_exposures, nbafl_guarantee, nbafl_sigma
+from sifl_ray.arms import ArmContext, arm_of
 from sifl_ray.round import ArmState
 from sifl_ray.runner.parties import PartyPool
 from sifl_ray.runner.state import Checkpoints, arm_shape
-from sifl_ray.sizing import arm_precision, arm_releases, arm_round_bound, describe_arm
+from sifl_ray.sizing import arm_precision, arm_round_bound
 
 
 @dataclass
@@ -26,10 +27,10 @@ class ArmSetup:
 
     Attributes:
         state: what the driver keeps between rounds (the reference to the next broadcast).
-        setup: what every client worker was told (mode, clipping, NbAFL noise).
+        setup: what every client worker was told (coding, client form, the arm's client step).
         precision: the float64 claims (coded arms only; ``None`` for plain arms).
-        privacy: the ε figures as the paper states them (coded and NbAFL arms; ``None`` for fl).
-        releases: what the accountant records each round (coded arms only).
+        privacy: the arm's privacy report (:meth:`~sifl_ray.arms.Arm.privacy`; ``None``: it claims none).
+        releases: what the accountant records each round (arms with an accountant record only).
     """
 
     state: ArmState
@@ -62,9 +63,13 @@ def setup_arm(
     """
     backend, parties, coding = pool.backend, pool.parties, checkpoints.coding
     n = int(w0.numel())
-    kind = arm_kind(arm)
+    protocol = arm_of(cfg, arm)
     mode, n_tilde, bounds = arm_shape(cfg, arm, n)
-    out = ArmSetup(state=ArmState(name=arm, mode=mode, n_tilde=n_tilde, bounds=bounds), setup={})
+    local = {"local_size": int(sizes.min()), "total_size": int(sizes.sum())}
+    ctx = ArmContext(cfg=cfg, arm=arm, n=n, **local)
+    steps = protocol.steps(ctx)
+    state = ArmState(arm, mode, n_tilde, bounds, server_step=steps.server is not None)
+    out = ArmSetup(state=state, setup={})
     if mode != "plain":
         # Refuse (or warn) before any work if float64 cannot carry this configuration (SPEC "Precision").
         out.precision = arm_precision(cfg, mode=mode, n=n, w_max=float(w0.abs().max()))
@@ -88,50 +93,15 @@ def setup_arm(
             backend.call(a, "setup_arm", arm, mode=mode, coding=coding, state=agg_state, bounds=bounds[s])
             for s, a in enumerate(parties.aggregators[: len(bounds)])
         ]
+    done += pool.hand_steps(arm, steps, shards=len(bounds))
     backend.get(done)
     if restored is not None:
         server_view = backend.call(parties.server, "client_view", arm)
     agg_view = backend.call(parties.aggregators[0], "client_view", arm)
-    setup = out.setup
-    setup.update({"mode": mode, "client_form": cfg.coding.client_form, "key_epoch": 0})
-    if kind != "nbafl":
-        # Every SIFL ε assumes ‖w_i‖ ≤ C; fl, the SIFL arms' paired reference, trains under the same
-        # constraint so that the paired deviation measures coding alone. NbAFL clips to its own C.
-        setup["model_clip"] = float(cfg.privacy.clip)
-    if kind == "nbafl":
-        eps, nb = nbafl_epsilon(cfg, arm), cfg.nbafl
-        # L = T: a client can upload in every round (also under sampling), see nbafl_exposures.
-        exposures = nbafl_exposures(exposures=nb.exposures, rounds=cfg.train.rounds)
-        setup["nbafl_clip"] = float(nb.clip)
-        # Each client's noise seed is made in its worker (secure random, or from coding.key_seed): never
-        # the run seed, which would let anyone holding the configuration subtract the noise.
-        setup["nbafl_noise"] = ClientNoiseSeeds(key_seed=cfg.coding.key_seed)
-        setup["nbafl_sigma"] = float(
-            nbafl_sigma(
-                epsilon=eps,
-                delta=nb.delta,
-                clip=nb.clip,
-                local_size=int(sizes.min()),
-                exposures=exposures,
-                calibration=nb.calibration,
-            )
-        )
-        out.privacy = {
-            "mechanism": "nbafl-gaussian",
-            "epsilon": eps,
-            "delta": nb.delta,
-            "sigma": setup["nbafl_sigma"],
-            "clip": nb.clip,
-            "exposures": nb.exposures,
-            "uploads_covered": exposures,
-            "calibration": nb.calibration,
-            "guarantee": nbafl_guarantee(
-                exposures=nb.exposures, rounds=cfg.train.rounds, calibration=nb.calibration
-            ),
-            "scope": "the whole upload vector, "
-            + (f"all {exposures} rounds together" if exposures > 1 else "each round alone"),
-        }
-    done = pool.hand_arm(arm, mode=mode, setup=setup, views=(server_view, agg_view))
+    out.setup.update(
+        {"mode": mode, "client_form": cfg.coding.client_form, "key_epoch": 0, "step": steps.client}
+    )
+    done = pool.hand_arm(arm, mode=mode, setup=out.setup, views=(server_view, agg_view))
     if restored is None:
         out.state.broadcast = backend.call(parties.server, "initial_broadcast", arm, backend.put(w0))
     backend.get(done)
@@ -159,9 +129,10 @@ def setup_arm(
             initial_norm=float(torch.linalg.vector_norm(w0)),
         )
         out.precision.update(bound or {"round_bound": None})
-        local = {"local_size": int(sizes.min()), "total_size": int(sizes.sum())}
-        out.privacy = describe_arm(cfg, mode=mode, key_norms=key_norms, agg_norms=agg_norms, **local)
-        out.releases = arm_releases(cfg, mode=mode, key_norms=key_norms, agg_norms=agg_norms, **local)
+        ctx = ArmContext(cfg=cfg, arm=arm, n=n, key_norms=key_norms, agg_norms=agg_norms, **local)
+    out.privacy = protocol.privacy(ctx)
+    record = getattr(protocol, "accountant_releases", None)
+    out.releases = record(ctx) if record is not None else None
     if restored is not None:
         out.state.broadcast = restored.broadcast  # from the checkpoint (see Checkpoints.load_broadcasts)
     return out

@@ -71,6 +71,7 @@ class PartyPool:
             evaluator=None,
         )
         self.setups: dict[str, dict] = {}
+        self.steps: dict[str, Any] = {}  # arm → its PartySteps (the server's and aggregator's, for respawns)
         self.views: dict[str, tuple] = {}  # arm → refs of the clients' key views (made by their owners)
         self.modes: dict[str, str] = {}
 
@@ -115,6 +116,18 @@ class PartyPool:
         backend, parties = self.backend, self.parties
         done = [backend.call(w, "set_arm", arm, setup, *views) for w in parties.workers]
         done.append(backend.call(parties.evaluator, "set_arm", arm, mode, *views))
+        return done
+
+    def hand_steps(self, arm: str, steps, *, shards: int) -> list:
+        """Give the server and the aggregator shards the arm's steps (kept, to set up a replacement); return
+        the calls' references. The client step travels with the workers' set-up (:meth:`hand_arm`)."""
+        self.steps[arm] = steps
+        backend, parties = self.backend, self.parties
+        done = []
+        if steps.server is not None:
+            done.append(backend.call(parties.server, "set_step", arm, steps.server))
+        if steps.aggregator is not None:
+            done += [backend.call(a, "set_step", arm, steps.aggregator) for a in parties.aggregators[:shards]]
         return done
 
     # ---------------------------------------------------------------- Supervisor
@@ -178,6 +191,16 @@ class PartyPool:
             old, parties.evaluator = parties.evaluator, self._spawn_evaluator()
         with contextlib.suppress(Exception):  # already gone
             backend.kill(old)
+        if party != "evaluator":  # the arms' steps are kept apart from the keys: hand them over again
+            which = "server" if party == "server" else "aggregator"
+            new = parties.server if party == "server" else parties.aggregators[index]
+            backend.get(
+                [
+                    backend.call(new, "set_step", a, getattr(s, which))
+                    for a, s in self.steps.items()
+                    if getattr(s, which) is not None
+                ]
+            )
         if party == "evaluator":
             backend.get(
                 [

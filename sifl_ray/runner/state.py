@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from sifl_ray.arms import arm_names, arm_of
 from sifl_ray.checkpoint import (
     DRIVER_FILE,
     MANIFEST,
@@ -32,18 +33,16 @@ from sifl_ray.checkpoint import (
     read_checkpoint_file,
     write_checkpoint_file,
 )
-from sifl_ray.config import arm_kind, arm_names, load_run_config, to_yaml
+from sifl_ray.config import load_run_config, to_yaml
 from sifl_ray.privacy.accountant import SiflAccountant
 from sifl_ray.roles.aggregator import shard_bounds
 from sifl_ray.round import ArmState, Parties, PartyLost, collect
 from sifl_ray.runner.parties import say
 
-MODE = {"fl": "plain", "nbafl": "plain", "sifl_m1": "m1", "sifl_m2": "m2"}
-
 
 def arm_shape(cfg: DictConfig, arm: str, n: int) -> tuple[str, int, list[tuple[int, int]]]:
     """``(mode, ñ, shard bounds)`` of ``arm`` for a model of ``n`` parameters."""
-    mode = MODE[arm_kind(arm)]
+    mode = arm_of(cfg, arm).coding
     n_tilde = n if mode == "plain" else n + cfg.coding.n_extra
     return mode, n_tilde, shard_bounds(n_tilde, cfg.ray.num_shards)
 
@@ -122,7 +121,7 @@ def open_resume(path: str | Path) -> tuple[DictConfig, Path, ResumePoint]:
         raise CheckpointError(f"{run_dir}: nothing to resume from (the run had checkpoint.every=0)")
     key_dir = _key_dir_of(ckpt, run_dir) if ckpt is not None else default_key_dir(cfg, run_dir)
     for arm in arm_names(cfg):  # existence only: the driver never opens a key file
-        mode = MODE[arm_kind(arm)]
+        mode = arm_of(cfg, arm).coding
         needed = [] if mode == "plain" else ["server"] + (["aggregator"] if mode == "m2" else [])
         for party in needed:
             if not key_file(key_dir, party, arm).exists():

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from sifl_ray.config import arm_kind
+from sifl_ray.arms import arm_of
 from sifl_ray.logging import format_table
 from sifl_ray.round import RoundResult
 
@@ -71,8 +71,6 @@ def epsilon_metrics(info: dict[str, Any] | None) -> dict[str, float]:
     for key in ("epsilon_local", "epsilon_broadcast", "epsilon_global"):
         if info.get(key) is not None:
             out[f"privacy/{key}"] = float(info[key])
-    if info.get("mechanism") == "nbafl-gaussian":
-        out["privacy/epsilon_local"] = float(info["epsilon"])
     return out
 
 
@@ -180,7 +178,8 @@ def summarise(
             "clients_dropped": int(sum(r.get("clients/dropped", 0) for r in rows)),
             "clients_rejected": int(sum(r.get("clients/rejected", 0) for r in rows)),
             "clipped": int(sum(r.get("clients/clipped", 0) for r in rows)),
-            "clip": float(cfg.nbafl.clip if arm_kind(arm) == "nbafl" else cfg.privacy.clip),
+            "clip": arm_of(cfg, arm).clip(cfg),
+            "clip_key": arm_of(cfg, arm).clip_key,
         }
     estimate = max((p["deviation_estimate"] for p in precision.values()), default=None)
     round_bound = max(
@@ -238,9 +237,8 @@ def end_of_run_messages(summary: dict[str, Any], precision: dict[str, dict[str, 
     for arm, a in summary["arms"].items():
         if a["clipped"]:
             uploads = int(sum(r["clients/accepted"] for r in summary["arms"][arm]["rounds"]))
-            key = "nbafl.clip" if arm_kind(arm) == "nbafl" else "privacy.clip"
             messages.append(
-                f"{arm}: clipped {a['clipped']} client models to ‖w_i‖ ≤ C = {a['clip']:g} ({key}; "
+                f"{arm}: clipped {a['clipped']} client models to ‖w_i‖ ≤ C = {a['clip']:g} ({a['clip_key']}; "
                 f"{uploads} uploads accepted): the ε figures hold for clipped models only, and the "
                 "clipping shapes the accuracy"
             )

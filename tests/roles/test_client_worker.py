@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 import torch
 
+from sifl_ray.arms.steps import ClipAndNoise
+from sifl_ray.keys import ClientNoiseSeeds
 from sifl_ray.models import build_model, flatten_params
 from sifl_ray.optim import TorchTrainer
 from sifl_ray.roles.client import ArmSetup, ClientWorkerRole, LocalTraining, all_finite
@@ -52,7 +54,8 @@ def _worker(poisoned: int | None = None, skip: bool = False) -> tuple[ClientWork
         device=torch.device("cpu"),
     )
     role.set_arm("fl", ArmSetup(mode="plain"))
-    role.set_arm("nbafl", ArmSetup(mode="plain", nbafl_clip=1.0, nbafl_sigma=0.01))
+    noise = ClipAndNoise(clip=1.0, sigma=0.01, seeds=ClientNoiseSeeds())
+    role.set_arm("nbafl", ArmSetup(mode="plain", step=noise))
     return role, w0
 
 

@@ -1,0 +1,162 @@
+"""What an arm is: one object that says what each party does in a round, what it releases, and what it claims.
+
+A round of every arm has the same skeleton (:func:`sifl_ray.round.run_round`): the server broadcasts, each
+client trains from the broadcast and uploads, each client worker sums its clients' uploads, the aggregator
+averages (weights renormalised over the accepted uploads), the server turns the average into the next
+broadcast. An arm fills that skeleton in two ways:
+
+- **its coding** (:attr:`Arm.coding`): ``plain`` (no code), ``m1`` (key 1: the server encodes, the clients
+  decode and re-encode) or ``m2`` (key 1 and key 2: the aggregator encodes the average again, the server
+  never decodes it). The coded steps are the parties' own (:mod:`sifl_ray.roles`), because they hold the keys.
+- **its steps**, small picklable objects each party runs on plain vectors around the coding:
+
+  - :class:`ClientStep`, in the client worker, on each client's local model before it is encoded and
+    uploaded (clip; clip and add the client's own noise; ...);
+  - :class:`AggregatorStep`, in each aggregator shard, on the shard's average before code 2 (central noise,
+    unmasking, ...);
+  - :class:`ServerStep`, in the server, on the new global model before it is encoded again (a server
+    learning rate, server momentum, ...). Only where the server holds a plain model: never in ``m2``.
+
+What each party releases to whom (:meth:`Arm.releases`) is read by the transcript recorder of the attack
+suite, and the privacy report (:meth:`Arm.privacy`) by the summary and TensorBoard, so neither branches on
+an arm's name. To add an arm: subclass :class:`Arm` in one module and register an instance
+(:func:`sifl_ray.arms.register_arm`); README "How to add an arm".
+
+Nothing here imports torch: the configuration validator reads the registry, and validation stays free of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+if TYPE_CHECKING:
+    import torch
+
+CODINGS = ("plain", "m1", "m2")
+
+
+class ClientStep(Protocol):
+    """The client's step on its local model ``w`` (float64, on the worker's device) before upload.
+
+    Returns the model to upload (it may be ``w`` changed in place) and whether the step clipped it (counted
+    in ``clients/clipped``). Runs in the client worker; any secret it draws on (a noise seed) must be made
+    there, never sent by the driver (see :class:`sifl_ray.keys.ClientNoiseSeeds`).
+    """
+
+    def __call__(self, w: torch.Tensor, *, arm: str, client: int, t: int) -> tuple[torch.Tensor, bool]: ...
+
+
+class AggregatorStep(Protocol):
+    """An aggregator shard's step on its average (rows ``bounds`` of the, possibly encoded, vector) before
+    code 2. Runs once per shard and round; it must act row by row or know its rows (``bounds``)."""
+
+    def __call__(
+        self, average: torch.Tensor, *, arm: str, t: int, shard: int, bounds: tuple[int, int]
+    ) -> torch.Tensor: ...
+
+
+class ServerStep(Protocol):
+    """The server's step from the previous global model and the clients' average to the new global model
+    (plain float64 vectors), before the server encodes it again."""
+
+    def __call__(
+        self, previous: torch.Tensor, average: torch.Tensor, *, arm: str, t: int
+    ) -> torch.Tensor: ...
+
+
+@dataclass(frozen=True)
+class Release:
+    """One channel of a round: what ``sender`` hands ``receiver``, in words a reader can check."""
+
+    sender: str  # client | aggregator | server
+    receiver: str  # aggregator | server | clients
+    name: str  # upload | aggregate | broadcast (the transcript recorder's channel)
+    content: str
+
+
+@dataclass(frozen=True)
+class ArmContext:
+    """What an arm may read when it is set up for a run (the driver's view: no key, no data).
+
+    Attributes:
+        cfg: the validated run configuration.
+        arm: this instance's name (``nbafl_eps5``).
+        n: the model's parameter count.
+        local_size: the smallest client data set (sensitivities are per client); total_size: all of them.
+        key_norms, agg_norms: public norms of key 1 and key 2 (coded arms; ``None`` otherwise).
+    """
+
+    cfg: Any
+    arm: str
+    n: int
+    local_size: int
+    total_size: int
+    key_norms: Any = None
+    agg_norms: Any = None
+
+
+@dataclass(frozen=True)
+class PartySteps:
+    """An arm's steps for one run, handed to the parties that run them (``None``: nothing to do)."""
+
+    client: ClientStep | None = None
+    aggregator: AggregatorStep | None = None
+    server: ServerStep | None = None
+
+
+class Arm:
+    """Base class of an arm: override what differs from plain FedAvg.
+
+    Class attributes:
+        kind: the name under which the arm is registered and listed in ``arms``.
+        coding: ``plain``, ``m1`` or ``m2`` (see the module docstring).
+        clip_key: the configuration key of the clip radius C its figures assume (``None``: no clipping).
+        summary: one line for ``sifl describe`` and the README.
+    """
+
+    kind: ClassVar[str] = ""
+    coding: ClassVar[str] = "plain"
+    clip_key: ClassVar[str | None] = None
+    summary: ClassVar[str] = ""
+
+    def instances(self, cfg: Mapping) -> list[str]:
+        """The arms this kind runs as in ``cfg`` (one, its kind, unless it sweeps a parameter)."""
+        return [self.kind]
+
+    def problems(self, cfg: Mapping) -> list[str]:
+        """Configuration problems only this arm has (each with its key, expectation and fix)."""
+        return []
+
+    def steps(self, ctx: ArmContext) -> PartySteps:
+        """The steps every party runs for instance ``ctx.arm`` (plain FedAvg: none)."""
+        return PartySteps()
+
+    def releases(self) -> tuple[Release, ...]:
+        """What each party releases to whom in one round."""
+        return plain_releases()
+
+    def privacy(self, ctx: ArmContext) -> dict[str, Any] | None:
+        """The privacy figures as the mechanism states them (``None``: it claims none). JSON-safe; keys
+        ``epsilon_local`` / ``epsilon_broadcast`` / ``epsilon_global`` become TensorBoard metrics."""
+        return None
+
+    def clip(self, cfg: Mapping) -> float | None:
+        """The clip radius C of ``clip_key`` (``None``: the arm does not clip)."""
+        if self.clip_key is None:
+            return None
+        section, key = self.clip_key.split(".")
+        return float(cfg[section][key])
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(kind={self.kind!r}, coding={self.coding!r})"
+
+
+def plain_releases(upload: str = "the local model w_i") -> tuple[Release, ...]:
+    """Plain FedAvg's channels (``upload`` says what a client's upload is under the arm's client step)."""
+    return (
+        Release("client", "aggregator", "upload", upload),
+        Release("aggregator", "server", "aggregate", "the weighted average of the uploads"),
+        Release("server", "clients", "broadcast", "the global model w^t"),
+    )

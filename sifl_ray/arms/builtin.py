@@ -1,0 +1,13 @@
+"""The built-in arms, one registration line each."""
+
+from __future__ import annotations
+
+from sifl_ray.arms import register_arm
+from sifl_ray.arms.fedavg import FedAvg
+from sifl_ray.arms.nbafl import NbAFL
+from sifl_ray.arms.sifl import SiflM1, SiflM2
+
+register_arm(FedAvg())
+register_arm(SiflM1())
+register_arm(SiflM2())
+register_arm(NbAFL())

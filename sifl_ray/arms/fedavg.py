@@ -1,0 +1,22 @@
+"""``fl``: plain FedAvg (McMahan et al., 2017), the reference every other arm is paired with.
+
+Its clients clip to ``privacy.clip`` like the SIFL arms' do, so that the paired deviation of a SIFL arm from
+``fl`` measures the coding alone.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from sifl_ray.arms.base import Arm, ArmContext, PartySteps
+from sifl_ray.arms.steps import ClipModel
+
+
+class FedAvg(Arm):
+    kind: ClassVar[str] = "fl"
+    coding: ClassVar[str] = "plain"
+    clip_key: ClassVar[str | None] = "privacy.clip"
+    summary: ClassVar[str] = "plain FedAvg: the reference every other arm is compared with"
+
+    def steps(self, ctx: ArmContext) -> PartySteps:
+        return PartySteps(client=ClipModel(float(ctx.cfg.privacy.clip)))

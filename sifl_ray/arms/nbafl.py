@@ -1,0 +1,94 @@
+"""``nbafl``: noising before aggregation (Wei et al., 2020), the paper's DP baseline (SPEC "Baselines").
+
+Each client clips its model to ``nbafl.clip`` and adds Gaussian noise of the σ that gives (ε, δ) for the
+uploads ``nbafl.exposures`` covers; one arm per ε of ``nbafl.epsilons`` (``nbafl_eps1``, ``nbafl_eps5``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from sifl_ray.arms.base import Arm, ArmContext, PartySteps, plain_releases
+from sifl_ray.arms.steps import ClipAndNoise
+
+
+def eps_label(eps: float) -> str:
+    """``5`` → ``5``, ``0.5`` → ``0p5`` (an ε as part of an arm's name)."""
+    return f"{eps:g}".replace(".", "p")
+
+
+class NbAFL(Arm):
+    kind: ClassVar[str] = "nbafl"
+    coding: ClassVar[str] = "plain"
+    clip_key: ClassVar[str | None] = "nbafl.clip"
+    summary: ClassVar[str] = "NbAFL: clients clip and add Gaussian noise before upload, one arm per ε"
+
+    def instances(self, cfg: Mapping) -> list[str]:
+        return [f"nbafl_eps{eps_label(e)}" for e in _epsilons(cfg)]
+
+    def problems(self, cfg: Mapping) -> list[str]:
+        return [
+            f"nbafl.epsilons: expected every ε > 0, got {eps}; for example nbafl.epsilons=[1,5]"
+            for eps in _epsilons(cfg)
+            if not eps > 0
+        ]
+
+    def epsilon(self, cfg: Mapping, arm: str) -> float:
+        """The ε of instance ``arm`` (``nbafl_eps5`` → 5.0)."""
+        for eps in _epsilons(cfg):
+            if f"nbafl_eps{eps_label(eps)}" == arm:
+                return float(eps)
+        raise KeyError(arm)
+
+    def sigma(self, ctx: ArmContext) -> float:
+        from sifl_ray.privacy.nbafl import nbafl_exposures, nbafl_sigma
+
+        nb = ctx.cfg.nbafl
+        return float(
+            nbafl_sigma(
+                epsilon=self.epsilon(ctx.cfg, ctx.arm),
+                delta=nb.delta,
+                clip=nb.clip,
+                local_size=ctx.local_size,
+                # L = T: a client can upload in every round (also under sampling), see nbafl_exposures.
+                exposures=nbafl_exposures(exposures=nb.exposures, rounds=ctx.cfg.train.rounds),
+                calibration=nb.calibration,
+            )
+        )
+
+    def steps(self, ctx: ArmContext) -> PartySteps:
+        from sifl_ray.keys import ClientNoiseSeeds
+
+        # Each client's noise seed is made in its worker (secure random, or from coding.key_seed).
+        seeds = ClientNoiseSeeds(key_seed=ctx.cfg.coding.key_seed)
+        return PartySteps(client=ClipAndNoise(float(ctx.cfg.nbafl.clip), self.sigma(ctx), seeds))
+
+    def releases(self):
+        return plain_releases("clip_C(w_i) + N(0, sigma^2 I) (the client's own noise)")
+
+    def privacy(self, ctx: ArmContext) -> dict[str, Any] | None:
+        from sifl_ray.privacy.nbafl import nbafl_exposures, nbafl_guarantee
+
+        nb, rounds = ctx.cfg.nbafl, ctx.cfg.train.rounds
+        exposures = nbafl_exposures(exposures=nb.exposures, rounds=rounds)
+        eps = self.epsilon(ctx.cfg, ctx.arm)
+        return {
+            "mechanism": "nbafl-gaussian",
+            "epsilon": eps,
+            "epsilon_local": eps,
+            "delta": nb.delta,
+            "sigma": self.sigma(ctx),
+            "clip": nb.clip,
+            "exposures": nb.exposures,
+            "uploads_covered": exposures,
+            "calibration": nb.calibration,
+            "guarantee": nbafl_guarantee(exposures=nb.exposures, rounds=rounds, calibration=nb.calibration),
+            "scope": "the whole upload vector, "
+            + (f"all {exposures} rounds together" if exposures > 1 else "each round alone"),
+        }
+
+
+def _epsilons(cfg: Mapping) -> list[float]:
+    nb = cfg.get("nbafl") or {}
+    return list(nb.get("epsilons", [1.0]))
