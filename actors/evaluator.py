@@ -32,8 +32,10 @@ class EvaluatorActor:
             device=torch.device("cpu"),
         )
 
-    def set_arm(self, arm: str, mode: str, server_view=None, aggregator_view=None) -> None:
-        self.role.set_arm(arm, mode, server_view, aggregator_view)
+    def set_arm(
+        self, arm: str, mode: str, server_view=None, aggregator_view=None, *, paired: bool | None = None
+    ) -> None:
+        self.role.set_arm(arm, mode, server_view, aggregator_view, paired=paired)
 
     def decode(self, arm: str, broadcast: torch.Tensor) -> torch.Tensor:
         return self.role.decode(arm, broadcast)

@@ -114,12 +114,15 @@ class Arm:
         coding: ``plain``, ``m1`` or ``m2`` (see the module docstring).
         clip_key: the configuration key of the clip radius C its figures assume (``None``: no clipping).
         summary: one line for ``sifl describe`` and the README.
+        paired_with_fl: its global model should equal fl's up to round-off (the SIFL arms): the evaluator
+            reports ``max_deviation`` from fl's model each round, and the run checks it against the bounds.
     """
 
     kind: ClassVar[str] = ""
     coding: ClassVar[str] = "plain"
     clip_key: ClassVar[str | None] = None
     summary: ClassVar[str] = ""
+    paired_with_fl: ClassVar[bool] = False
 
     def instances(self, cfg: Mapping) -> list[str]:
         """The arms this kind runs as in ``cfg`` (one, its kind, unless it sweeps a parameter)."""

@@ -17,6 +17,7 @@ from sifl_ray.arms.steps import ClipModel
 class Sifl(Arm):
     coding: ClassVar[str] = "m1"
     clip_key: ClassVar[str | None] = "privacy.clip"
+    paired_with_fl: ClassVar[bool] = True  # the coding must not change the model beyond round-off
 
     def steps(self, ctx: ArmContext) -> PartySteps:
         return PartySteps(client=ClipModel(float(ctx.cfg.privacy.clip)))

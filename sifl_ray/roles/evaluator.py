@@ -35,13 +35,22 @@ class EvaluatorRole:
         self.device = device
         self.views: dict[str, tuple[str, ClientServerKey | None, AggregatorKey | None]] = {}
         self.reference: dict[int, torch.Tensor] = {}  # plain fl model per round (paired deviation)
+        self.paired: dict[str, bool] = {}
         self.label = SIMULATION_ONLY
         self.dtype = next(self.model.parameters()).dtype
 
     def set_arm(
-        self, arm: str, mode: str, server_view: ClientServerKey | None, aggregator_view: AggregatorKey | None
+        self,
+        arm: str,
+        mode: str,
+        server_view: ClientServerKey | None,
+        aggregator_view: AggregatorKey | None,
+        *,
+        paired: bool | None = None,
     ) -> None:
+        """``paired``: report the deviation of this arm's model from fl's (default: coded arms)."""
         self.views[arm] = (mode, server_view, aggregator_view)
+        self.paired[arm] = mode != "plain" if paired is None else paired
 
     def decode(self, arm: str, broadcast: torch.Tensor) -> torch.Tensor:
         """The plain global model behind an arm's broadcast."""
@@ -70,6 +79,6 @@ class EvaluatorRole:
         }
         if arm == "fl":
             self.reference = {t: w.detach().clone()}
-        elif t in self.reference and self.views[arm][0] != "plain":
+        elif t in self.reference and self.paired[arm]:
             out["max_deviation"] = float((w - self.reference[t]).abs().max())
         return out

@@ -68,6 +68,11 @@ def setup_arm(
     local = {"local_size": int(sizes.min()), "total_size": int(sizes.sum())}
     ctx = ArmContext(cfg=cfg, arm=arm, n=n, **local)
     steps = protocol.steps(ctx)
+    if mode == "m2" and steps.server is not None:
+        raise ValueError(
+            f"arm {arm}: its server step needs a plain model, and an M2 server never holds one (code 2 stays "
+            "on); give the arm coding m1 or plain, or move the step to the clients or the aggregator"
+        )
     state = ArmState(arm, mode, n_tilde, bounds, server_step=steps.server is not None)
     out = ArmSetup(state=state, setup={})
     if mode != "plain":
@@ -101,7 +106,8 @@ def setup_arm(
     out.setup.update(
         {"mode": mode, "client_form": cfg.coding.client_form, "key_epoch": 0, "step": steps.client}
     )
-    done = pool.hand_arm(arm, mode=mode, setup=out.setup, views=(server_view, agg_view))
+    views = (server_view, agg_view)
+    done = pool.hand_arm(arm, mode=mode, setup=out.setup, views=views, paired=protocol.paired_with_fl)
     if restored is None:
         out.state.broadcast = backend.call(parties.server, "initial_broadcast", arm, backend.put(w0))
     backend.get(done)

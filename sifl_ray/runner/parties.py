@@ -74,6 +74,7 @@ class PartyPool:
         self.steps: dict[str, Any] = {}  # arm → its PartySteps (the server's and aggregator's, for respawns)
         self.views: dict[str, tuple] = {}  # arm → refs of the clients' key views (made by their owners)
         self.modes: dict[str, str] = {}
+        self.paired: dict[str, bool] = {}
 
     def spawn_clients(self, *, data_ref, test_ref, partitions: list[dict], model_spec: dict) -> None:
         """The client workers (worker ``k`` owns ``partitions[k]``) and the evaluator."""
@@ -109,13 +110,14 @@ class PartyPool:
             EvaluatorActor, self._test_ref, self._model_spec, self.cfg.seed, self.cfg.train.eval_batch_size
         )
 
-    def hand_arm(self, arm: str, *, mode: str, setup: dict, views: tuple) -> list:
+    def hand_arm(self, arm: str, *, mode: str, setup: dict, views: tuple, paired: bool) -> list:
         """Give every client worker and the evaluator their part of ``arm`` (kept, to set up a replacement);
-        return the calls' references."""
+        return the calls' references. ``paired``: the evaluator reports the arm's deviation from fl."""
         self.setups[arm], self.views[arm], self.modes[arm] = setup, views, mode
+        self.paired[arm] = paired
         backend, parties = self.backend, self.parties
         done = [backend.call(w, "set_arm", arm, setup, *views) for w in parties.workers]
-        done.append(backend.call(parties.evaluator, "set_arm", arm, mode, *views))
+        done.append(backend.call(parties.evaluator, "set_arm", arm, mode, *views, paired=paired))
         return done
 
     def hand_steps(self, arm: str, steps, *, shards: int) -> list:
@@ -204,7 +206,9 @@ class PartyPool:
         if party == "evaluator":
             backend.get(
                 [
-                    backend.call(parties.evaluator, "set_arm", a, self.modes[a], *self.views[a])
+                    backend.call(
+                        parties.evaluator, "set_arm", a, self.modes[a], *self.views[a], paired=self.paired[a]
+                    )
                     for a in self.modes
                 ]
             )
