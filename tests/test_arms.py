@@ -39,8 +39,10 @@ class ClientNoise:
     sigma: float
     seed: int
 
-    def __call__(self, w: torch.Tensor, *, arm: str, client: int, t: int) -> tuple[torch.Tensor, bool]:
-        w, clipped = ClipModel(self.clip)(w, arm=arm, client=client, t=t)
+    def __call__(
+        self, w: torch.Tensor, *, start: torch.Tensor, arm: str, client: int, t: int
+    ) -> tuple[torch.Tensor, bool]:
+        w, clipped = ClipModel(self.clip)(w, start=start, arm=arm, client=client, t=t)
         if self.sigma:
             gen = torch_generator(self.seed, "toy-noise", client, t)
             noise = torch.randn(w.shape, generator=gen, dtype=torch.float64)

@@ -40,12 +40,15 @@ CODINGS = ("plain", "m1", "m2")
 class ClientStep(Protocol):
     """The client's step on its local model ``w`` (float64, on the worker's device) before upload.
 
+    ``start`` is the round's global model the client trained from (read-only: an update is ``w − start``).
     Returns the model to upload (it may be ``w`` changed in place) and whether the step clipped it (counted
     in ``clients/clipped``). Runs in the client worker; any secret it draws on (a noise seed) must be made
     there, never sent by the driver (see :class:`sifl_ray.keys.ClientNoiseSeeds`).
     """
 
-    def __call__(self, w: torch.Tensor, *, arm: str, client: int, t: int) -> tuple[torch.Tensor, bool]: ...
+    def __call__(
+        self, w: torch.Tensor, *, start: torch.Tensor, arm: str, client: int, t: int
+    ) -> tuple[torch.Tensor, bool]: ...
 
 
 class AggregatorStep(Protocol):

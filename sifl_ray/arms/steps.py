@@ -19,7 +19,9 @@ class ClipModel:
 
     clip: float
 
-    def __call__(self, w: torch.Tensor, *, arm: str, client: int, t: int) -> tuple[torch.Tensor, bool]:
+    def __call__(
+        self, w: torch.Tensor, *, start: torch.Tensor | None = None, arm: str, client: int, t: int
+    ) -> tuple[torch.Tensor, bool]:
         from sifl_ray.privacy.clipping import clip_norm_
 
         return w, clip_norm_(w, self.clip)
@@ -35,7 +37,9 @@ class ClipAndNoise:
     sigma: float
     seeds: Any = field(compare=False)  # sifl_ray.keys.ClientNoiseSeeds
 
-    def __call__(self, w: torch.Tensor, *, arm: str, client: int, t: int) -> tuple[torch.Tensor, bool]:
+    def __call__(
+        self, w: torch.Tensor, *, start: torch.Tensor | None = None, arm: str, client: int, t: int
+    ) -> tuple[torch.Tensor, bool]:
         import torch
 
         from sifl_ray.coding.base import CODING_DTYPE

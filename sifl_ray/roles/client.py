@@ -162,7 +162,7 @@ class ClientWorkerRole:
         for client in sorted(clients):
             size = float(len(self.partitions[client]))
             t0 = time.perf_counter()
-            step = None if setup.step is None else partial(setup.step, arm=arm, client=client, t=t)
+            step = None if setup.step is None else partial(setup.step, start=w0, arm=arm, client=client, t=t)
             if w_tilde is not None and not shortcut:
                 form = stepwise_update if setup.client_form == "stepwise" else fused_update
                 upload, stats = form(
