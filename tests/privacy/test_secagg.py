@@ -160,6 +160,8 @@ def test_ring_sum_is_exact_under_random_dropouts(degree, threshold, ring_bits, m
         assert np.all(np.abs(result.sum - exact) <= codec.sum_error_bound(len(u3)) + 1e-12)
         outcomes["ok"] += 1
     assert outcomes["ok"] >= 5  # the loop really exercised recoveries
+    if degree is not None:
+        assert outcomes["refused"] >= 1  # ... and, on a sparse graph, refusals
 
 
 def test_dropped_clients_are_really_recovered():
