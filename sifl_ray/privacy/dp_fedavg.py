@@ -155,7 +155,8 @@ def epsilon(
     )
     acc = make_accountant(accountant, sampling=sampling)
     event = round_event(noise_multiplier, sample_rate, sampling=sampling, population=population)
-    acc.compose(dp_accounting.SelfComposedDpEvent(event, int(steps)))
+    if steps:  # the library refuses a composition count of 0; nothing released is ε = 0
+        acc.compose(dp_accounting.SelfComposedDpEvent(event, int(steps)))
     return float(acc.get_epsilon(delta))
 
 

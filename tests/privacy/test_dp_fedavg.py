@@ -128,6 +128,7 @@ def test_bad_inputs_are_refused_with_the_reason():
     with pytest.raises(ValueError, match="accountant must be one of"):
         D.epsilon(sample_rate=0.1, accountant="moments", **kw)  # type: ignore[arg-type]
     assert D.epsilon(sample_rate=0.1, noise_multiplier=0.0, steps=1, delta=1e-5) == math.inf
+    assert D.epsilon(sample_rate=0.1, noise_multiplier=1.0, steps=0, delta=1e-5) == 0.0
 
 
 # ------------------------------------------------------------------------------------------------------------

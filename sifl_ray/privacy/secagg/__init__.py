@@ -5,7 +5,8 @@
 * :mod:`.crypto`: HKDF seeds, X25519 key agreement, ChaCha20 mask expansion, AES-GCM share encryption.
 * :mod:`.shamir`: Shamir secret sharing over ``GF(2^521 − 1)``.
 * :mod:`.graph`: the masking graph (complete, or a shuffled Harary graph of degree k).
-* :mod:`.protocol`: the client and server roles, their messages and per-party costs.
+* :mod:`.messages`: the messages of a round and the per-party costs (bytes, messages, compute).
+* :mod:`.protocol`: the client and server roles.
 * :mod:`.simulate`: one round played in process, with dropouts at any step.
 
 Not integrated into the runner: an arm calls :func:`secure_sum` (or drives the roles itself, one actor per

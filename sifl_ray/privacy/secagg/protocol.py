@@ -37,26 +37,36 @@ from __future__ import annotations
 
 import secrets
 import struct
-import time
-from collections.abc import Collection, Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 from cryptography.exceptions import InvalidTag
 
 from sifl_ray.privacy.secagg import crypto, shamir
 from sifl_ray.privacy.secagg.graph import NeighbourGraph, default_threshold
+from sifl_ray.privacy.secagg.messages import (
+    ID_BYTES,
+    MaskedInput,
+    PartyStats,
+    PublicKeys,
+    SecAggError,
+    UnmaskResponse,
+)
 from sifl_ray.privacy.secagg.ring import FixedPointCodec, ring_reduce_, ring_sum
 
-ID_BYTES = 4
-
-
-class SecAggError(RuntimeError):
-    """The round cannot finish (too few clients or shares left) or a message is malformed.
-
-    A round that fails reveals nothing about the inputs: no self mask of a dropped client was revealed.
-    """
+__all__ = [
+    "ID_BYTES",
+    "MaskedInput",
+    "PartyStats",
+    "PublicKeys",
+    "SecAggClient",
+    "SecAggError",
+    "SecAggParams",
+    "SecAggServer",
+    "UnmaskResponse",
+    "recovery_problems",
+]
 
 
 @dataclass(frozen=True)
@@ -117,69 +127,6 @@ class SecAggParams:
     def t(self) -> int:
         """The threshold in force."""
         return default_threshold(self.closed_size) if self.threshold is None else int(self.threshold)
-
-
-@dataclass
-class PartyStats:
-    """What one party sent, received and computed in one round (see the module docstring for the units)."""
-
-    bytes_sent: int = 0
-    bytes_received: int = 0
-    messages_sent: int = 0
-    messages_received: int = 0
-    compute_s: float = 0.0
-
-    def sent(self, nbytes: int, messages: int = 1) -> None:
-        """Count an outgoing message (or ``messages`` of them) of ``nbytes`` in total."""
-        self.bytes_sent += int(nbytes)
-        self.messages_sent += messages
-
-    def received(self, nbytes: int, messages: int = 1) -> None:
-        """Count an incoming message (or ``messages`` of them) of ``nbytes`` in total."""
-        self.bytes_received += int(nbytes)
-        self.messages_received += messages
-
-    @contextmanager
-    def timing(self) -> Iterator[None]:
-        """Add the wall time of the block to ``compute_s``."""
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.compute_s += time.perf_counter() - start
-
-
-@dataclass(frozen=True)
-class PublicKeys:
-    """Step 0's message: a client's two X25519 public keys."""
-
-    client_id: int
-    encryption_key: bytes
-    mask_key: bytes
-
-    NBYTES = 2 * crypto.PUBLIC_KEY_BYTES
-
-
-@dataclass(frozen=True)
-class MaskedInput:
-    """Step 2's message: ``y_i`` in ``Z_(2^k)`` as ``uint64``."""
-
-    client_id: int
-    masked: np.ndarray
-
-
-@dataclass(frozen=True)
-class UnmaskResponse:
-    """Step 3's message: for each owner j, the share of ``s_j`` (j dropped) or of ``b_j`` (j survived)."""
-
-    client_id: int
-    key_shares: Mapping[int, int] = field(default_factory=dict)
-    self_mask_shares: Mapping[int, int] = field(default_factory=dict)
-
-    @property
-    def nbytes(self) -> int:
-        """Wire size: an owner id and a field element per share."""
-        return (len(self.key_shares) + len(self.self_mask_shares)) * (ID_BYTES + shamir.SHARE_BYTES)
 
 
 def _pair_label(round_index: int, i: int, j: int) -> str:
