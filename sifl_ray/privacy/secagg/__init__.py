@@ -1,0 +1,56 @@
+"""Secure aggregation (Bonawitz et al., CCS 2017) with the sparse masking graph of SecAgg+ (Bell et al., CCS
+2020): the server learns the sum of the clients' updates and nothing else, exactly, despite dropouts.
+
+* :mod:`.ring`: fixed-point encoding into ``Z_(2^k)`` sized so that the sum cannot wrap, and its error bound.
+* :mod:`.crypto`: HKDF seeds, X25519 key agreement, ChaCha20 mask expansion, AES-GCM share encryption.
+* :mod:`.shamir`: Shamir secret sharing over ``GF(2^521 − 1)``.
+* :mod:`.graph`: the masking graph (complete, or a shuffled Harary graph of degree k).
+* :mod:`.messages`: the messages of a round and the per-party costs (bytes, messages, compute).
+* :mod:`.protocol`: the client and server roles.
+* :mod:`.simulate`: one round played in process, with dropouts at any step.
+
+Not integrated into the runner: an arm calls :func:`secure_sum` (or drives the roles itself, one actor per
+party) with updates already clipped and, for distributed DP, noised (:mod:`sifl_ray.privacy.dp_fedavg`).
+"""
+
+from sifl_ray.privacy.secagg.crypto import KeySeed, party_seed, prg_ring
+from sifl_ray.privacy.secagg.graph import NeighbourGraph, complete_graph, default_threshold, harary_graph
+from sifl_ray.privacy.secagg.protocol import (
+    MaskedInput,
+    PartyStats,
+    PublicKeys,
+    SecAggClient,
+    SecAggError,
+    SecAggParams,
+    SecAggServer,
+    UnmaskResponse,
+    recovery_problems,
+)
+from sifl_ray.privacy.secagg.ring import FixedPointCodec, ring_sum
+from sifl_ray.privacy.secagg.simulate import Dropouts, SecAggResult, make_graph, make_parties, secure_sum
+
+__all__ = [
+    "Dropouts",
+    "FixedPointCodec",
+    "KeySeed",
+    "MaskedInput",
+    "NeighbourGraph",
+    "PartyStats",
+    "PublicKeys",
+    "SecAggClient",
+    "SecAggError",
+    "SecAggParams",
+    "SecAggResult",
+    "SecAggServer",
+    "UnmaskResponse",
+    "complete_graph",
+    "default_threshold",
+    "harary_graph",
+    "make_graph",
+    "make_parties",
+    "party_seed",
+    "prg_ring",
+    "recovery_problems",
+    "ring_sum",
+    "secure_sum",
+]
