@@ -129,9 +129,9 @@ class TranscriptSection:
 @dataclass
 class AttackConfig:
     """Everything ``sifl attack`` needs. ``designs`` are compared under the same attacks; ``primary`` is the
-    design whose figures go on the RESULT line. ``seed`` drives data, training and noise; ``key_seed`` the
-    keys: an integer gives reproducible simulation keys (not secret: anyone with the number can rebuild
-    them), ``null`` draws 256 secure random bits per key."""
+    design whose figures go on the RESULT line. ``seed`` drives data, initial model and minibatches;
+    ``key_seed`` the keys and the parties' noise: an integer gives reproducible simulation keys (not secret:
+    anyone with the number can rebuild them), ``null`` draws 256 secure random bits per key."""
 
     scenario: str = DEFAULT_SCENARIO
     seed: int = 0

@@ -228,8 +228,9 @@ class TaskWorker:
 
 
 class TaskEvaluator(EvaluatorRole):
-    """The platform's evaluator (a simulation device holding both decoding views) on the task's loss: the
-    model is a single logit, so accuracy thresholds it at 0."""
+    """The platform's evaluator (a simulation device holding both decoding views) on the task's loss, over
+    the pooled client data (the task has no test split; nothing reports these metrics). The model is a
+    single logit, so accuracy thresholds it at 0."""
 
     @torch.no_grad()
     def evaluate(self, arm: str, t: int, broadcast: torch.Tensor) -> dict[str, float]:

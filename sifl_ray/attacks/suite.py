@@ -25,9 +25,9 @@ that also use the broadcasts (the telescoped regression, the geometry of updates
 labelled :data:`AGGREGATOR_BROADCASTS`: the SPEC's aggregator does not see them, an eavesdropper on the
 server → client channel or a colluding client does. The RESULT line's ``projection_error`` is uploads-only.
 
-Seeds stay in memory. ``seed`` reproduces data, initial model, minibatches and (through the keys' seeds)
-every noise draw; ``key_seed`` reproduces every key. :func:`public_config` drops both from what is written
-out.
+Seeds stay in memory. ``seed`` reproduces data, initial model and minibatches (beside a transcript: the
+plain models of a SIFL arm); ``key_seed`` reproduces every key and, through the parties' seeds
+(:mod:`sifl_ray.keys`), every noise draw. :func:`public_config` drops both from what is written out.
 """
 
 from __future__ import annotations
@@ -127,11 +127,17 @@ def design_coding(cfg: DictConfig, design: Design) -> dict[str, Any]:
     }
 
 
+def m2_design(cfg: DictConfig) -> Design:
+    """Key 1's design in the M2 run (``cfg.m2``)."""
+    m2 = cfg.m2
+    return Design(name=f"m2-{m2.backend}-{m2.left_inverse}", backend=m2.backend, left_inverse=m2.left_inverse)
+
+
 def m2_coding(cfg: DictConfig, *, noise2_scale: float) -> dict[str, Any]:
     """The platform ``coding`` values of the M2 run: key 1 of ``cfg.m2``'s design at ``cfg.key``'s scales,
     key 2 of ``cfg.m2`` and its noise ``R2`` of scale ``noise2_scale``."""
     m2 = cfg.m2
-    coding = design_coding(cfg, Design(name="m2", backend=m2.backend, left_inverse=m2.left_inverse))
+    coding = design_coding(cfg, m2_design(cfg))
     coding.update(p=int(m2.p), gamma=float(m2.gamma), eta=float(m2.eta))
     coding["noise"]["sigma2"] = float(noise2_scale)
     return coding
@@ -690,11 +696,7 @@ def _evaluate_m2(cfg: DictConfig, transcript_dir: Path | None, arm: str) -> list
         teacher_scale=cfg.data.teacher_scale,
         seed=derive_seed(cfg.seed, "m2"),
     )
-    design = Design(
-        name=f"m2-{cfg.m2.backend}-{cfg.m2.left_inverse}",
-        backend=cfg.m2.backend,
-        left_inverse=cfg.m2.left_inverse,
-    )
+    design = m2_design(cfg)
     out = []
     for scale in cfg.m2.noise2_scales:
         recorder = TranscriptRecorder(max_coordinates=None)
@@ -787,8 +789,8 @@ def _evaluate_plain(task: SmallTask, cfg: DictConfig, arm: str) -> tuple[PlainRe
 #: The noise-removal figures that use the uploads alone (the SPEC's aggregator): the RESULT line's best.
 UPLOADS_ONLY_REMOVAL = ("projection", "regression")
 
-#: Configuration fields never written out: ``seed`` reproduces the data, the initial model, the minibatches
-#: and every noise draw (beside a transcript: the plain models), ``key_seed`` every key.
+#: Configuration fields never written out: ``seed`` reproduces the data, the initial model and the
+#: minibatches (beside a transcript: the plain models), ``key_seed`` every key and the parties' noise.
 REDACTED_FIELDS = ("seed", "key_seed")
 
 
@@ -805,7 +807,7 @@ def public_config(cfg: DictConfig) -> dict[str, Any]:
         else "256 secure random bits per key"
     )
     data["redacted"] = (
-        "the run seed (data, initial model, minibatches, noise) and the key seed: either, beside the "
+        "the run seed (data, initial model, minibatches) and the key seed (keys, noise): either, beside the "
         "transcripts, would give back the plain models or the keys"
     )
     return data

@@ -154,7 +154,7 @@ def test_outputs_carry_no_seed_and_no_derived_key_bytes(run):
     """``seed`` reproduces the plain models (beside the transcripts), ``key_seed`` every key: neither field,
     nor value, nor any key seed derived from it, may appear in result.json, report.md, TensorBoard or the
     transcripts."""
-    from sifl_ray.attacks.suite import design_key_seed
+    from sifl_ray.attacks.suite import design_key_seed, m2_design
     from sifl_ray.keys import party_seed
     from sifl_ray.seeding import derive_bytes
 
@@ -168,11 +168,11 @@ def test_outputs_carry_no_seed_and_no_derived_key_bytes(run):
     cfg = load_attack_config([f"key_seed={KEY_SEED}"])
     derived, design_seeds = [], []
     for design, arm, parties in (
-        ("fast-oblique", "sifl_m1", ("server",)),
-        ("block-pinv", "sifl_m1", ("server",)),
-        ("m2-fast-pinv", "sifl_m2", ("server", "aggregator")),
+        (Design.parse("fast-oblique"), "sifl_m1", ("server",)),
+        (Design.parse("block-pinv"), "sifl_m1", ("server",)),
+        (m2_design(cfg), "sifl_m2", ("server", "aggregator")),
     ):
-        seed = design_key_seed(cfg, Design(design, "fast", "pinv"))
+        seed = design_key_seed(cfg, design)
         design_seeds.append(str(seed).encode())
         for party in parties:
             key_bytes = party_seed({"key_seed": seed}, arm, party)
