@@ -392,7 +392,8 @@ class TaskParties:
         if steps.server is not None:
             backend.call(parties.server, "set_step", arm, steps.server)
         agg_view = backend.call(parties.aggregators[0], "client_view", arm)
-        setup = {"mode": mode, "client_form": "fused", "key_epoch": epoch, "step": steps.client}
+        form = str(platform.coding.client_form)
+        setup = {"mode": mode, "client_form": form, "key_epoch": epoch, "step": steps.client}
         for worker in parties.workers:
             backend.call(worker, "set_arm", arm, setup, server_view, agg_view)
         backend.call(parties.evaluator, "set_arm", arm, mode, server_view, agg_view)
