@@ -3,14 +3,16 @@
 The paper's privacy argument looks at one coordinate at a time; this package measures what an adversary
 recovers from whole vectors, with figures, and prints the per-element ε beside them:
 
-* :mod:`.transcript`: :class:`TranscriptRecorder`, what each channel carried (uploads, broadcasts, M2 server
-  inputs; no seed, no key, no plain model);
+* :mod:`.transcript`: :class:`TranscriptRecorder`, what each channel carried (uploads, broadcasts, the
+  server's inputs; no seed, no key, no plain model);
 * :mod:`.adversaries`: the attacks, using only the attacking party's view;
 * :mod:`.element_noise`: per element, the noise in one upload vs in a same-round difference (the aggregator's
   view; the per-element ε does not hold against it);
 * :mod:`.audit`: an empirical DP audit with Clopper–Pearson bounds (keys granted);
-* :mod:`.suite`: a small-model SIFL simulator with the real keys, the plain models kept on the side for
-  scoring, and :func:`run_suite`;
+* :mod:`.record`: any registered arm played on a small model through the platform's own parties (server
+  and aggregator actors, the client role, ``run_round`` on the sequential backend), every channel recorded,
+  the plain models kept on the side by a simulation-only tap for scoring;
+* :mod:`.suite`: :func:`run_suite`, the adversaries on each arm's transcript, scored;
 * :mod:`.frontier`: the precision–privacy frontier (``sifl describe --frontier``);
 * :mod:`.report`, :mod:`.cli`: JSON, markdown, TensorBoard, the RESULT line (``sifl attack``).
 """

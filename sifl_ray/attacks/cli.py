@@ -1,10 +1,13 @@
-"""``sifl attack [scenario=attack_small] [key=value ...] [out_dir=PATH]``: run the attack suite.
+"""``sifl attack [scenario=attack_small] [arms=[sifl_m1,sifl_m2]] [key=value ...] [out_dir=PATH]``: run the
+attack suite.
 
 Loads ``scenarios/<scenario>.yaml`` over :class:`~sifl_ray.attacks.config.AttackConfig`, applies the
-overrides, simulates every key design, runs the adversaries, and writes ``result.json``, ``report.md``,
-TensorBoard text and the recorded transcripts to ``out_dir`` (default
-``runs/attack/<scenario>/<timestamp>/``).
-The last line printed is the RESULT line (:func:`sifl_ray.attacks.report.result_line`).
+overrides, plays every arm of ``arms`` (any registered arm: ``fl``, ``sifl_m1``, ``sifl_m2``, ``nbafl``,
+yours) through the platform's own parties with every channel recorded (an m1 arm once per key design), runs
+the adversaries on what each party saw, and writes ``result.json``, ``report.md``, TensorBoard text and the
+recorded transcripts to ``out_dir`` (default ``runs/attack/<scenario>/<timestamp>/``). The table printed
+names the arms attacked; the last line printed is the RESULT line
+(:func:`sifl_ray.attacks.report.result_line`; ``none`` for a figure of an arm not attacked).
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ def attack_main(argv: list[str] | None = None) -> int:
 
     try:
         cfg = load_attack_config(argv)
+        from sifl_ray.attacks.suite import attacked_arms
+
+        attacked_arms(cfg)  # the platform configuration the arms read (arm_config) is valid
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -129,9 +129,9 @@ class TranscriptSection:
 @dataclass
 class AttackConfig:
     """Everything ``sifl attack`` needs. ``designs`` are compared under the same attacks; ``primary`` is the
-    design whose figures go on the RESULT line. ``seed`` drives data, training and noise; ``key_seed`` the
-    keys: an integer gives reproducible simulation keys (not secret: anyone with the number can rebuild
-    them), ``null`` draws 256 secure random bits per key."""
+    design whose figures go on the RESULT line. ``seed`` drives data, initial model and minibatches;
+    ``key_seed`` the keys and the parties' noise: an integer gives reproducible simulation keys (not secret:
+    anyone with the number can rebuild them), ``null`` draws 256 secure random bits per key."""
 
     scenario: str = DEFAULT_SCENARIO
     seed: int = 0
@@ -147,6 +147,11 @@ class AttackConfig:
         ]
     )
     primary: str = "fast-oblique"
+    # The registered arms to attack (sifl_ray.arms): m1 arms under every design, m2 arms by their server,
+    # plain arms by the aggregator's direct view; arm_config: sections of the platform configuration
+    # (``sifl run``'s keys) the arms read, e.g. arm_config.nbafl.epsilons=[1,5].
+    arms: list[str] = field(default_factory=lambda: ["sifl_m1", "sifl_m2"])
+    arm_config: dict[str, Any] = field(default_factory=dict)
     rank_tol_factor: float = 4.0
     out_dir: str | None = None
     model: ModelSection = field(default_factory=ModelSection)
@@ -241,6 +246,8 @@ def _coerce(hint: Any, value: Any) -> tuple[bool, Any]:
                 return False, value
             out.append(c)
         return True, out
+    if origin is dict:
+        return isinstance(value, dict), value
     if hint is bool:
         return isinstance(value, bool), value
     if hint is int:
@@ -313,6 +320,13 @@ def _cross_checks(cfg: dict, problems: list[str]) -> None:
         problems.append(
             f"primary: {cfg['primary']!r} is not among designs {designs}; set primary to one of them"
         )
+    from sifl_ray.arms import ARMS
+
+    if not cfg["arms"]:
+        problems.append("arms: expected at least one registered arm, got []; for example arms=[sifl_m1]")
+    problems += [
+        f"arms: unknown arm {a!r}; registered: {', '.join(ARMS)}" for a in cfg["arms"] if a not in ARMS
+    ]
     if len(set(designs)) != len(designs):
         problems.append(f"designs: duplicate design in {designs}; list each once")
     if cfg["training"]["batch_size"] > cfg["data"]["samples_per_client"]:

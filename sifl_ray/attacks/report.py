@@ -107,13 +107,14 @@ def markdown(result: SuiteResult) -> str:
     lines = [
         f"# Attack suite: {cfg['scenario']}",
         "",
-        "What an adversary actually recovers from SIFL's encodings, measured on a small model simulated with "
-        "the "
-        "platform's keys (SPEC 'Attacks the design must be judged against'). Every figure is scored against "
-        "the "
-        "plain models, which no party of a real deployment holds.",
+        "What an adversary actually recovers from what the arms release, measured on a small model played "
+        "through the platform's own parties (server and aggregator actors, the client role, run_round, on "
+        "the sequential backend; keys made by the actors), every channel recorded "
+        "(SPEC 'Attacks the design must be judged against'). Every figure is scored against the plain models "
+        "the clients trained, taken by a simulation-only tap, which no party of a real deployment holds.",
         "",
-        f"- Model: n = {result.designs[0].n} parameters, ñ = {result.designs[0].n_tilde}; "
+        f"- Arms attacked: {arms_attacked(result)}.",
+        f"- Model: n = {_task_n(result)} parameters; "
         f"{cfg['data']['clients']} clients, {cfg['training']['rounds']} rounds, "
         f"K = {cfg['training']['local_steps']} local SGD steps (fused client).",
         f"- Key scales: alpha = {cfg['key']['alpha']:g}, beta = {cfg['key']['beta']:g}, "
@@ -134,7 +135,33 @@ def markdown(result: SuiteResult) -> str:
     ]
     h, hb = result.headline(), result.broadcast_headline()
     m2_corr = "n/a" if h["m2_server_corr"] is None else f"{h['m2_server_corr']:.6f}"
-    lines += [
+    if result.primary_result() is not None:
+        lines += _headline(result, h, hb, m2_corr)
+    if result.designs:
+        lines += _designs(result)
+    if result.plain:
+        lines += _plain(result)
+    if result.m2:
+        lines += _m2(result)
+    if result.audit_whole is not None and result.audit_single is not None:
+        lines += _audit(result)
+    lines.append(result_line(result))
+    return "\n".join(lines) + "\n"
+
+
+def _task_n(result: SuiteResult) -> str:
+    for got in (*result.designs, *result.plain):
+        return str(got.n)
+    return "n/a"
+
+
+def arms_attacked(result: SuiteResult) -> str:
+    """Which arms were attacked, and how (one phrase each)."""
+    return "; ".join(f"{arm}: {how}" for arm, how in result.arms.items()) or "none"
+
+
+def _headline(result: SuiteResult, h: dict, hb: dict, m2_corr: str) -> list[str]:
+    return [
         f"## Headline (design {result.primary})",
         "",
         f"- {AGGREGATOR}: col(P1) known after {_fmt(h['full_rank_round'])} rounds; best noise removal "
@@ -152,10 +179,12 @@ def markdown(result: SuiteResult) -> str:
         f"- M2 server: |corr(w_hat, w)| {m2_corr} in round 1; DP audit (keys known): "
         f"whole-vector ε ≥ {_fmt(h['audit_eps_lb'])}; the paper's per-element ε {_fmt(h['paper_eps'])}.",
         "",
-        "## The attacks",
-        "",
     ]
+
+
+def _designs(result: SuiteResult) -> list[str]:
     titles = {k: f for k, f in result.designs[0].figures.items()}
+    lines = ["## The attacks", ""]
     lines += [
         f"- **{titles[k].attack}** ({titles[k].threat_model}). {text}" for k, text in EXPLANATIONS.items()
     ]
@@ -164,7 +193,8 @@ def markdown(result: SuiteResult) -> str:
         rekey = f", new key every {d.rekey_every} rounds" if d.rekey_every else ", fixed key"
         scales = f"alpha = {d.alpha:g}, beta = {d.beta:g}, noise scale {d.noise_scale:g}"
         lines += [
-            f"## Design {d.design}: {d.backend} backend, {d.left_inverse} left inverse{rekey}; {scales}",
+            f"## Design {d.design} (arm {d.arm}): {d.backend} backend, {d.left_inverse} left inverse{rekey}; "
+            f"{scales}",
             "",
             f"Key layout: {d.layout}. Transcript: {d.transcript}. The legitimate decoder's own relative "
             f"round-off on a fresh encoding: {_fmt(d.key_holder_decode_error)}.",
@@ -177,28 +207,50 @@ def markdown(result: SuiteResult) -> str:
         lines += ["", "Details:", ""]
         lines += [f"- {f.attack}: {f.note}" for f in d.figures.values() if f.note]
         lines.append("")
-    if result.m2:
-        lines += [
-            "## M2: the server's view",
-            "",
-            "| threat model | attack | figure | value | per-element ε (paper) | per-element ε (sound) |",
-            "|---|---|---|---|---|---|",
-        ]
-        for m in result.m2:
-            first = min(m.corr_per_round)
-            lines.append(
-                _row(
-                    "server in M2 (honest-but-curious)",
-                    f"(e) smallest right singular vector of P1L W'_a (n = {m.n}, p = {m.p}, R2 scale "
-                    f"{m.noise2_scale:g})",
-                    f"|corr(w_hat, w)| in round {first} (later rounds: "
-                    + ", ".join(f"{v:.6f}" for t, v in sorted(m.corr_per_round.items()) if t != first)
-                    + ")",
-                    f"{m.corr_per_round[first]:.6f}",
-                    math.nan,
-                    math.nan,
-                )
+    return lines
+
+
+def _plain(result: SuiteResult) -> list[str]:
+    lines = [
+        "## Plain arms: the aggregator's direct view",
+        "",
+        "A plain arm's upload is the client's model (or, under NbAFL, the model plus the client's own "
+        "noise): the aggregator reads each upload as the client's model, and the figure is how far that "
+        "reading is from the model the client trained, max over clients and rounds of "
+        "||upload_i - w_i|| / ||w_i||.",
+        "",
+        "| arm | threat model | what an upload is | max relative error | median | rounds |",
+        "|---|---|---|---|---|---|",
+    ]
+    for p in result.plain:
+        cells = [p.arm, AGGREGATOR, p.upload, _fmt(p.error), _fmt(p.median_error), str(p.rounds)]
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    lines.append("")
+    return lines
+
+
+def _m2(result: SuiteResult) -> list[str]:
+    lines = [
+        "## M2: the server's view",
+        "",
+        "| threat model | attack | figure | value | per-element ε (paper) | per-element ε (sound) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for m in result.m2:
+        first = min(m.corr_per_round)
+        lines.append(
+            _row(
+                f"server in M2 (honest-but-curious), arm {m.arm}",
+                f"(e) smallest right singular vector of P1L W'_a (n = {m.n}, p = {m.p}, R2 scale "
+                f"{m.noise2_scale:g})",
+                f"|corr(w_hat, w)| in round {first} (later rounds: "
+                + ", ".join(f"{v:.6f}" for t, v in sorted(m.corr_per_round.items()) if t != first)
+                + ")",
+                f"{m.corr_per_round[first]:.6f}",
+                math.nan,
+                math.nan,
             )
+        )
         lines += [
             "",
             "The paper's theorems do not cover this view (the server's P1L W'_a); the per-element columns "
@@ -206,50 +258,73 @@ def markdown(result: SuiteResult) -> str:
             "n/a. The correlation stays at about 1 - 1/n whatever the noise scale.",
             "",
         ]
-    if result.audit_whole is not None and result.audit_single is not None:
-        primary = result.primary_result()
-        lines += [
-            f"## DP audit (design {result.audit_design})",
-            "",
-            "Threat model: an auditor granted the server key (what the colluding client or the subspace "
-            "attacks "
-            "deliver). Neighbouring models w0 and w0 + Δ with ||Δ||_2 = Remark 3's sensitivity "
-            f"{result.audit_sensitivity:.3g}; threshold fixed in advance; δ = {cfg['audit']['delta']:g}. "
-            "Each ε lower bound uses the upper end of a two-sided Clopper–Pearson interval for the false "
-            f"positive rate and the lower end of one for the true positive rate, each at "
-            f"{cfg['audit']['confidence']:g}: each end fails with probability at most "
-            f"{(1 - cfg['audit']['confidence']) / 2:g}, so the bound holds with probability at least "
-            f"{cfg['audit']['confidence']:g} (union bound).",
-            "",
-            "| test | trials per hypothesis | false positives | true positives | empirical ε lower bound | "
-            "per-element ε (paper) | per-element ε (sound) |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for a in (result.audit_whole, result.audit_single):
-            lines.append(
-                f"| {a.name} | {a.trials} | {a.false_positives} | {a.true_positives} | "
-                f"{_fmt(a.epsilon_lower_bound)} | {_fmt(primary.epsilon_paper)} | "
-                f"{_fmt(primary.epsilon_sound)} |"
-            )
-        lines += [
-            "",
-            "The whole-vector bound is limited only by the number of trials: the two hypotheses never "
-            "overlap "
-            "(the vector release has no finite ε). The single-coordinate test is what the per-element ε "
-            "covers, and it stays consistent with it.",
-            "",
-        ]
-    lines.append(result_line(result))
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def _audit(result: SuiteResult) -> list[str]:
+    cfg = result.config
+    primary = result.primary_result()
+    return [
+        f"## DP audit (design {result.audit_design})",
+        "",
+        "Threat model: an auditor granted the server key (what the colluding client or the subspace "
+        "attacks "
+        "deliver). Neighbouring models w0 and w0 + Δ with ||Δ||_2 = Remark 3's sensitivity "
+        f"{result.audit_sensitivity:.3g}; threshold fixed in advance; δ = {cfg['audit']['delta']:g}. "
+        "Each ε lower bound uses the upper end of a two-sided Clopper–Pearson interval for the false "
+        f"positive rate and the lower end of one for the true positive rate, each at "
+        f"{cfg['audit']['confidence']:g}: each end fails with probability at most "
+        f"{(1 - cfg['audit']['confidence']) / 2:g}, so the bound holds with probability at least "
+        f"{cfg['audit']['confidence']:g} (union bound).",
+        "",
+        "| test | trials per hypothesis | false positives | true positives | empirical ε lower bound | "
+        "per-element ε (paper) | per-element ε (sound) |",
+        "|---|---|---|---|---|---|---|",
+        *(
+            f"| {a.name} | {a.trials} | {a.false_positives} | {a.true_positives} | "
+            f"{_fmt(a.epsilon_lower_bound)} | {_fmt(primary.epsilon_paper)} | {_fmt(primary.epsilon_sound)} |"
+            for a in (result.audit_whole, result.audit_single)
+        ),
+        "",
+        "The whole-vector bound is limited only by the number of trials: the two hypotheses never overlap "
+        "(the vector release has no finite ε). The single-coordinate test is what the per-element ε covers, "
+        "and it stays consistent with it.",
+        "",
+    ]
 
 
 def summary_table(result: SuiteResult) -> str:
-    """A compact console summary: one line per design, then M2 and the audit."""
+    """A compact console summary: the arms attacked, one line per design, then the plain arms, M2 and the
+    audit."""
+    lines = ["arms attacked:", *(f"  {arm}: {how}" for arm, how in result.arms.items())]
+    if result.designs:
+        lines += _design_table(result)
+    for p in result.plain:
+        lines.append(
+            f"{p.arm} (plain; {AGGREGATOR}): each upload read as the client's model, relative error max "
+            f"{_fmt(p.error)}, median {_fmt(p.median_error)} over {p.rounds} rounds "
+            f"(an upload is: {p.upload})"
+        )
+    for m in result.m2:
+        corr = ", ".join(f"round {t}: {v:.6f}" for t, v in sorted(m.corr_per_round.items()))
+        lines.append(f"M2 server ({m.arm}), n = {m.n}, R2 scale {m.noise2_scale:g}: |corr(w_hat, w)| {corr}")
+    if result.audit_whole is not None and result.audit_single is not None:
+        lines.append(
+            f"audit ({result.audit_design}, keys known): whole vector eps >= "
+            f"{result.audit_whole.epsilon_lower_bound:.3g}, one coordinate eps >= "
+            f"{result.audit_single.epsilon_lower_bound:.3g}; per-element eps (paper) "
+            f"{result.primary_result().epsilon_paper:.3g}"
+        )
+    return "\n".join(lines)
+
+
+def _design_table(result: SuiteResult) -> list[str]:
+    arms = sorted({d.arm for d in result.designs})
     head = (
         f"{'design':22s} {'full rank':>9s} {'project':>9s} {'regress':>9s} {'telescope*':>10s} "
         f"{'cos err':>9s} {'KP pairs':>8s} {'collude':>9s} {'eps paper':>9s} {'diff noise':>10s}"
     )
-    lines = [head, "-" * len(head)]
+    lines = [f"key designs of {', '.join(arms)}:", head, "-" * len(head)]
     for d in result.designs:
         f = d.figures
         lines.append(
@@ -264,17 +339,7 @@ def summary_table(result: SuiteResult) -> str:
         "noise in the elements of same-round differences / in one upload, control with independent draws "
         f"~1.414; * {AGGREGATOR_BROADCASTS})"
     )
-    for m in result.m2:
-        corr = ", ".join(f"round {t}: {v:.6f}" for t, v in sorted(m.corr_per_round.items()))
-        lines.append(f"M2 server, n = {m.n}, R2 scale {m.noise2_scale:g}: |corr(w_hat, w)| {corr}")
-    if result.audit_whole is not None and result.audit_single is not None:
-        lines.append(
-            f"audit ({result.audit_design}, keys known): whole vector eps >= "
-            f"{result.audit_whole.epsilon_lower_bound:.3g}, one coordinate eps >= "
-            f"{result.audit_single.epsilon_lower_bound:.3g}; per-element eps (paper) "
-            f"{result.primary_result().epsilon_paper:.3g}"
-        )
-    return "\n".join(lines)
+    return lines
 
 
 def _scalar_series(f: Figure) -> list[tuple[int, float]]:
@@ -309,6 +374,9 @@ def write_tensorboard(result: SuiteResult, logdir: Path, report_md: str) -> None
         for m in result.m2:
             for t, v in sorted(m.corr_per_round.items()):
                 writer.add_scalar(f"attack/m2_server_corr/R2_scale_{m.noise2_scale:g}", v, t)
+        for p in result.plain:
+            for t, v in sorted(p.per_round.items()):
+                writer.add_scalar(f"attack/{p.arm}/direct_view", v, t)
     finally:
         writer.close()
 

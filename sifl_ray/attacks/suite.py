@@ -1,13 +1,16 @@
-"""The attack suite: run SIFL on a small model with the real keys, record each party's view, attack, score.
+"""The attack suite: record what each party of an arm saw, attack it, score the attacks against the truth.
 
-Why a simulator of its own: the subspace attacks need whole encoded vectors over tens of rounds, which is
-cheap only for small models (n in the hundreds), and the scoring needs the plain models, which a real
-deployment never has. :func:`simulate_m1` and :func:`simulate_m2` run the protocol of SPEC "SIFL M1" / "SIFL
-M2" round by round with the platform's keys (``sifl_ray.coding``), fill a :class:`TranscriptRecorder` with
-what travelled on each channel (uploads, broadcasts, the M2 server's inputs), and keep the plain models on
-the side in a :class:`GroundTruth`.
-:func:`evaluate_design` hands the transcript to the adversaries of :mod:`sifl_ray.attacks.adversaries` and
-scores their output against the truth.
+The transcripts come from the platform's own parties (:mod:`sifl_ray.attacks.record`): every arm of
+``cfg.arms`` is played on a small model through the shipped server, aggregator and client roles on the
+sequential backend, with keys the server and aggregator actors make, and every channel recorded (uploads,
+broadcasts, the server's inputs). No second implementation of the protocol exists here. What is attacked
+depends on the arm's coding:
+
+* ``m1`` arms (``sifl_m1``): every key design of ``cfg.designs`` under attacks (a)–(d)
+  (:func:`evaluate_design`), and the DP audit (f) on the primary design;
+* ``m2`` arms (``sifl_m2``): the M2 server's estimate of the global model (e) (:func:`evaluate_m2`);
+* ``plain`` arms (``fl``, ``nbafl``, an arm of your own): the aggregator's direct view, each upload read as
+  the client's model (:func:`evaluate_plain`).
 
 Scoring "up to the unknown linear map". The subspace adversaries recover ``c = A w`` for an invertible map
 ``A = Uᵀ P1`` (U their basis of ``col(P1)``) that they never learn. The scorer, who holds the key, computes
@@ -22,9 +25,9 @@ that also use the broadcasts (the telescoped regression, the geometry of updates
 labelled :data:`AGGREGATOR_BROADCASTS`: the SPEC's aggregator does not see them, an eavesdropper on the
 server → client channel or a colluding client does. The RESULT line's ``projection_error`` is uploads-only.
 
-Seeds stay in memory. ``seed`` reproduces data, initial model, minibatches and every noise draw (beside a
-transcript: the plain models); ``key_seed`` reproduces every key. :func:`public_config` drops both from what
-is written out.
+Seeds stay in memory. ``seed`` reproduces data, initial model and minibatches (beside a transcript: the
+plain models of a SIFL arm); ``key_seed`` reproduces every key and, through the parties' seeds
+(:mod:`sifl_ray.keys`), every noise draw. :func:`public_config` drops both from what is written out.
 """
 
 from __future__ import annotations
@@ -40,7 +43,6 @@ from typing import Any
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
-from torch import nn
 
 from sifl_ray.attacks.adversaries import (
     EPS64,
@@ -60,10 +62,10 @@ from sifl_ray.attacks.adversaries import (
 from sifl_ray.attacks.audit import AuditTest, audit_upload_release
 from sifl_ray.attacks.config import Design
 from sifl_ray.attacks.element_noise import cross_round_pairs, measure_transcript
+from sifl_ray.attacks.record import GroundTruth, SmallTask, make_task, platform_config, record_arm
 from sifl_ray.attacks.transcript import TranscriptRecorder
-from sifl_ray.coding.base import CODING_DTYPE, AggregatorKey, NoiseSpec, ServerKey
-from sifl_ray.optim import Batch, TorchTrainer, fused_update
-from sifl_ray.seeding import derive_bytes, derive_seed, torch_generator
+from sifl_ray.coding.base import CODING_DTYPE, NoiseSpec, ServerKey
+from sifl_ray.seeding import derive_seed, torch_generator
 
 
 @contextmanager
@@ -100,267 +102,53 @@ AUDITOR = "auditor holding the keys"
 
 
 # ------------------------------------------------------------------------------------------------------------
-# The small learning task.
+# The runs: every arm through the shipped parties (sifl_ray.attacks.record).
 
 
-@dataclass(frozen=True)
-class SmallTask:
-    """Synthetic binary classification split over clients, and a small float64 model for it: logistic
-    regression (``hidden == 0``) or a one-layer tanh MLP. Its parameters, in ``model.parameters()`` order,
-    are the vector w the codes act on."""
-
-    features: int
-    hidden: int
-    X: tuple[torch.Tensor, ...]
-    y: tuple[torch.Tensor, ...]
-
-    @property
-    def n(self) -> int:
-        d, h = self.features, self.hidden
-        return d + 1 if h == 0 else d * h + 2 * h + 1
-
-    @property
-    def clients(self) -> int:
-        return len(self.X)
-
-    def model(self) -> nn.Module:
-        """A fresh float64 module (its initial weights are overwritten by the broadcast model)."""
-        if self.hidden == 0:
-            layers: list[nn.Module] = [nn.Linear(self.features, 1)]
-        else:
-            layers = [nn.Linear(self.features, self.hidden), nn.Tanh(), nn.Linear(self.hidden, 1)]
-        return nn.Sequential(*layers).to(torch.float64)
-
-    def trainer(self, lr: float) -> TorchTrainer:
-        """The clients' base optimizer: plain SGD on the logistic loss (``sifl_ray.optim``)."""
-        return TorchTrainer(self.model(), "sgd", lr, loss_fn=_logistic_loss)
-
-    def batches(self, *, client: int, round: int, steps: int, batch_size: int, seed: int) -> list[Batch]:
-        """Client ``client``'s K minibatches of round ``round``, from their own named stream."""
-        gen = torch_generator(seed, "attack-task", "batches", client, round)
-        X, y = self.X[client], self.y[client]
-        out = []
-        for _ in range(steps):
-            idx = torch.randperm(X.shape[0], generator=gen)[:batch_size]
-            out.append((X[idx], y[idx]))
-        return out
+def design_key_seed(cfg: DictConfig, design: Design) -> int | None:
+    """The key seed of ``design``'s run: derived from ``cfg.key_seed`` and the design's name, so that every
+    design has keys and noise of its own (``None``: secure random keys)."""
+    return None if cfg.key_seed is None else derive_seed(int(cfg.key_seed), "attack", design.name)
 
 
-def _logistic_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return nn.functional.binary_cross_entropy_with_logits(logits.squeeze(-1), y)
+def design_coding(cfg: DictConfig, design: Design) -> dict[str, Any]:
+    """The platform ``coding`` values of ``design`` at the scales of ``cfg.key``."""
+    k = cfg.key
+    return {
+        "key_seed": design_key_seed(cfg, design),
+        "backend": design.backend,
+        "left_inverse": design.left_inverse,
+        "n_extra": int(k.n_extra),
+        "alpha": float(k.alpha),
+        "beta": float(k.beta),
+        "kappa": None if k.kappa is None else float(k.kappa),
+        "block_size": int(k.block_size),
+        "noise": {"distribution": k.noise, "sigma1": float(k.noise_scale), "sigma2": float(k.noise_scale)},
+    }
 
 
-def make_task(
-    *, features: int, hidden: int, clients: int, samples_per_client: int, teacher_scale: float, seed: int
-) -> SmallTask:
-    """Gaussian features and labels drawn from a random logistic teacher (noisy labels keep the gradients
-    alive, so client updates keep spanning new directions)."""
-    gen = torch_generator(seed, "attack-task", "data")
-    teacher = torch.randn(features, generator=gen, dtype=torch.float64) * (
-        teacher_scale / math.sqrt(features)
-    )
-    Xs, ys = [], []
-    for _ in range(clients):
-        X = torch.randn(samples_per_client, features, generator=gen, dtype=torch.float64)
-        p = torch.sigmoid(X @ teacher)
-        ys.append((torch.rand(samples_per_client, generator=gen, dtype=torch.float64) < p).to(torch.float64))
-        Xs.append(X)
-    return SmallTask(features=features, hidden=hidden, X=tuple(Xs), y=tuple(ys))
+def m2_design(cfg: DictConfig) -> Design:
+    """Key 1's design in the M2 run (``cfg.m2``)."""
+    m2 = cfg.m2
+    return Design(name=f"m2-{m2.backend}-{m2.left_inverse}", backend=m2.backend, left_inverse=m2.left_inverse)
 
 
-# ------------------------------------------------------------------------------------------------------------
-# The protocol, with the plain models kept on the side.
+def m2_coding(cfg: DictConfig, *, noise2_scale: float) -> dict[str, Any]:
+    """The platform ``coding`` values of the M2 run: key 1 of ``cfg.m2``'s design at ``cfg.key``'s scales,
+    key 2 of ``cfg.m2`` and its noise ``R2`` of scale ``noise2_scale``."""
+    m2 = cfg.m2
+    coding = design_coding(cfg, m2_design(cfg))
+    coding.update(p=int(m2.p), gamma=float(m2.gamma), eta=float(m2.eta))
+    coding["noise"]["sigma2"] = float(noise2_scale)
+    return coding
 
 
-@dataclass
-class GroundTruth:
-    """What the scorer knows and no adversary does: keys and the plain models behind every encoding.
+def attacked_arms(cfg: DictConfig) -> dict[str, str]:
+    """The arm instances of ``cfg.arms`` (``nbafl`` runs as ``nbafl_eps1``, ...) → their coding."""
+    from sifl_ray.arms import arm_instances, get_arm
 
-    ``upload_models[t]`` (n × N_c) are the models the uploads of round t encode (exactly, up to the
-    round-off of the final addition): the broadcast's model plus each client's update ``w_K − w_0``.
-    """
-
-    design: Design
-    n: int
-    n_tilde: int
-    clients: list[int]
-    weights: np.ndarray
-    keys: dict[int, ServerKey] = field(default_factory=dict)
-    agg_key: AggregatorKey | None = None
-    upload_models: dict[int, np.ndarray] = field(default_factory=dict)
-    updates: dict[int, np.ndarray] = field(default_factory=dict)
-    broadcast_models: dict[int, np.ndarray] = field(default_factory=dict)
-    aggregate_models: dict[int, np.ndarray] = field(default_factory=dict)
-
-    def key_for_round(self, round: int) -> ServerKey:
-        return self.keys[self.epoch_of(round)]
-
-    def epoch_of(self, round: int) -> int:
-        k = self.design.rekey_every
-        return (round - 1) // k if k else 0
-
-
-def _key_seed(cfg: DictConfig, *names: object) -> bytes | None:
-    """A party's key seed: derived from ``cfg.key_seed`` (reproducible, not secret: simulation only), or
-    ``None`` for 256 secure random bits (the coding factories draw them)."""
-    return None if cfg.key_seed is None else derive_bytes(int(cfg.key_seed), "attack", *names)
-
-
-def server_key(cfg: DictConfig, design: Design, *, n: int, n_tilde: int, epoch: int) -> ServerKey:
-    """The server key of ``design`` for key epoch ``epoch`` (a new epoch is an independent key)."""
-    from sifl_ray.coding import make_server_key
-
-    return make_server_key(
-        n=n,
-        n_tilde=n_tilde,
-        backend=design.backend,
-        left_inverse=design.left_inverse,
-        alpha=cfg.key.alpha,
-        beta=cfg.key.beta,
-        kappa=cfg.key.kappa,
-        block_size=cfg.key.block_size,
-        seed=_key_seed(cfg, design.name, "server-key"),
-        epoch=epoch,
-    )
-
-
-def _init_model(task: SmallTask, cfg: DictConfig) -> torch.Tensor:
-    gen = torch_generator(cfg.seed, "attack-task", "init")
-    return torch.randn(task.n, generator=gen, dtype=CODING_DTYPE) * cfg.training.init_scale
-
-
-def _client_round(
-    task: SmallTask, cfg: DictConfig, key: ServerKey, broadcast: torch.Tensor, t: int
-) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Every client runs the fused target optimizer (``sifl_ray.optim.fused_update``) from the encoded
-    model: decode once, K plain SGD steps, upload ``w~ + P1 (w_K − w_0)`` (SPEC "SIFL M1", fused form).
-
-    Returns the uploads and the plain updates ``w_K − w_0``: the truth the uploads encode, relative to the
-    broadcast's model.
-    """
-    view = key.client_view()
-    w0 = view.decode(broadcast)  # what fused_update decodes: the same operation, the same numbers
-    trainer = task.trainer(cfg.training.lr)
-    uploads, updates = [], []
-    for i in range(task.clients):
-        batches = task.batches(
-            client=i,
-            round=t,
-            steps=cfg.training.local_steps,
-            batch_size=cfg.training.batch_size,
-            seed=cfg.seed,
-        )
-        upload, _ = fused_update(view, broadcast, trainer, batches)
-        uploads.append(upload)
-        updates.append(trainer.params() - w0)
-    return uploads, updates
-
-
-def simulate_m1(
-    task: SmallTask, cfg: DictConfig, design: Design, recorder: TranscriptRecorder
-) -> GroundTruth:
-    """Run SIFL M1 for ``cfg.training.rounds`` rounds (1-based), re-keying every ``design.rekey_every``.
-
-    The aggregator's view (uploads, broadcasts, key epochs) goes to ``recorder``; the plain models to the
-    returned :class:`GroundTruth`.
-    """
-    n, m = task.n, cfg.key.n_extra
-    sizes = np.array([x.shape[0] for x in task.X], dtype=np.float64)
-    truth = GroundTruth(
-        design=design, n=n, n_tilde=n + m, clients=list(range(task.clients)), weights=sizes / sizes.sum()
-    )
-    p = torch.as_tensor(truth.weights, dtype=CODING_DTYPE)
-    noise = NoiseSpec(distribution=cfg.key.noise, scale=cfg.key.noise_scale)
-    w = _init_model(task, cfg)  # the server's plain global model
-    for t in range(1, cfg.training.rounds + 1):
-        epoch = truth.epoch_of(t)
-        if epoch not in truth.keys:
-            truth.keys[epoch] = server_key(cfg, design, n=n, n_tilde=n + m, epoch=epoch)
-            recorder.record_key_epoch(t, epoch)
-        key = truth.keys[epoch]
-
-        # 1. Server encodes the global model with fresh noise r1^t.
-        r = noise.sample((m,), torch_generator(cfg.seed, "attack", design.name, "server-noise", t))
-        broadcast = key.encode(w, r)
-        recorder.record_broadcast(t, broadcast)
-        truth.broadcast_models[t] = w.numpy().copy()
-
-        # 2. Clients train on the encoded model and upload.
-        uploads, updates = _client_round(task, cfg, key, broadcast, t)
-        for i, up in enumerate(uploads):
-            recorder.record_upload(t, i, up, weight=float(task.X[i].shape[0]))
-        truth.updates[t] = torch.stack(updates, dim=1).numpy()
-        truth.upload_models[t] = truth.broadcast_models[t][:, None] + truth.updates[t]
-
-        # 3. Aggregator averages the encoded models.
-        aggregate = torch.stack(uploads, dim=1) @ p
-        truth.aggregate_models[t] = truth.upload_models[t] @ truth.weights
-
-        # 4. Server decodes: P1L w~_a = w^{t+1} (the weights sum to 1 and P1L N1 = 0).
-        w = key.decode(aggregate)
-    return truth
-
-
-def simulate_m2(
-    task: SmallTask, cfg: DictConfig, *, noise2_scale: float, recorder: TranscriptRecorder
-) -> GroundTruth:
-    """Run SIFL M2 for ``cfg.m2.rounds`` rounds; the server's inputs ``W'_a`` go to ``recorder``.
-
-    Round 1 starts from the server's M1 encoding; afterwards the server re-encodes ``P1L W'_a`` column by
-    column and clients strip code 2 with ``P2R`` (SPEC "SIFL M2").
-    """
-    from sifl_ray.coding import make_aggregator_key
-
-    design = Design(
-        name=f"m2-{cfg.m2.backend}-{cfg.m2.left_inverse}",
-        backend=cfg.m2.backend,
-        left_inverse=cfg.m2.left_inverse,
-    )
-    n, m, pdim = task.n, cfg.key.n_extra, cfg.m2.p
-    sizes = np.array([x.shape[0] for x in task.X], dtype=np.float64)
-    truth = GroundTruth(
-        design=design, n=n, n_tilde=n + m, clients=list(range(task.clients)), weights=sizes / sizes.sum()
-    )
-    p = torch.as_tensor(truth.weights, dtype=CODING_DTYPE)
-    key = server_key(cfg, design, n=n, n_tilde=n + m, epoch=0)
-    agg_key = make_aggregator_key(
-        p=pdim,
-        gamma=cfg.m2.gamma,
-        eta=cfg.m2.eta,
-        seed=_key_seed(cfg, "m2", "aggregator-key"),
-    )
-    truth.keys[0], truth.agg_key = key, agg_key
-    strip = agg_key.client_view().strip
-    noise1 = NoiseSpec(distribution=cfg.key.noise, scale=cfg.key.noise_scale)
-    noise2 = NoiseSpec(distribution=cfg.key.noise, scale=noise2_scale)
-    w = _init_model(task, cfg)
-    broadcast = key.encode(w, noise1.sample((m,), torch_generator(cfg.seed, "attack", "m2", "r1", 0)))
-    for t in range(1, cfg.m2.rounds + 1):
-        # 1. The server's broadcast: its M1 encoding in round 1, then W' (the clients strip code 2).
-        recorder.record_broadcast(t, broadcast)
-        truth.broadcast_models[t] = w.numpy().copy()
-        w_tilde = broadcast if broadcast.dim() == 1 else strip(broadcast)
-
-        # 2. Clients train on the (stripped) encoded model.
-        uploads, updates = _client_round(task, cfg, key, w_tilde, t)
-        truth.updates[t] = torch.stack(updates, dim=1).numpy()
-        truth.upload_models[t] = truth.broadcast_models[t][:, None] + truth.updates[t]
-
-        # 3. Aggregator averages and adds code 2: W'_a = w~_a P2 + R2 N2.
-        aggregate = torch.stack(uploads, dim=1) @ p
-        R2 = noise2.sample(
-            (n + m, pdim - 1), torch_generator(cfg.seed, "attack", "m2", "R2", noise2_scale, t)
-        )
-        W_a = agg_key.encode(aggregate, R2)
-        recorder.record_server_input(t, W_a)
-        truth.aggregate_models[t] = truth.upload_models[t] @ truth.weights
-
-        # 4. Server re-encodes without removing code 2: W' = P1 (P1L W'_a) + N1 R1.
-        R1 = noise1.sample((m, pdim), torch_generator(cfg.seed, "attack", "m2", "R1", noise2_scale, t))
-        W_bar = key.decode(W_a)
-        broadcast = key.encode(W_bar, R1)
-        w = strip(W_bar)  # the model the next broadcast carries: W̄ P2R (evaluator's view)
-    return truth
+    platform = platform_config(cfg, clients=cfg.data.clients, rounds=cfg.training.rounds)
+    return {name: get_arm(kind).coding for name, kind in arm_instances(platform).items()}
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -510,6 +298,7 @@ class DesignResult:
     figures: dict[str, Figure]
     key_holder_decode_error: float
     seconds: float
+    arm: str = "sifl_m1"  # the registered m1 arm played under this design
 
 
 def _nanmax(per_round: dict[int, float]) -> float | None:
@@ -594,11 +383,12 @@ def known_plaintext(
 
 
 def evaluate_design(
-    task: SmallTask, cfg: DictConfig, design: Design
+    task: SmallTask, cfg: DictConfig, design: Design, *, arm: str = "sifl_m1"
 ) -> tuple[DesignResult, TranscriptRecorder, GroundTruth]:
-    """Simulate one design, run attacks (a)–(d) on the transcript (each with its threat model), score them."""
+    """Play the m1 arm ``arm`` under ``design`` through the shipped parties, run attacks (a)–(d) on its
+    transcript (each with its threat model), score them."""
     with single_threaded():
-        return _evaluate_design(task, cfg, design)
+        return _evaluate_design(task, cfg, design, arm)
 
 
 @dataclass
@@ -729,11 +519,19 @@ def _difference_noise_figures(
 
 
 def _evaluate_design(
-    task: SmallTask, cfg: DictConfig, design: Design
+    task: SmallTask, cfg: DictConfig, design: Design, arm: str
 ) -> tuple[DesignResult, TranscriptRecorder, GroundTruth]:
     tic = time.perf_counter()
     recorder = TranscriptRecorder(max_coordinates=cfg.transcript.max_coordinates)
-    truth = simulate_m1(task, cfg, design, recorder)
+    truth = record_arm(
+        task,
+        cfg,
+        arm=arm,
+        design=design,
+        coding=design_coding(cfg, design),
+        rounds=cfg.training.rounds,
+        recorder=recorder,
+    )
     recorder.require_full("the aggregator's subspace attacks")
     n = truth.n
     P1_0, _, N1_0 = _dense(truth.keys[0])
@@ -862,6 +660,7 @@ def _evaluate_design(
         figures=figures,
         key_holder_decode_error=holder,
         seconds=time.perf_counter() - tic,
+        arm=arm,
     )
     return result, recorder, truth
 
@@ -873,18 +672,22 @@ class M2Result:
     p: int
     corr_per_round: dict[int, float]
     transcript: str
+    arm: str = "sifl_m2"
 
 
-def evaluate_m2(cfg: DictConfig, *, transcript_dir: Path | None = None) -> list[M2Result]:
+def evaluate_m2(
+    cfg: DictConfig, *, transcript_dir: Path | None = None, arm: str = "sifl_m2"
+) -> list[M2Result]:
     """(e) The M2 server's estimate of the global model from ``P1L W'_a``, per round, per R2 noise scale.
 
-    The server uses only its own view: the inputs ``W'_a`` it received and its own ``P1L``.
+    The m2 arm ``arm`` is played through the shipped parties on a larger task (``cfg.m2``); the server uses
+    only its own view: the inputs ``W'_a`` it received and its own ``P1L``.
     """
     with single_threaded():
-        return _evaluate_m2(cfg, transcript_dir)
+        return _evaluate_m2(cfg, transcript_dir, arm)
 
 
-def _evaluate_m2(cfg: DictConfig, transcript_dir: Path | None) -> list[M2Result]:
+def _evaluate_m2(cfg: DictConfig, transcript_dir: Path | None, arm: str) -> list[M2Result]:
     task = make_task(
         features=cfg.m2.features,
         hidden=0,
@@ -893,26 +696,101 @@ def _evaluate_m2(cfg: DictConfig, transcript_dir: Path | None) -> list[M2Result]
         teacher_scale=cfg.data.teacher_scale,
         seed=derive_seed(cfg.seed, "m2"),
     )
+    design = m2_design(cfg)
     out = []
     for scale in cfg.m2.noise2_scales:
         recorder = TranscriptRecorder(max_coordinates=None)
-        truth = simulate_m2(task, cfg, noise2_scale=float(scale), recorder=recorder)
+        truth = record_arm(
+            task,
+            cfg,
+            arm=arm,
+            design=design,
+            coding=m2_coding(cfg, noise2_scale=float(scale)),
+            rounds=cfg.m2.rounds,
+            recorder=recorder,
+        )
         key = truth.keys[0]
         corr = {}
         for t, W_a in sorted(recorder.server_inputs.items()):
             W_bar = key.decode(torch.as_tensor(W_a)).numpy()  # the server's own P1L
             corr[t] = abs_correlation(m2_server_estimate(W_bar), truth.aggregate_models[t])
-        out.append(M2Result(float(scale), task.n, cfg.m2.p, corr, recorder.describe()))
+        out.append(M2Result(float(scale), task.n, cfg.m2.p, corr, recorder.describe(), arm))
         if transcript_dir is not None and cfg.transcript.save:
-            recorder.save(transcript_dir / f"m2-R2-scale-{float(scale):g}.npz")
+            prefix = "m2" if arm == "sifl_m2" else arm
+            recorder.save(transcript_dir / f"{prefix}-R2-scale-{float(scale):g}.npz")
     return out
+
+
+@dataclass
+class PlainResult:
+    """A plain arm under the aggregator's direct view: each upload read as its client's model.
+
+    ``error`` is ``max ‖upload_i − w_i‖ / ‖w_i‖`` over clients and rounds, ``w_i`` the model client i
+    trained (before the arm's client step): 0 for FedAvg, the client's own noise for NbAFL.
+    """
+
+    arm: str
+    n: int
+    rounds: int
+    upload: str  # what the arm says an upload is (sifl_ray.arms.Arm.releases)
+    error: float
+    median_error: float
+    per_round: dict[int, float]
+    transcript: str
+    seconds: float
+
+
+def evaluate_plain(task: SmallTask, cfg: DictConfig, arm: str) -> tuple[PlainResult, TranscriptRecorder]:
+    """The aggregator's direct view of the plain arm ``arm``, played through the shipped parties."""
+    with single_threaded():
+        return _evaluate_plain(task, cfg, arm)
+
+
+def _evaluate_plain(task: SmallTask, cfg: DictConfig, arm: str) -> tuple[PlainResult, TranscriptRecorder]:
+    from sifl_ray.arms import arm_instances, get_arm
+
+    tic = time.perf_counter()
+    recorder = TranscriptRecorder(max_coordinates=cfg.transcript.max_coordinates)
+    truth = record_arm(
+        task,
+        cfg,
+        arm=arm,
+        design=Design(name=arm, backend="identity", left_inverse="none"),
+        coding={},
+        rounds=cfg.training.rounds,
+        recorder=recorder,
+    )
+    per_round, every = {}, []
+    for t in recorder.rounds():
+        uploads, clients = recorder.upload_matrix(t)
+        trained = truth.local_models[t][:, clients]
+        num = np.linalg.norm(uploads - trained, axis=0)
+        den = np.linalg.norm(trained, axis=0)
+        rel = np.where(den > 0, num / np.where(den > 0, den, 1.0), num)  # zero-safe: a zero model, abs.
+        per_round[t] = float(rel.max())
+        every.extend(rel.tolist())
+    platform = platform_config(cfg, clients=task.clients, rounds=cfg.training.rounds)
+    releases = get_arm(arm_instances(platform)[arm]).releases()
+    upload = next((r.content for r in releases if r.name == "upload"), "")
+    result = PlainResult(
+        arm=arm,
+        n=task.n,
+        rounds=len(per_round),
+        upload=upload,
+        error=max(every),
+        median_error=float(np.median(every)),
+        per_round=per_round,
+        transcript=recorder.describe(),
+        seconds=time.perf_counter() - tic,
+    )
+    return result, recorder
 
 
 #: The noise-removal figures that use the uploads alone (the SPEC's aggregator): the RESULT line's best.
 UPLOADS_ONLY_REMOVAL = ("projection", "regression")
 
-#: Configuration fields never written out: ``seed`` reproduces the data, the initial model, the minibatches
-#: and every noise draw (beside a transcript: the plain models), ``key_seed`` every key.
+#: Configuration fields never written out: ``seed`` reproduces the data, the initial model and the
+#: minibatches (beside a transcript: the plain models), ``key_seed`` every key and the parties' noise.
 REDACTED_FIELDS = ("seed", "key_seed")
 
 
@@ -929,7 +807,7 @@ def public_config(cfg: DictConfig) -> dict[str, Any]:
         else "256 secure random bits per key"
     )
     data["redacted"] = (
-        "the run seed (data, initial model, minibatches, noise) and the key seed: either, beside the "
+        "the run seed (data, initial model, minibatches) and the key seed (keys, noise): either, beside the "
         "transcripts, would give back the plain models or the keys"
     )
     return data
@@ -946,9 +824,12 @@ class SuiteResult:
     audit_sensitivity: float
     primary: str
     seconds: float
+    arms: dict[str, str] = field(default_factory=dict)  # arm instance → what was attacked
+    plain: list[PlainResult] = field(default_factory=list)
 
-    def primary_result(self) -> DesignResult:
-        return next(d for d in self.designs if d.design == self.primary)
+    def primary_result(self) -> DesignResult | None:
+        """The primary design's result (``None`` when no m1 arm was attacked)."""
+        return next((d for d in self.designs if d.design == self.primary), None)
 
     def headline(self) -> dict[str, float | int | None]:
         """The RESULT line's figures (see :func:`sifl_ray.attacks.report.result_line`).
@@ -956,37 +837,49 @@ class SuiteResult:
         ``projection_error`` is the best noise removal from the uploads alone (orthogonal projection or
         regression), the SPEC's aggregator; the telescoped regression needs the broadcasts and is reported
         apart (:meth:`broadcast_headline`). ``diff_noise_ratio`` (last, uploads only): the noise in the
-        elements of same-round differences over the noise in one upload (:mod:`.element_noise`).
+        elements of same-round differences over the noise in one upload (:mod:`.element_noise`). Figures of
+        an arm that was not attacked are ``None``.
         """
         d = self.primary_result()
-        removal = [d.figures[k].value for k in UPLOADS_ONLY_REMOVAL]
-        removal = [v for v in removal if v is not None]
         m2_round1 = [r.corr_per_round[min(r.corr_per_round)] for r in self.m2]
+        removal = [] if d is None else [d.figures[k].value for k in UPLOADS_ONLY_REMOVAL]
+        removal = [v for v in removal if v is not None]
         return {
-            "full_rank_round": d.figures["difference_rank"].value,
+            "full_rank_round": None if d is None else d.figures["difference_rank"].value,
             "projection_error": min(removal) if removal else None,
             "m2_server_corr": min(m2_round1) if m2_round1 else None,
             "audit_eps_lb": self.audit_whole.epsilon_lower_bound if self.audit_whole else None,
-            "paper_eps": d.epsilon_paper,
-            "diff_noise_ratio": d.figures["difference_noise"].value,
+            "paper_eps": None if d is None else d.epsilon_paper,
+            "diff_noise_ratio": None if d is None else d.figures["difference_noise"].value,
         }
 
     def broadcast_headline(self) -> dict[str, float | str | None]:
         """The primary design's noise removal with the broadcasts too (not on the RESULT line)."""
         d = self.primary_result()
-        return {"threat_model": AGGREGATOR_BROADCASTS, "telescoped_error": d.figures["telescoped"].value}
+        tele = None if d is None else d.figures["telescoped"].value
+        return {"threat_model": AGGREGATOR_BROADCASTS, "telescoped_error": tele}
+
+
+#: What the suite does to an arm of each coding (``SuiteResult.arms``).
+ATTACKED_AS = {
+    "m1": "aggregator attacks (a)-(d) under every key design, DP audit (f) on the primary",
+    "m2": "the M2 server's view (e)",
+    "plain": "the aggregator's direct view (each upload read as the client's model)",
+}
 
 
 def run_suite(
     cfg: DictConfig, *, transcript_dir: Path | None = None, log: Callable[[str], object] = print
 ) -> SuiteResult:
-    """Run every design of ``cfg`` under attacks (a)–(d), the M2 server attack (e) and the audit (f)."""
+    """Attack every arm of ``cfg.arms``: m1 arms under every design of ``cfg`` (attacks (a)–(d), the audit
+    (f)), m2 arms by their server (e), plain arms by the aggregator's direct view."""
     with single_threaded():
         return _run_suite(cfg, transcript_dir=transcript_dir, log=log)
 
 
 def _run_suite(cfg: DictConfig, *, transcript_dir: Path | None, log: Callable[[str], object]) -> SuiteResult:
     tic = time.perf_counter()
+    arms = attacked_arms(cfg)
     task = make_task(
         features=cfg.model.features,
         hidden=cfg.model.hidden,
@@ -995,48 +888,66 @@ def _run_suite(cfg: DictConfig, *, transcript_dir: Path | None, log: Callable[[s
         teacher_scale=cfg.data.teacher_scale,
         seed=cfg.seed,
     )
+    save = transcript_dir is not None and cfg.transcript.save
+    m1_arms = [a for a, coding in arms.items() if coding == "m1"]
     designs = []
     truths: dict[str, GroundTruth] = {}
-    for name in cfg.designs:
-        design = Design.parse(name)
-        result, recorder, truths[name] = evaluate_design(task, cfg, design)
-        designs.append(result)
-        if transcript_dir is not None and cfg.transcript.save:
-            recorder.save(transcript_dir / f"{design.name}.npz")
-        log(f"design {design.name}: done in {result.seconds:.1f}s")
+    for arm in m1_arms:
+        # The first m1 arm's designs keep their names (``primary`` names one of them); others are prefixed.
+        prefix = "" if arm == m1_arms[0] else f"{arm}:"
+        for name in cfg.designs:
+            result, recorder, truths[prefix + name] = evaluate_design(task, cfg, Design.parse(name), arm=arm)
+            result.design = prefix + name
+            designs.append(result)
+            if save:
+                recorder.save(transcript_dir / f"{prefix.replace(':', '-')}{name}.npz")
+            log(f"{arm}, design {result.design}: done in {result.seconds:.1f}s")
 
-    quiet = OmegaConf.merge(
-        cfg, {"key": {"beta": cfg.contrast.beta, "noise_scale": cfg.contrast.noise_scale}}
-    )
-    for name in cfg.contrast.designs:
-        result, _, _ = evaluate_design(task, quiet, Design.parse(name))
-        result.design = f"{name}@moderate"
-        designs.append(result)
-        log(
-            f"design {result.design} (beta = {cfg.contrast.beta:g}, noise {cfg.contrast.noise_scale:g}): done"
+        quiet = OmegaConf.merge(
+            cfg, {"key": {"beta": cfg.contrast.beta, "noise_scale": cfg.contrast.noise_scale}}
         )
+        for name in cfg.contrast.designs:
+            result, _, _ = evaluate_design(task, quiet, Design.parse(name), arm=arm)
+            result.design = f"{prefix}{name}@moderate"
+            designs.append(result)
+            log(
+                f"{arm}, design {result.design} (beta = {cfg.contrast.beta:g}, noise "
+                f"{cfg.contrast.noise_scale:g}): done"
+            )
 
-    m2 = evaluate_m2(cfg, transcript_dir=transcript_dir) if cfg.m2.enabled else []
-    if m2:
-        log(f"M2 server attack: n = {m2[0].n}, done")
+    m2 = []
+    for arm in (a for a, coding in arms.items() if coding == "m2" and cfg.m2.enabled):
+        got = evaluate_m2(cfg, transcript_dir=transcript_dir, arm=arm)
+        m2 += got
+        log(f"{arm}, the M2 server attack: n = {got[0].n}, done")
 
-    truth = truths[cfg.primary]
+    plain = []
+    for arm in (a for a, coding in arms.items() if coding == "plain"):
+        result, recorder = evaluate_plain(task, cfg, arm)
+        plain.append(result)
+        if save:
+            recorder.save(transcript_dir / f"{arm}.npz")
+        log(f"{arm}, the aggregator's direct view: done in {result.seconds:.1f}s")
+
     from sifl_ray.privacy import local_sensitivity
 
     sensitivity = float(
         local_sensitivity(clip=cfg.audit.clip, local_size=min(int(x.shape[0]) for x in task.X))
     )
-    last = max(truth.aggregate_models)
-    whole, single = audit_upload_release(
-        truth.keys[0],
-        w0=torch.as_tensor(truth.aggregate_models[last]),
-        sensitivity=sensitivity,
-        noise=NoiseSpec(distribution=cfg.key.noise, scale=cfg.key.noise_scale),
-        trials=cfg.audit.trials,
-        generator=torch_generator(cfg.seed, "attack", "audit"),
-        delta=cfg.audit.delta,
-        confidence=cfg.audit.confidence,
-    )
+    whole = single = None
+    truth = truths.get(cfg.primary)
+    if truth is not None:
+        last = max(truth.aggregate_models)
+        whole, single = audit_upload_release(
+            truth.keys[0],
+            w0=torch.as_tensor(truth.aggregate_models[last]),
+            sensitivity=sensitivity,
+            noise=NoiseSpec(distribution=cfg.key.noise, scale=cfg.key.noise_scale),
+            trials=cfg.audit.trials,
+            generator=torch_generator(cfg.seed, "attack", "audit"),
+            delta=cfg.audit.delta,
+            confidence=cfg.audit.confidence,
+        )
     return SuiteResult(
         config=public_config(cfg),
         designs=designs,
@@ -1047,4 +958,6 @@ def _run_suite(cfg: DictConfig, *, transcript_dir: Path | None, log: Callable[[s
         audit_sensitivity=sensitivity,
         primary=cfg.primary,
         seconds=time.perf_counter() - tic,
+        arms={arm: ATTACKED_AS[coding] for arm, coding in arms.items()},
+        plain=plain,
     )

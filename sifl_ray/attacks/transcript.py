@@ -10,9 +10,12 @@ wire, channel by channel, nothing of the plain models or keys:
   aggregator. An attack that uses them models a stronger adversary, the aggregator plus an eavesdropper on
   the server → client channel or plus a colluding client (every client receives the broadcast), and the
   suite labels it so (``suite.AGGREGATOR_BROADCASTS``);
-* aggregator → server: the M2 server's inputs ``W'_a`` (ñ×p), the server's view.
+* aggregator → server: what the server receives (M1: the average ``w~_a``; M2: ``W'_a``, ñ×p, the M2
+  server's whole view).
 
-The plain models the adversaries are scored against are kept elsewhere (``suite.GroundTruth``), and so is
+The platform's parties fill it (:mod:`sifl_ray.attacks.record`: the client workers' ``recorder`` hook, the
+server's inputs, the broadcasts the driver holds). The plain models the adversaries are scored against are
+kept elsewhere (``record.GroundTruth``), and so is
 every seed: the run seed drives data, initial model, minibatches and noise, so whoever held it beside a
 transcript could re-run training and read the plain models without any key. A saved transcript therefore
 holds no seed, and can be handed to an analyst without leaking the answer.
@@ -47,7 +50,7 @@ def _as_float64(x: torch.Tensor | np.ndarray) -> np.ndarray:
 
 @dataclass
 class TranscriptRecorder:
-    """Records the traffic of each channel (uploads, broadcasts, M2 server inputs), round by round.
+    """Records the traffic of each channel (uploads, broadcasts, server inputs), round by round.
 
     Args:
         max_coordinates: keep whole vectors up to this encoded length; above it, keep a fixed random subset of
@@ -86,8 +89,13 @@ class TranscriptRecorder:
         (ñ,) or M2's ``W'`` (ñ, p). Server → client traffic: not part of the aggregator's own view."""
         self.broadcasts[int(round)] = self._keep(x, what="broadcast")
 
+    def record_weights(self, weights: dict[int, float]) -> None:
+        """Every client's FedAvg weight ``|D_i|`` (client id → weight): the aggregator's to know, each partial
+        sum it reduces carries its weight."""
+        self.weights.update({int(c): float(w) for c, w in weights.items()})
+
     def record_server_input(self, round: int, W: torch.Tensor | np.ndarray) -> None:
-        """The M2 server's input ``W'_a`` (ñ, p) of round ``round``."""
+        """What the server received in round ``round``: M1's average ``w~_a`` (ñ,), M2's ``W'_a`` (ñ, p)."""
         self.server_inputs[int(round)] = self._keep(W, what="server input")
 
     def record_key_epoch(self, round: int, epoch: int) -> None:
@@ -159,7 +167,7 @@ class TranscriptRecorder:
         )
         return (
             f"{n_up} uploads over {len(self.uploads)} rounds, {len(self.broadcasts)} broadcasts, "
-            f"{len(self.server_inputs)} M2 server inputs; {what}"
+            f"{len(self.server_inputs)} server inputs; {what}"
         )
 
     # -- persistence ------------------------------------------------------------------------------------

@@ -197,7 +197,7 @@ class ClientWorkerRole:
             if reason is not None:
                 report.rejected[client] = reason
                 continue
-            if self.recorder is not None and w_tilde is not None:
+            if self.recorder is not None:
                 self.recorder.record_upload(t, client, upload.cpu())
             if shortcut:
                 delta_sum.add_(w_k.sub_(w0), alpha=size)  # w_k is this worker's buffer

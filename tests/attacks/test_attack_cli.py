@@ -154,7 +154,9 @@ def test_outputs_carry_no_seed_and_no_derived_key_bytes(run):
     """``seed`` reproduces the plain models (beside the transcripts), ``key_seed`` every key: neither field,
     nor value, nor any key seed derived from it, may appear in result.json, report.md, TensorBoard or the
     transcripts."""
-    from sifl_ray.attacks.suite import _key_seed
+    from sifl_ray.attacks.suite import design_key_seed, m2_design
+    from sifl_ray.keys import party_seed
+    from sifl_ray.seeding import derive_bytes
 
     out, _ = run
     config = json.loads((out / "result.json").read_text())["config"]
@@ -162,17 +164,20 @@ def test_outputs_carry_no_seed_and_no_derived_key_bytes(run):
     assert config["keys"].startswith("reproducible simulation keys") and "not secret" in config["keys"]
     assert "not secret" in (out / "report.md").read_text()
 
+    # Every seed the parties derived: each design's key seed, and from it each party's key and noise seeds.
     cfg = load_attack_config([f"key_seed={KEY_SEED}"])
-    derived = [
-        _key_seed(cfg, name, what)
-        for name, what in (
-            ("fast-oblique", "server-key"),
-            ("block-pinv", "server-key"),
-            ("m2-fast-pinv", "server-key"),
-            ("m2", "aggregator-key"),
-        )
-    ]
-    needles = [b"key_seed", str(KEY_SEED).encode(), str(RUN_SEED).encode()]
+    derived, design_seeds = [], []
+    for design, arm, parties in (
+        (Design.parse("fast-oblique"), "sifl_m1", ("server",)),
+        (Design.parse("block-pinv"), "sifl_m1", ("server",)),
+        (m2_design(cfg), "sifl_m2", ("server", "aggregator")),
+    ):
+        seed = design_key_seed(cfg, design)
+        design_seeds.append(str(seed).encode())
+        for party in parties:
+            key_bytes = party_seed({"key_seed": seed}, arm, party)
+            derived += [key_bytes, derive_bytes(key_bytes, "noise")]
+    needles = [b"key_seed", str(KEY_SEED).encode(), str(RUN_SEED).encode(), *design_seeds]
     needles += [KEY_SEED.to_bytes(16, "little"), RUN_SEED.to_bytes(16, "little")]
     for key_bytes in derived:
         needles += [key_bytes, key_bytes.hex().encode(), base64.b64encode(key_bytes)]
@@ -186,3 +191,53 @@ def test_outputs_carry_no_seed_and_no_derived_key_bytes(run):
         for blob in blobs:
             for needle in needles:
                 assert needle not in blob, (path.name, needle)
+
+
+def test_table_names_the_arms_attacked(run):
+    _, lines = run
+    at = lines.index("arms attacked:")
+    assert lines[at + 1].startswith("  sifl_m1: aggregator attacks") and lines[at + 2].startswith(
+        "  sifl_m2: "
+    )
+    assert lines[at + 3] == "key designs of sifl_m1:"
+
+
+def test_sifl_attack_takes_the_arms_to_attack(tmp_path, capsys):
+    """``sifl attack arms=[...]``: any registered arm. Plain arms get the aggregator's direct view (0 for fl,
+    the client's own noise for NbAFL); the RESULT line keeps its keys, ``none`` where no m1 or m2 arm was
+    attacked."""
+    from sifl_ray.cli import main
+
+    code = main(
+        [
+            "attack",
+            "arms=[fl,nbafl]",
+            "arm_config.nbafl.epsilons=[1,5]",
+            "model.features=11",
+            "data.clients=4",
+            "data.samples_per_client=40",
+            "training.batch_size=8",
+            "training.rounds=3",
+            f"out_dir={tmp_path}",
+        ]
+    )
+    assert code == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    m = RESULT.match(lines[-1])
+    assert m and m.group(1) == "none" and m.group(3) == "none"
+    at = lines.index("arms attacked:")
+    view = "the aggregator's direct view (each upload read as the client's model)"
+    assert lines[at + 1 : at + 4] == [f"  {arm}: {view}" for arm in ("fl", "nbafl_eps1", "nbafl_eps5")]
+    data = json.loads((tmp_path / "result.json").read_text())
+    plain = {p["arm"]: p for p in data["plain"]}
+    assert set(plain) == {"fl", "nbafl_eps1", "nbafl_eps5"}
+    assert plain["fl"]["error"] == 0.0
+    assert plain["nbafl_eps1"]["median_error"] > plain["nbafl_eps5"]["median_error"] > 0.1
+    assert "## Plain arms: the aggregator's direct view" in (tmp_path / "report.md").read_text()
+
+
+def test_unknown_arms_and_bad_arm_config_are_configuration_errors(capsys):
+    assert attack_main(["arms=[fl,sifl_m3]"]) == 2
+    assert "arms: unknown arm 'sifl_m3'" in capsys.readouterr().err
+    assert attack_main(["arms=[nbafl]", "arm_config.nbafl.epsilons=[-1]"]) == 2
+    assert "nbafl.epsilons" in capsys.readouterr().err

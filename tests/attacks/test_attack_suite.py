@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from sifl_ray.attacks.config import Design, load_attack_config
-from sifl_ray.attacks.suite import evaluate_design, make_task, run_suite
+from sifl_ray.attacks.record import make_task
+from sifl_ray.attacks.suite import evaluate_design, run_suite
 
 PAPER_SCALES = ["key.alpha=1e-3", "key.beta=1e3", "key.noise_scale=1e3"]
 SMALL = [
@@ -146,12 +147,18 @@ def test_known_plaintext_pairs_needed_per_block(suite):
 
 
 def _block_rows(suite):
+    """Rows of the largest block of the block-pinv key, as the server actor makes it from the design."""
+    from actors.server import ServerActor
     from sifl_ray.attacks.adversaries import BlockLayout
-    from sifl_ray.attacks.suite import server_key
+    from sifl_ray.attacks.record import epoch_coding, platform_config
+    from sifl_ray.attacks.suite import design_coding
 
     cfg = load_attack_config([*SMALL, DESIGNS, "primary=fast-oblique"])
-    key = server_key(cfg, Design.parse("block-pinv"), n=48, n_tilde=56, epoch=0)
-    P1, _, N1 = (m.numpy() for m in key.dense())
+    coding = design_coding(cfg, Design.parse("block-pinv"))
+    server = ServerActor()
+    platform = platform_config(cfg, clients=7, rounds=20, coding=coding)
+    server.setup_arm("sifl_m1", mode="m1", n=48, coding=epoch_coding(platform, 0), run_seed=cfg.seed)
+    P1, _, N1 = (m.numpy() for m in server.roles["sifl_m1"].key.dense())
     return BlockLayout.from_dense(P1, N1).largest_block[0]
 
 
@@ -219,13 +226,19 @@ def test_secure_random_keys_give_the_same_attack_figures():
     task = make_task(
         features=47, hidden=0, clients=7, samples_per_client=120, teacher_scale=3.0, seed=cfg.seed
     )
-    result, _, _ = evaluate_design(task, cfg, Design.parse("fast-oblique"))
+    result, _, truth = evaluate_design(task, cfg, Design.parse("fast-oblique"))
     assert result.figures["difference_rank"].value == 8
     assert result.figures["telescoped"].value < 1e-3
-    from sifl_ray.attacks.suite import server_key
+    from sifl_ray.attacks.record import record_arm
+    from sifl_ray.attacks.suite import design_coding
+    from sifl_ray.attacks.transcript import TranscriptRecorder
 
-    a, b = (server_key(cfg, Design.parse("fast-oblique"), n=48, n_tilde=56, epoch=0) for _ in range(2))
-    assert not torch.equal(a.dense()[0], b.dense()[0])  # drawn afresh, not derived from a number
+    design = Design.parse("fast-oblique")
+    coding = design_coding(cfg, design)
+    again = record_arm(
+        task, cfg, arm="sifl_m1", design=design, coding=coding, rounds=1, recorder=TranscriptRecorder()
+    )
+    assert not torch.equal(truth.keys[0].dense()[0], again.keys[0].dense()[0])  # drawn afresh, not derived
 
 
 @pytest.mark.parametrize("hidden", [0, 4])
