@@ -178,9 +178,13 @@ class ModelTap:
     trained: dict = field(default_factory=dict, compare=False)
     uploaded: dict = field(default_factory=dict, compare=False)
 
-    def __call__(self, w: torch.Tensor, *, arm: str, client: int, t: int) -> tuple[torch.Tensor, bool]:
+    def __call__(
+        self, w: torch.Tensor, *, start: torch.Tensor, arm: str, client: int, t: int
+    ) -> tuple[torch.Tensor, bool]:
         self.trained[(t, client)] = w.detach().to("cpu", CODING_DTYPE, copy=True)
-        out, clipped = (w, False) if self.inner is None else self.inner(w, arm=arm, client=client, t=t)
+        out, clipped = (
+            (w, False) if self.inner is None else self.inner(w, start=start, arm=arm, client=client, t=t)
+        )
         self.uploaded[(t, client)] = out.detach().to("cpu", CODING_DTYPE, copy=True)
         return out, clipped
 
