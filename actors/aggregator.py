@@ -9,6 +9,7 @@ from sifl_ray.checkpoint import CheckpointError, load_party_key, save_party_key
 from sifl_ray.keys import aggregator_from_state, key_inventory, make_party_aggregator_state
 from sifl_ray.roles.aggregator import Aggregator
 from sifl_ray.roles.messages import Partial
+from sifl_ray.specs import CodingSpec
 
 
 class AggregatorActor:
@@ -23,7 +24,7 @@ class AggregatorActor:
         self.steps: dict[str, object] = {}  # arm → its aggregator step (sifl_ray.arms.AggregatorStep), if any
 
     def create_key(
-        self, arm: str, *, mode: str, coding: dict, run_seed: int, key_path: str | None = None
+        self, arm: str, *, mode: str, coding: CodingSpec, run_seed: int, key_path: str | None = None
     ) -> dict | None:
         state = make_party_aggregator_state(arm=arm, mode=mode, coding=coding, run_seed=run_seed)
         if key_path is not None and state is not None:
@@ -31,14 +32,14 @@ class AggregatorActor:
         return state
 
     def setup_arm(
-        self, arm: str, *, mode: str, coding: dict, state: dict | None, bounds: tuple[int, int]
+        self, arm: str, *, mode: str, coding: CodingSpec, state: dict | None, bounds: tuple[int, int]
     ) -> None:
         self.roles[arm] = aggregator_from_state(
             mode=mode, coding=coding, state=state, bounds=bounds, shard=self.shard
         )
 
     def restore_arm(
-        self, arm: str, *, mode: str, coding: dict, key_path: str | None, bounds: tuple[int, int]
+        self, arm: str, *, mode: str, coding: CodingSpec, key_path: str | None, bounds: tuple[int, int]
     ) -> None:
         """Take key 2 back from the aggregator's own key file (a restarted shard, or a resume)."""
         state = None

@@ -14,6 +14,7 @@ from sifl_ray.models import build_model
 from sifl_ray.optim import TorchTrainer
 from sifl_ray.roles.client import ArmSetup, ClientWorkerRole, LocalTraining
 from sifl_ray.seeding import torch_generator
+from sifl_ray.specs import ModelSpec, TrainSpec
 
 
 def pick_device() -> torch.device:
@@ -35,8 +36,8 @@ class ClientWorkerActor:
         worker: int,
         data: dict,
         partitions: dict[int, np.ndarray],
-        model: dict,
-        train: dict,
+        model: ModelSpec,
+        train: TrainSpec,
         seed: int,
         threads: int = 1,
         materialize: bool = False,
@@ -45,18 +46,15 @@ class ClientWorkerActor:
         self.device = pick_device()
         gen = torch_generator(seed, "init")
         net = build_model(
-            model["name"],
-            input_shape=tuple(model["input_shape"]),
-            num_classes=model["num_classes"],
-            generator=gen,
-        ).to(self.device, getattr(torch, model.get("dtype", "float32")))
-        trainer = TorchTrainer(net, train["optimizer"], lr=train["lr"])
+            model.name, input_shape=model.input_shape, num_classes=model.num_classes, generator=gen
+        ).to(self.device, getattr(torch, model.dtype))
+        trainer = TorchTrainer(net, train.optimizer, lr=train.lr)
         training = LocalTraining(
-            batch_size=train["batch_size"],
-            local_epochs=train["local_epochs"],
-            local_steps=train["local_steps"],
+            batch_size=train.batch_size,
+            local_epochs=train.local_epochs,
+            local_steps=train.local_steps,
             seed=seed,
-            skip_training=train.get("skip_training", False),
+            skip_training=train.skip_training,
         )
         self.role = ClientWorkerRole(
             worker=worker,

@@ -12,18 +12,19 @@ from sifl_ray.keys import key_inventory
 from sifl_ray.models import build_model
 from sifl_ray.roles.evaluator import EvaluatorRole
 from sifl_ray.seeding import torch_generator
+from sifl_ray.specs import ModelSpec
 
 
 class EvaluatorActor:
-    def __init__(self, data: dict, model: dict, seed: int, batch_size: int, threads: int = 1) -> None:
+    def __init__(self, data: dict, model: ModelSpec, seed: int, batch_size: int, threads: int = 1) -> None:
         prepare_process(threads)
         net = build_model(
-            model["name"],
-            input_shape=tuple(model["input_shape"]),
-            num_classes=model["num_classes"],
+            model.name,
+            input_shape=model.input_shape,
+            num_classes=model.num_classes,
             generator=torch_generator(seed, "init"),
         )
-        net = net.to(getattr(torch, model.get("dtype", "float32")))
+        net = net.to(getattr(torch, model.dtype))
         self.role = EvaluatorRole(
             model=net,
             x_test=np.asarray(data["x_test"]),

@@ -20,6 +20,7 @@ from sifl_ray.checkpoint import (
 )
 from sifl_ray.keys import key_inventory, make_party_server_key
 from sifl_ray.roles.server import Server
+from sifl_ray.specs import CodingSpec
 
 
 class ServerActor:
@@ -32,7 +33,7 @@ class ServerActor:
         self._loaded: dict[str, torch.Tensor] = {}
 
     def setup_arm(
-        self, arm: str, *, mode: str, n: int, coding: dict, run_seed: int, key_path: str | None = None
+        self, arm: str, *, mode: str, n: int, coding: CodingSpec, run_seed: int, key_path: str | None = None
     ):
         """Create this arm's key 1 (and save it to ``key_path``); return only the clients' view of it."""
         self.roles[arm], view = make_party_server_key(
@@ -43,7 +44,7 @@ class ServerActor:
         return view
 
     def restore_arm(
-        self, arm: str, *, mode: str, n: int, coding: dict, run_seed: int, key_path: str | None
+        self, arm: str, *, mode: str, n: int, coding: CodingSpec, run_seed: int, key_path: str | None
     ) -> None:
         """Take this arm's key 1 back from the server's own key file (a restarted server, or a resume).
         Returns nothing: the clients' view is asked for separately (:meth:`client_view`), by reference."""

@@ -2,26 +2,28 @@
 
 Why one module: every entry point (``run.py``, ``sifl run``, ``sifl describe``, benchmarks, tests) must
 read the same schema and report problems the same way. The YAML scenario is merged over the dataclass
-defaults, the CLI overrides over that; then *every* problem is collected (unknown keys with a suggestion,
-wrong types, out-of-range values, cross-field constraints) and raised at once as a :class:`ConfigError`
+defaults, the CLI overrides over that; then :func:`sifl_ray.validation.validate` collects *every* problem
+(unknown keys with a suggestion, wrong types, out-of-range values and unknown choices as declared once in
+:data:`RULES`, then this schema's cross-field checks) and raises them at once as a :class:`ConfigError`
 whose message says, for each, the key, what was expected, what arrived and how to fix it. The result is a
-read-only OmegaConf object: nobody mutates the configuration after validation.
+read-only OmegaConf object: nobody mutates the configuration after validation. What a party's actor needs
+of it, it receives as a frozen value (:mod:`sifl_ray.specs`), not as a dict read by string key.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import os
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
+from sifl_ray import faults as fault_registry
+from sifl_ray import registry_names
 from sifl_ray.arms import ARMS, arm_names
+from sifl_ray.validation import Choice, ConfigError, Range, Rules, parse_overrides, set_path, validate
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
 DEFAULT_ARMS = ("fl", "sifl_m1", "sifl_m2", "nbafl")  # the arms a scenario runs when it lists none
@@ -191,16 +193,6 @@ class ScenarioConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
 
-class ConfigError(ValueError):
-    """All configuration problems at once; ``str()`` is the message shown to the user (exit code 2)."""
-
-    def __init__(self, problems: list[str]):
-        self.problems = problems
-        lines = [f"{len(problems)} configuration problem{'s' if len(problems) != 1 else ''}:"]
-        lines += [f"  - {p}" for p in problems]
-        super().__init__("\n".join(lines))
-
-
 def _partition_schemes() -> tuple[str, ...]:
     """The partitioners' names, read from their registry (``sifl_ray.data.partition``) when validating."""
     from sifl_ray.data.partition import PARTITIONERS  # deferred: importing config must stay cheap
@@ -208,218 +200,105 @@ def _partition_schemes() -> tuple[str, ...]:
     return tuple(PARTITIONERS)
 
 
-# key → the allowed values, or a function returning them where a registry elsewhere owns the list
-CHOICES: dict[str, tuple[str, ...] | typing.Callable[[], tuple[str, ...]]] = {
-    "data.name": ("digits", "mnist", "fashion_mnist", "synthetic"),
-    "data.partition": _partition_schemes,
-    "train.model": ("mlp", "cnn", "cnn2", "digits_mlp"),
-    "coding.backend": ("fast", "dense", "block"),
-    "coding.left_inverse": ("oblique", "pinv"),
-    "coding.client_form": ("fused", "stepwise"),
-    "coding.dtype": ("float64", "float32"),
-    "train.dtype": ("float32", "float64"),
-    "coding.noise.distribution": ("gaussian", "laplace"),
-    "coding.precision.policy": ("refuse", "warn"),
-    "ray.backend": ("ray", "sequential"),
-    "faults.worker_policy": ("retry", "drop"),
-    "faults.straggler_policy": ("drop", "retry"),
-    "nbafl.exposures": ("multi_round", "per_round"),  # sifl_ray.privacy.nbafl.EXPOSURES
-    "nbafl.calibration": ("classical", "analytic"),  # sifl_ray.privacy.nbafl.CALIBRATIONS
-}
-# What each choice means, where the consequence of a choice is not obvious from its name.
-CHOICE_HELP: dict[str, str] = {
-    "nbafl.exposures": "multi_round: (ε, δ) for all T uploads of a client, NbAFL Theorem 1, σ grows with T; "
-    "per_round: (ε, δ) per upload, per round only",
-    "nbafl.calibration": "the Gaussian formula: classical, NbAFL's σ = c·L·Δ/ε, a proof for ε < 1 only; "
-    "analytic, exact for every ε. How many uploads it covers is nbafl.exposures",
-}
-FAULT_KINDS = (
-    "worker_exit",
-    "worker_kill",
-    "straggle",
-    "corrupt_upload",
-    "corrupt_partial",
-    "server_kill",
-    "aggregator_kill",
-    "evaluator_kill",
-    "driver_kill",
-)
-CORRUPTIONS = ("nan", "inf", "shape", "round", "epoch")
-ONCE_KINDS = (
-    "server_kill",
-    "aggregator_kill",
-    "evaluator_kill",
-    "driver_kill",
-)  # recovered from a checkpoint
+def _dataset_names() -> tuple[str, ...]:
+    from sifl_ray.data.datasets import DATASET_NAMES  # deferred: importing config must stay cheap
 
-# key → (predicate, what is expected, how to fix)
-_POSITIVE = (lambda v: v > 0, "a number > 0")
-_NONNEG = (lambda v: v >= 0, "a number ≥ 0")
-RANGES: dict[str, tuple[typing.Callable[[Any], bool], str]] = {
+    return DATASET_NAMES
+
+
+def _torch_optimizers() -> tuple[str, ...]:
+    """Asked only for a name that is not in the optimizer registry: it imports torch (about a second)."""
+    from sifl_ray.optim.trainer import torch_optimizer_names
+
+    return torch_optimizer_names()
+
+
+# Each choice is read from the registry that owns it, when validating (a registered entry is accepted at
+# once); registries behind torch keep their names in sifl_ray.registry_names. The arms are checked in
+# _cross_checks (against sifl_ray.arms.ARMS), the fault kinds in _fault_checks (sifl_ray.faults).
+_CHOICES: dict[str, Choice] = {
+    "data.name": Choice(_dataset_names),
+    "data.partition": Choice(_partition_schemes),
+    "train.model": Choice(lambda: registry_names.MODEL_NAMES),
+    "train.optimizer": Choice(
+        lambda: registry_names.OPTIMIZER_NAMES, more=_torch_optimizers, more_label="a torch.optim class name"
+    ),
+    "coding.backend": Choice(registry_names.immersion_backends),
+    "coding.left_inverse": Choice(lambda: registry_names.LEFT_INVERSES),
+    "coding.client_form": Choice(lambda: ("fused", "stepwise")),  # sifl_ray.roles.client.ClientWorkerRole
+    "coding.dtype": Choice(lambda: ("float64", "float32")),
+    "train.dtype": Choice(lambda: ("float32", "float64")),
+    "coding.noise.distribution": Choice(lambda: registry_names.NOISE_DISTRIBUTIONS),
+    "coding.precision.policy": Choice(lambda: registry_names.PRECISION_POLICIES),
+    "ray.backend": Choice(lambda: ("ray", "sequential")),
+    "faults.worker_policy": Choice(lambda: ("retry", "drop")),
+    "faults.straggler_policy": Choice(lambda: ("drop", "retry")),
+    "nbafl.exposures": Choice(
+        lambda: registry_names.NBAFL_EXPOSURES,
+        meaning="multi_round: (ε, δ) for all T uploads of a client, NbAFL Theorem 1, σ grows with T; "
+        "per_round: (ε, δ) per upload, per round only",
+    ),
+    "nbafl.calibration": Choice(
+        lambda: registry_names.NBAFL_CALIBRATIONS,
+        meaning="the Gaussian formula: classical, NbAFL's σ = c·L·Δ/ε, a proof for ε < 1 only; "
+        "analytic, exact for every ε. How many uploads it covers is nbafl.exposures",
+    ),
+}
+
+_POSITIVE = Range(lambda v: v > 0, "a number > 0")
+_NONNEG = Range(lambda v: v >= 0, "a number ≥ 0")
+_AT_LEAST_1 = Range(lambda v: v >= 1, "an integer ≥ 1")
+_PROBABILITY = Range(lambda v: 0 < v < 1, "a number in (0, 1)")
+_RANGES: dict[str, Range] = {
     "train.lr": _POSITIVE,
-    "train.batch_size": (lambda v: v >= 1, "an integer ≥ 1"),
-    "train.local_epochs": (lambda v: v >= 1, "an integer ≥ 1"),
+    "train.batch_size": _AT_LEAST_1,
+    "train.local_epochs": _AT_LEAST_1,
     "train.local_steps": _NONNEG,
-    "train.rounds": (lambda v: v >= 1, "an integer ≥ 1"),
-    "train.eval_batch_size": (lambda v: v >= 1, "an integer ≥ 1"),
-    "clients.num_clients": (lambda v: v >= 1, "an integer ≥ 1"),
-    "clients.fraction": (lambda v: 0 < v <= 1, "a number in (0, 1]"),
-    "data.dirichlet_alpha": (lambda v: v > 0, "a number > 0 (smaller means more label skew)"),
-    "data.shards_per_client": (lambda v: v >= 1, "an integer ≥ 1"),
-    "data.n_train": (lambda v: v >= 1, "an integer ≥ 1"),
-    "data.n_test": (lambda v: v >= 1, "an integer ≥ 1"),
-    "data.test_fraction": (lambda v: 0 < v < 1, "a number in (0, 1)"),
-    "coding.n_extra": (lambda v: v >= 1, "an integer ≥ 1 (ñ − n ≥ 1: the noise needs a kernel)"),
+    "train.rounds": _AT_LEAST_1,
+    "train.eval_batch_size": _AT_LEAST_1,
+    "clients.num_clients": _AT_LEAST_1,
+    "clients.fraction": Range(lambda v: 0 < v <= 1, "a number in (0, 1]"),
+    "data.dirichlet_alpha": Range(lambda v: v > 0, "a number > 0 (smaller means more label skew)"),
+    "data.shards_per_client": _AT_LEAST_1,
+    "data.n_train": _AT_LEAST_1,
+    "data.n_test": _AT_LEAST_1,
+    "data.test_fraction": _PROBABILITY,
+    "coding.n_extra": Range(lambda v: v >= 1, "an integer ≥ 1 (ñ − n ≥ 1: the noise needs a kernel)"),
     "coding.alpha": _POSITIVE,
     "coding.beta": _POSITIVE,
     "coding.kappa": _NONNEG,
-    "coding.block_size": (lambda v: v >= 1, "an integer ≥ 1"),
-    "coding.p": (lambda v: v >= 2, "an integer ≥ 2 (π2 needs a null space: p − 1 ≥ 1)"),
+    "coding.block_size": _AT_LEAST_1,
+    "coding.p": Range(lambda v: v >= 2, "an integer ≥ 2 (π2 needs a null space: p − 1 ≥ 1)"),
     "coding.gamma": _POSITIVE,
     "coding.eta": _POSITIVE,
     "coding.noise.sigma1": _NONNEG,
     "coding.noise.sigma2": _NONNEG,
     "coding.precision.tolerance": _POSITIVE,
     "privacy.clip": _POSITIVE,
-    "privacy.delta": (lambda v: 0 < v < 1, "a number in (0, 1)"),
-    "nbafl.delta": (lambda v: 0 < v < 1, "a number in (0, 1)"),
+    "privacy.delta": _PROBABILITY,
+    "nbafl.delta": _PROBABILITY,
     "nbafl.clip": _POSITIVE,
     "ray.num_workers": _NONNEG,
     "ray.cpus_per_worker": _NONNEG,
     "ray.gpus_per_worker": _NONNEG,
-    "ray.num_shards": (lambda v: v >= 1, "an integer ≥ 1"),
-    "faults.deadline_s": (lambda v: v > 0, "a number of seconds > 0 (or null: no deadline)"),
+    "ray.num_shards": _AT_LEAST_1,
+    "faults.deadline_s": Range(lambda v: v > 0, "a number of seconds > 0 (or null: no deadline)"),
     "faults.max_retries": _NONNEG,
     "faults.max_restores": _NONNEG,
-    "checkpoint.every": (lambda v: v >= 0, "an integer ≥ 0 (0 turns checkpoints off)"),
-    "checkpoint.keep": (lambda v: v >= 1, "an integer ≥ 1"),
+    "checkpoint.every": Range(lambda v: v >= 0, "an integer ≥ 0 (0 turns checkpoints off)"),
+    "checkpoint.keep": _AT_LEAST_1,
 }
+#: The domain checks of :class:`ScenarioConfig`, declared once (the types are the schema's).
+RULES = Rules(
+    choices=_CHOICES,
+    ranges=_RANGES,
+    examples={"faults.inject": "[{kind: worker_exit, worker: 0, round: 1}]"},
+)
 
 
 def scenario_names() -> list[str]:
     """Names of the bundled scenarios (``scenarios/*.yaml``)."""
     return sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml"))
-
-
-def _parse_override(text: str) -> tuple[str, Any]:
-    if "=" not in text:
-        raise ConfigError([f"override {text!r}: expected key=value (for example train.rounds=5)"])
-    key, raw = text.split("=", 1)
-    value = yaml.safe_load(raw) if raw != "" else None
-    return key.strip(), value
-
-
-def _set_path(tree: dict, dotted: str, value: Any) -> None:
-    node = tree
-    parts = dotted.split(".")
-    for part in parts[:-1]:
-        if not isinstance(node.get(part), dict):
-            node[part] = {}
-        node = node[part]
-    node[parts[-1]] = value
-
-
-def _check_type(hint: Any, value: Any) -> tuple[bool, Any]:
-    """(ok, coerced value) for a value against a dataclass field annotation."""
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
-        if value is None and type(None) in args:
-            return True, None
-        for arg in args:
-            if arg is type(None):
-                continue
-            ok, coerced = _check_type(arg, value)
-            if ok:
-                return True, coerced
-        return False, value
-    if origin is list:
-        if not isinstance(value, list | tuple):
-            value = [value]  # a single value where a list is expected: accept it as a one-element list
-        out = []
-        for item in value:
-            ok, coerced = _check_type(args[0], item)
-            if not ok:
-                return False, value
-            out.append(coerced)
-        return True, out
-    if hint is bool:
-        return isinstance(value, bool), value
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool), value
-    if hint is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return True, float(value)
-        if isinstance(value, str):  # YAML 1.1 reads 1.0e3 (no exponent sign) as a string
-            try:
-                return True, float(value)
-            except ValueError:
-                return False, value
-        return False, value
-    if hint is str:
-        return isinstance(value, str), value
-    return True, value
-
-
-def _type_name(hint: Any) -> str:
-    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
-
-
-def _validate_tree(schema: type, raw: dict, prefix: str, problems: list[str]) -> dict:
-    """Check ``raw`` against dataclass ``schema``; return a dict of coerced values (defaults filled)."""
-    hints = typing.get_type_hints(schema)
-    fields = {f.name: f for f in dataclasses.fields(schema)}
-    out: dict[str, Any] = {}
-    for key, value in raw.items():
-        dotted = f"{prefix}{key}"
-        if key not in fields:
-            close = difflib.get_close_matches(key, list(fields), n=1)
-            hint = f"; did you mean {prefix}{close[0]}?" if close else f"; valid keys: {', '.join(fields)}"
-            problems.append(f"{dotted}: unknown key{hint} (remove it or fix the spelling)")
-            continue
-        hint_t = hints[key]
-        item_t = (typing.get_args(hint_t) or (None,))[0] if typing.get_origin(hint_t) is list else None
-        if item_t is not None and dataclasses.is_dataclass(item_t):
-            if value is None:
-                value = []
-            if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-                problems.append(
-                    f"{dotted}: expected a list of mappings, got {value!r}; "
-                    f"for example {dotted}=[{{kind: worker_exit, worker: 0, round: 1}}]"
-                )
-                continue
-            out[key] = [_validate_tree(item_t, v, f"{dotted}[{i}].", problems) for i, v in enumerate(value)]
-            continue
-        if dataclasses.is_dataclass(hint_t):
-            if not isinstance(value, dict):
-                problems.append(f"{dotted}: expected a section (mapping), got {value!r}")
-                continue
-            out[key] = _validate_tree(hint_t, value, f"{dotted}.", problems)
-            continue
-        ok, coerced = _check_type(hint_t, value)
-        if not ok:
-            problems.append(
-                f"{dotted}: expected {_type_name(hint_t)}, got {value!r} ({type(value).__name__}); "
-                f"set {dotted}=<{_type_name(hint_t)}>"
-            )
-            continue
-        choices = CHOICES.get(dotted)
-        if callable(choices):
-            choices = choices()
-        if choices is not None and coerced not in choices:
-            meaning = f" ({CHOICE_HELP[dotted]})" if dotted in CHOICE_HELP else ""
-            problems.append(
-                f"{dotted}: expected one of {', '.join(choices)}{meaning}, got {coerced!r}; "
-                f"set {dotted}={choices[0]}"
-            )
-            continue
-        if dotted in RANGES and coerced is not None:
-            pred, what = RANGES[dotted]
-            if not pred(coerced):
-                problems.append(f"{dotted}: expected {what}, got {coerced!r}; change {dotted}")
-                continue
-        out[key] = coerced
-    return out
 
 
 def _cross_checks(cfg: dict, problems: list[str]) -> None:
@@ -496,6 +375,10 @@ def _cross_checks(cfg: dict, problems: list[str]) -> None:
             )
 
 
+_FAULT_KIND = Choice(lambda: fault_registry.FAULT_KINDS)
+_CORRUPTION = Choice(lambda: fault_registry.CORRUPTIONS)
+
+
 def _fault_checks(cfg: dict, problems: list[str]) -> None:
     """Each injected fault must name something that exists in this run (see :mod:`sifl_ray.faults`)."""
     faults = cfg.get("faults", {})
@@ -518,10 +401,9 @@ def _fault_checks(cfg: dict, problems: list[str]) -> None:
     for i, ev in enumerate(events):
         at = f"faults.inject[{i}]"
         kind = ev.get("kind")
-        if kind not in FAULT_KINDS:
-            problems.append(
-                f"{at}.kind: expected one of {', '.join(FAULT_KINDS)}, got {kind!r}; set {at}.kind"
-            )
+        problem = _FAULT_KIND.problem(f"{at}.kind", kind)
+        if problem:
+            problems.append(problem)
             continue
         if not 0 <= ev.get("round", 0) < rounds:
             problems.append(
@@ -546,11 +428,9 @@ def _fault_checks(cfg: dict, problems: list[str]) -> None:
                     f"{at}.client: expected a client id in [0, {num_clients}) for corrupt_upload, got {c!r}; "
                     f"set {at}.client"
                 )
-        if kind.startswith("corrupt") and ev.get("corruption", "nan") not in CORRUPTIONS:
-            problems.append(
-                f"{at}.corruption: expected one of {', '.join(CORRUPTIONS)}, got {ev.get('corruption')!r}; "
-                f"set {at}.corruption"
-            )
+        problem = _CORRUPTION.problem(f"{at}.corruption", ev.get("corruption", "nan"), "nan")
+        if kind.startswith("corrupt") and problem:
+            problems.append(problem)
         if kind == "aggregator_kill" and not 0 <= ev.get("shard", 0) < shards:
             problems.append(
                 f"{at}.shard: expected a shard in [0, {shards}) (ray.num_shards={shards}), "
@@ -560,7 +440,7 @@ def _fault_checks(cfg: dict, problems: list[str]) -> None:
             problems.append(
                 f"{at}.seconds: expected a number ≥ 0, got {ev.get('seconds')}; change {at}.seconds"
             )
-        if kind in ONCE_KINDS and not cfg.get("checkpoint", {}).get("every", 1):
+        if kind in fault_registry.ONCE_KINDS and not cfg.get("checkpoint", {}).get("every", 1):
             problems.append(
                 f"{at}: recovering from a {kind} needs a checkpoint, but checkpoint.every=0; "
                 "set checkpoint.every ≥ 1"
@@ -583,15 +463,7 @@ def load_config(overrides: list[str] | None = None, *, scenario: str | None = No
     Raises:
         ConfigError: every problem found, each with its key, expectation and fix.
     """
-    problems: list[str] = []
-    parsed: list[tuple[str, Any]] = []
-    for text in overrides or []:
-        try:
-            parsed.append(_parse_override(text))
-        except ConfigError as err:
-            problems.extend(err.problems)
-        except yaml.YAMLError as err:
-            problems.append(f"override {text!r}: the value is not valid YAML ({err.__class__.__name__})")
+    parsed, problems = parse_overrides(overrides or [], noun="override", example="train.rounds=5")
     for key, value in parsed:
         if key == "scenario":
             scenario = str(value)
@@ -614,7 +486,7 @@ def load_config(overrides: list[str] | None = None, *, scenario: str | None = No
     raw["scenario"] = path.stem if path.is_file() else scenario
     for key, value in parsed:
         if key != "scenario":
-            _set_path(raw, key, value)
+            set_path(raw, key, value)
     return _validated(raw, problems)
 
 
@@ -638,20 +510,10 @@ def load_run_config(path: str | Path) -> DictConfig:
 
 def _validated(raw: dict, problems: list[str]) -> DictConfig:
     if os.environ.get("RAY_ADDRESS") and not (raw.get("ray") or {}).get("address"):
-        _set_path(raw, "ray.address", os.environ["RAY_ADDRESS"])
-    checked = _validate_tree(ScenarioConfig, raw, "", problems)
-    # ``checked`` holds only values that passed, so the cross-field checks can run even when some keys
-    # failed: the user sees every problem in one message, not a second batch after fixing the first.
-    try:
-        merged = OmegaConf.merge(OmegaConf.structured(ScenarioConfig), checked)
-    except Exception as err:  # defensive: ``checked`` holds validated values only
-        raise ConfigError([*problems, f"configuration: cannot be merged ({err})"]) from None
-    _cross_checks(OmegaConf.to_container(merged), problems)
-    _fault_checks(OmegaConf.to_container(merged), problems)
-    if problems:
-        raise ConfigError(problems)
-    OmegaConf.set_readonly(merged, True)
-    return merged
+        set_path(raw, "ray.address", os.environ["RAY_ADDRESS"])
+    return validate(
+        ScenarioConfig, raw, RULES, cross_checks=(_cross_checks, _fault_checks), problems=problems
+    )
 
 
 def to_yaml(cfg: DictConfig) -> str:

@@ -31,10 +31,24 @@ import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # no torch at run time: the configuration validator reads the kinds below without it
+    import torch
 
+#: Every kind of fault, in the order of the table above (``faults.inject[i].kind``).
+FAULT_KINDS = (
+    "worker_exit",
+    "worker_kill",
+    "straggle",
+    "corrupt_upload",
+    "corrupt_partial",
+    "server_kill",
+    "aggregator_kill",
+    "evaluator_kill",
+    "driver_kill",
+)
+CORRUPTIONS = ("nan", "inf", "shape", "round", "epoch")  # what a corrupt_* fault sends (corrupt, upload_hook)
 WORKER_KINDS = ("worker_exit", "straggle", "corrupt_upload", "corrupt_partial")  # fire inside the worker
 ONCE_KINDS = ("server_kill", "aggregator_kill", "evaluator_kill", "driver_kill")  # once per run folder
 JOURNAL = "faults.jsonl"

@@ -18,7 +18,6 @@ Mersenne Twister state), not a 64-bit ``manual_seed``.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping
 
 import torch
 
@@ -27,15 +26,16 @@ from sifl_ray.coding.base import NoiseSpec
 from sifl_ray.roles.aggregator import Aggregator
 from sifl_ray.roles.server import Server
 from sifl_ray.seeding import derive_bytes, secret_torch_generator
+from sifl_ray.specs import CodingSpec
 
 
-def party_seed(coding: Mapping, arm: str, party: str) -> bytes:
-    """A party's 256-bit secret seed (its key, its noise): 256 bits from ``secrets`` when
-    ``coding["key_seed"]`` is unset, else derived from it, the party's name and the arm (reproducible, not
+def party_seed(key_seed: int | None, arm: str, party: str) -> bytes:
+    """A party's 256-bit secret seed (its key, its noise): 256 bits from ``secrets`` when ``key_seed``
+    (``coding.key_seed``) is ``None``, else derived from it, the party's name and the arm (reproducible, not
     secret: simulations only). Call it inside the party's own process."""
-    if coding.get("key_seed") is None:
+    if key_seed is None:
         return secrets.token_bytes(32)
-    return derive_bytes(int(coding["key_seed"]), "key", party, arm)
+    return derive_bytes(int(key_seed), "key", party, arm)
 
 
 class ClientNoiseSeeds:
@@ -60,7 +60,7 @@ class ClientNoiseSeeds:
         """Client ``client``'s noise stream of round ``t`` in ``arm``."""
         seed = self.client_seeds.get((arm, client))
         if seed is None:
-            seed = party_seed({"key_seed": self.key_seed}, arm, f"client-{client}")
+            seed = party_seed(self.key_seed, arm, f"client-{client}")
             self.client_seeds[(arm, client)] = seed
         return secret_torch_generator(seed, "noise", "nbafl", t)
 
@@ -76,61 +76,54 @@ class ClientNoiseSeeds:
         return f"ClientNoiseSeeds({kind}, {len(self.client_seeds)} made)"
 
 
-def noise_spec(coding: dict, which: str) -> NoiseSpec:
-    noise = coding["noise"]
-    return NoiseSpec(distribution=noise["distribution"], scale=float(noise[which]))
-
-
-def make_party_server_key(*, arm: str, mode: str, n: int, coding: dict, run_seed: int):
+def make_party_server_key(*, arm: str, mode: str, n: int, coding: CodingSpec, run_seed: int):
     """The server's role for ``arm`` with its fresh key 1, and the clients' view of that key."""
     if mode == "plain":
         key = IdentityKey(n)
         role = Server(mode=mode, key=key, noise=NoiseSpec(), noise_seed=b"")
         return role, None
-    seed = party_seed(coding, arm, "server")
+    seed = party_seed(coding.key_seed, arm, "server")
     key = make_server_key(
         n=n,
-        n_tilde=n + int(coding["n_extra"]),
-        backend=coding["backend"],
-        left_inverse=coding["left_inverse"],
-        alpha=float(coding["alpha"]),
-        beta=float(coding["beta"]),
-        kappa=None if coding.get("kappa") is None else float(coding["kappa"]),
-        block_size=int(coding["block_size"]),
+        n_tilde=n + coding.n_extra,
+        backend=coding.backend,
+        left_inverse=coding.left_inverse,
+        alpha=coding.alpha,
+        beta=coding.beta,
+        kappa=coding.kappa,
+        block_size=coding.block_size,
         seed=seed,
     )
     role = Server(
         mode=mode,
         key=key,
-        noise=noise_spec(coding, "sigma1"),
+        noise=NoiseSpec(distribution=coding.noise_distribution, scale=coding.sigma1),
         noise_seed=derive_bytes(seed, "noise"),
-        p=int(coding["p"]),
+        p=coding.p,
     )
     return role, key.client_view()
 
 
-def make_party_aggregator_state(*, arm: str, mode: str, coding: dict, run_seed: int) -> dict | None:
+def make_party_aggregator_state(*, arm: str, mode: str, coding: CodingSpec, run_seed: int) -> dict | None:
     """Key 2's seed (M2 only), made by aggregator shard 0 and shared with the other shards by reference."""
     if mode != "m2":
         return None
-    return {"seed": party_seed(coding, arm, "aggregator")}
+    return {"seed": party_seed(coding.key_seed, arm, "aggregator")}
 
 
 def aggregator_from_state(
-    *, mode: str, coding: dict, state: dict | None, bounds: tuple[int, int], shard: int
+    *, mode: str, coding: CodingSpec, state: dict | None, bounds: tuple[int, int], shard: int
 ) -> Aggregator:
     key = None
     noise_seed = b""
     if mode == "m2":
         assert state is not None
-        key = make_aggregator_key(
-            p=int(coding["p"]), gamma=float(coding["gamma"]), eta=float(coding["eta"]), seed=state["seed"]
-        )
+        key = make_aggregator_key(p=coding.p, gamma=coding.gamma, eta=coding.eta, seed=state["seed"])
         noise_seed = derive_bytes(state["seed"], "noise")
     return Aggregator(
         mode=mode,
         key=key,
-        noise=noise_spec(coding, "sigma2"),
+        noise=NoiseSpec(distribution=coding.noise_distribution, scale=coding.sigma2),
         noise_seed=noise_seed,
         bounds=bounds,
         shard=shard,

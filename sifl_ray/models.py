@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
+from sifl_ray import registry_names
+
 __all__ = [
     "CNN",
     "CNN2",
@@ -114,7 +116,9 @@ _FACTORIES: dict[str, _Factory] = {
     "digits_mlp": lambda shape, k: MLP(math.prod(shape), (32,), k),
 }
 
-MODEL_NAMES: tuple[str, ...] = tuple(_FACTORIES)
+# The names, spelled once in sifl_ray.registry_names (validation reads them there, without torch); the
+# factories above are keyed by them (tests/test_config.py checks that the two agree).
+MODEL_NAMES: tuple[str, ...] = registry_names.MODEL_NAMES
 
 MODEL_INPUT_SHAPES: dict[str, tuple[int, int, int]] = {
     "mlp": (1, 28, 28),

@@ -10,12 +10,13 @@ import math
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from sifl_ray.coding.base import AggregatorNorms, KeyNorms, NoiseSpec
 from sifl_ray.coding.precision import check_precision, predict_decode_error
 from sifl_ray.coding.roundoff import round_error_bound, run_round_bound
 from sifl_ray.privacy.accountant import ArmReleases, arm_release_epsilons, describe_release_epsilons
+from sifl_ray.specs import CodingSpec
 
 ROUND0_NOTE = (
     "round 0 of M2 is an M1 round: its clients start from the server's M1 encoding P1 w0 + N1 r1 and strip "
@@ -257,7 +258,7 @@ def describe_scenario(cfg: DictConfig) -> dict[str, Any]:
     w_max = max(float(p.detach().abs().max()) for p in model.parameters())
     n_tilde = n + cfg.coding.n_extra
     local, total = dataset_sizes(cfg)
-    coding = OmegaConf.to_container(cfg.coding)
+    coding = CodingSpec.from_config(cfg)
     out: dict[str, Any] = {
         "scenario": cfg.scenario,
         "model": cfg.train.model,

@@ -84,3 +84,13 @@ def test_describe_shows_round0_of_m2_as_an_m1_round():
     m2_lines = text.stdout.split("SIFL M2")[1].splitlines()
     assert any(line.strip().startswith("ε local") and "round 0: an M1 round" in line for line in m2_lines)
     assert any(line.strip().startswith("ε broadcast") and "round 0" in line for line in m2_lines)
+
+
+def test_run_refuses_an_unknown_optimizer_up_front_with_a_suggestion():
+    """``train.optimizer`` is checked before any actor exists: exit code 2, the fix, no traceback."""
+    proc = sifl("run", "train.optimizer=adamw_typo", "ray.backend=sequential", "train.rounds=1", timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert "1 configuration problem:" in proc.stderr
+    assert "train.optimizer: expected one of sgd, momentum, adam, or a torch.optim class name" in proc.stderr
+    assert "did you mean AdamW? set train.optimizer=AdamW" in proc.stderr

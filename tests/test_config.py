@@ -44,6 +44,9 @@ def test_all_problems_reported_at_once():
         "clients.num_clients=5000",
         "coding.dtype=float32",
         "data.partition=zipf",
+        "train.optimizer=adamw_typo",
+        "coding.backend=fats",
+        "faults.inject=[{kind: worker_kil, worker: 0, round: 1}]",
     ]
     with pytest.raises(ConfigError) as info:
         load_config(bad)
@@ -56,9 +59,12 @@ def test_all_problems_reported_at_once():
         "did you mean train",
         "train.rounds: expected int",
         "data.partition: expected one of",
+        "train.optimizer: expected one of sgd, momentum, adam, or a torch.optim class name",
+        "coding.backend: expected one of dense, fast, block, got 'fats'; did you mean fast?",
+        "faults.inject[0].kind: expected one of worker_exit",
     ]:
         assert needle in text, needle
-    assert len(info.value.problems) >= 7
+    assert len(info.value.problems) >= 10
 
 
 def test_missing_data_folder_is_a_config_error(tmp_path):
@@ -115,11 +121,110 @@ def test_partition_choices_are_read_from_the_partitioner_registry(monkeypatch):
 
 def test_validation_stays_free_of_torch():
     """``sifl run`` validates before the heavy imports so that a typo answers at once; reading the
-    partitioner registry must not pull torch in."""
+    registries (partitioners, models, optimizers, coding backends, noise laws, NbAFL, fault kinds) must not
+    pull torch in."""
     code = (
         "import sys; from sifl_ray.config import load_config; "
-        "load_config(['data.partition=shards']); print('torch' in sys.modules)"
+        "load_config(['data.partition=shards', 'train.model=cnn2', 'train.optimizer=momentum', "
+        "'coding.backend=block', 'coding.left_inverse=pinv', 'coding.noise.distribution=laplace', "
+        "'nbafl.calibration=analytic', 'ray.num_workers=2', "
+        "'faults.inject=[{kind: corrupt_partial, worker: 0, round: 1, corruption: inf}]']); "
+        "print('torch' in sys.modules)"
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False"
+
+
+def test_choices_are_read_from_the_registries_that_own_them(monkeypatch):
+    """A name added to its registry is a valid choice at once: validation holds no copy of any list."""
+    from sifl_ray import faults, registry_names
+
+    bad = ["coding.backend=toy", "train.model=toy_net", "train.optimizer=lion", "nbafl.calibration=exact"]
+    with pytest.raises(ConfigError) as info:
+        load_config(bad)
+    assert [p.split(":")[0] for p in info.value.problems] == [
+        "train.model",
+        "train.optimizer",
+        "coding.backend",
+        "nbafl.calibration",
+    ]
+    for name, extra in [
+        ("CODING_BACKENDS", "toy"),
+        ("MODEL_NAMES", "toy_net"),
+        ("OPTIMIZER_NAMES", "lion"),
+        ("NBAFL_CALIBRATIONS", "exact"),
+    ]:
+        monkeypatch.setattr(registry_names, name, (*getattr(registry_names, name), extra))  # undone after
+    cfg = load_config(bad)
+    assert (cfg.coding.backend, cfg.train.model, cfg.train.optimizer) == ("toy", "toy_net", "lion")
+    assert cfg.nbafl.calibration == "exact"
+    fault = ["ray.num_workers=2", "faults.inject=[{kind: worker_hang, worker: 0, round: 1}]"]
+    with pytest.raises(ConfigError, match=r"faults\.inject\[0\]\.kind: expected one of worker_exit"):
+        load_config(fault)
+    monkeypatch.setattr(faults, "FAULT_KINDS", (*faults.FAULT_KINDS, "worker_hang"))
+    assert load_config(fault).faults.inject[0].kind == "worker_hang"
+
+
+def test_each_registry_is_keyed_by_the_names_validation_reads():
+    """Registries behind torch keep their names in sifl_ray.registry_names (validation reads them there,
+    without torch); each must be keyed by exactly those names."""
+    import typing
+
+    from sifl_ray import registry_names
+    from sifl_ray.coding import _common, base, keys, precision
+    from sifl_ray.models import _FACTORIES, MODEL_NAMES
+    from sifl_ray.optim.trainer import OPTIMIZERS
+    from sifl_ray.privacy import nbafl
+
+    assert tuple(keys.SERVER_KEYS) == registry_names.CODING_BACKENDS == keys.BACKENDS
+    assert all(cls.backend == name for name, cls in keys.SERVER_KEYS.items())
+    assert _common.LEFT_INVERSES == registry_names.LEFT_INVERSES
+    assert typing.get_args(base.NoiseDistribution) == registry_names.NOISE_DISTRIBUTIONS
+    policy = typing.get_type_hints(precision.check_precision)["policy"]
+    assert typing.get_args(policy) == registry_names.PRECISION_POLICIES
+    assert tuple(_FACTORIES) == MODEL_NAMES == registry_names.MODEL_NAMES
+    assert tuple(OPTIMIZERS) == registry_names.OPTIMIZER_NAMES
+    assert typing.get_args(nbafl.Exposures) == nbafl.EXPOSURES == registry_names.NBAFL_EXPOSURES
+    assert typing.get_args(nbafl.Calibration) == nbafl.CALIBRATIONS == registry_names.NBAFL_CALIBRATIONS
+    assert tuple(nbafl.GUARANTEES) == nbafl.EXPOSURES
+
+
+def test_optimizer_is_validated_up_front():
+    """A typo in train.optimizer is a configuration problem with a suggestion, not a crash in a worker;
+    the registry's short names and any torch.optim class name are accepted."""
+    with pytest.raises(ConfigError) as info:
+        load_config(["train.optimizer=adamw_typo"])
+    (problem,) = info.value.problems
+    assert problem.startswith(
+        "train.optimizer: expected one of sgd, momentum, adam, or a torch.optim class name"
+    )
+    assert problem.endswith("got 'adamw_typo'; did you mean AdamW? set train.optimizer=AdamW")
+    for name in ("sgd", "momentum", "adam", "AdamW", "RMSprop"):
+        assert load_config([f"train.optimizer={name}"]).train.optimizer == name
+    with pytest.raises(ConfigError, match=r"train\.optimizer"):
+        load_config(["train.optimizer=Optimizer"])  # the base class is no optimizer
+
+
+def test_parties_receive_frozen_specs_built_from_the_configuration():
+    """What an actor gets of the configuration is a frozen, typed value, not a dict read by string key."""
+    import dataclasses
+    import pickle
+
+    from sifl_ray.specs import CodingSpec, ModelSpec, TrainSpec
+
+    cfg = load_config(
+        ["coding.kappa=3", "coding.key_seed=7", "coding.noise.sigma2=5", "train.optimizer=adam"]
+    )
+    coding = CodingSpec.from_config(cfg)
+    assert (coding.kappa, coding.key_seed, coding.sigma1, coding.sigma2) == (3.0, 7, 1e3, 5.0)
+    assert coding.noise_distribution == "gaussian" and coding.backend == cfg.coding.backend
+    assert CodingSpec.from_config(load_config([])).kappa is None
+    train = TrainSpec.from_config(cfg)
+    assert (train.optimizer, train.lr, train.skip_training) == ("adam", cfg.train.lr, False)
+    model = ModelSpec(name="digits_mlp", input_shape=[1, 8, 8], num_classes=10)
+    assert model.input_shape == (1, 8, 8) and model.dtype == "float32"
+    for spec in (coding, train, model):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            spec.p = 3  # type: ignore[misc]
+        assert pickle.loads(pickle.dumps(spec)) == spec  # crosses the process boundary intact

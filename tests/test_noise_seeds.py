@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import pickle
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -34,22 +35,25 @@ from sifl_ray.seeding import (
     secret_torch_generator,
     torch_generator,
 )
+from sifl_ray.specs import CodingSpec
 
 SEED = bytes(range(32))
-CODING = {
-    "key_seed": None,
-    "backend": "fast",
-    "left_inverse": "oblique",
-    "n_extra": 16,
-    "alpha": 1e-3,
-    "beta": 1.0,
-    "kappa": None,
-    "block_size": 8,
-    "p": 2,
-    "gamma": 1e-2,
-    "eta": 1.0,
-    "noise": {"distribution": "gaussian", "sigma1": 1e3, "sigma2": 1e3},
-}
+CODING = CodingSpec(
+    key_seed=None,
+    backend="fast",
+    left_inverse="oblique",
+    n_extra=16,
+    alpha=1e-3,
+    beta=1.0,
+    kappa=None,
+    block_size=8,
+    p=2,
+    gamma=1e-2,
+    eta=1.0,
+    noise_distribution="gaussian",
+    sigma1=1e3,
+    sigma2=1e3,
+)
 
 
 @pytest.mark.parametrize("bad", [7, b"short", b"x" * 15, "a" * 32])
@@ -118,7 +122,7 @@ def test_noise_spec_draws_from_a_numpy_stream(distribution):
 
 def _server_r1(key_seed):
     role, _ = make_party_server_key(
-        arm="sifl_m1", mode="m1", n=40, coding={**CODING, "key_seed": key_seed}, run_seed=0
+        arm="sifl_m1", mode="m1", n=40, coding=replace(CODING, key_seed=key_seed), run_seed=0
     )
     r1 = role._r1(1, None)
     # drawn from the Philox stream keyed by the server's secret noise seed (not a 64-bit torch seed)
@@ -128,7 +132,7 @@ def _server_r1(key_seed):
 
 
 def _aggregator_R2(key_seed):
-    coding = {**CODING, "key_seed": key_seed}
+    coding = replace(CODING, key_seed=key_seed)
     state = make_party_aggregator_state(arm="sifl_m2", mode="m2", coding=coding, run_seed=0)
     agg = aggregator_from_state(mode="m2", coding=coding, state=state, bounds=(0, 56), shard=0)
     zero = Partial(
@@ -207,4 +211,4 @@ def test_client_noise_seeds_stay_in_their_worker():
     assert seed.hex() not in repr(noise)
     derived = ClientNoiseSeeds(key_seed=7)
     derived.generator("nbafl", 3, 1)
-    assert derived.client_seeds[("nbafl", 3)] == party_seed({"key_seed": 7}, "nbafl", "client-3")
+    assert derived.client_seeds[("nbafl", 3)] == party_seed(7, "nbafl", "client-3")

@@ -233,11 +233,11 @@ def test_no_key_material_in_event_files_or_summary(ray_run):
     secrets_ = []
     for arm in ("sifl_m1", "sifl_m2"):
         for party in ("server", "aggregator"):
-            seed = party_seed({"key_seed": cfg.coding.key_seed}, arm, party)
+            seed = party_seed(cfg.coding.key_seed, arm, party)
             secrets_ += [seed, seed.hex().encode(), base64.b64encode(seed)]
     for arm in (a for a in result.history if a.startswith("nbafl")):
         for client in range(cfg.clients.num_clients):  # each client's NbAFL noise seed
-            seed = party_seed({"key_seed": cfg.coding.key_seed}, arm, f"client-{client}")
+            seed = party_seed(cfg.coding.key_seed, arm, f"client-{client}")
             secrets_ += [seed, seed.hex().encode(), base64.b64encode(seed)]
     assert len(secrets_) == 3 * (4 + cfg.clients.num_clients)
     files = [p for p in Path(result.run_dir).rglob("*") if p.is_file()]
@@ -253,10 +253,11 @@ def test_no_key_material_in_event_files_or_summary(ray_run):
 def test_workers_are_pinned_to_declared_gpus(ray_session):
     """Ray accepts declared GPUs on a CPU machine: each worker sees its own GPU ids, fractions share one."""
     from actors.client_worker import ClientWorkerActor
+    from sifl_ray.specs import ModelSpec, TrainSpec
 
     data = {"x_train": torch.zeros(4, 1, 8, 8).numpy(), "y_train": torch.zeros(4, dtype=torch.long).numpy()}
-    model = {"name": "digits_mlp", "input_shape": [1, 8, 8], "num_classes": 10}
-    train = {"optimizer": "sgd", "lr": 0.1, "batch_size": 2, "local_epochs": 1, "local_steps": 0}
+    model = ModelSpec(name="digits_mlp", input_shape=(1, 8, 8), num_classes=10)
+    train = TrainSpec(optimizer="sgd", lr=0.1, batch_size=2)
     remote = ray_session.remote(ClientWorkerActor)
     whole = [
         remote.options(num_cpus=0, num_gpus=1).remote(k, data, {k: [k]}, model, train, 0) for k in range(2)

@@ -8,7 +8,6 @@ import warnings
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from sifl_ray.coding.base import NoiseSpec
 from sifl_ray.coding.precision import PrecisionError, PrecisionWarning, measure_round_trip_error
@@ -16,15 +15,14 @@ from sifl_ray.config import load_config
 from sifl_ray.data import load_dataset, partition_dataset
 from sifl_ray.keys import make_party_server_key
 from sifl_ray.sizing import arm_precision, dataset_sizes, predict
+from sifl_ray.specs import CodingSpec
 
 
 @pytest.mark.parametrize("backend", ["fast", "dense", "block"])
 def test_prediction_with_the_key_bounds_the_measured_error(backend):
     cfg = load_config([f"coding.backend={backend}", "coding.n_extra=40", "coding.block_size=50"])
     n = 600
-    role, _ = make_party_server_key(
-        arm="t", mode="m1", n=n, coding=OmegaConf.to_container(cfg.coding), run_seed=0
-    )
+    role, _ = make_party_server_key(arm="t", mode="m1", n=n, coding=CodingSpec.from_config(cfg), run_seed=0)
     gen = torch.Generator().manual_seed(1)
     w = 0.05 * torch.randn(n, generator=gen, dtype=torch.float64)
     measured = measure_round_trip_error(

@@ -1,32 +1,31 @@
 """The attack suite's configuration: a typed schema, ``scenarios/attack_*.yaml``, ``key=value`` overrides.
 
 Why a schema of its own: the attack suite simulates a small model with its own protocol loop (the platform's
-scenarios describe MNIST-scale runs), and it compares several key designs at once. The loading rules are the
-platform's: YAML scenario over the dataclass defaults, CLI overrides over that, every problem collected and
-raised at once (:class:`sifl_ray.config.ConfigError`), then a read-only OmegaConf object.
+scenarios describe MNIST-scale runs), and it compares several key designs at once. The validator is the
+platform's (:func:`sifl_ray.validation.validate`): YAML scenario over the dataclass defaults, CLI overrides
+over that, every problem collected and raised at once (:class:`~sifl_ray.validation.ConfigError`), then a
+read-only OmegaConf object. Only the domain checks (:data:`RULES`, :func:`_cross_checks`) are this file's.
 
 Designs are named ``<backend>-<left inverse>[-rekey<k>]``, for example ``fast-pinv``, ``dense-oblique``,
-``block-pinv`` or ``fast-pinv-rekey10`` (a new key epoch every 10 rounds).
+``block-pinv`` or ``fast-pinv-rekey10`` (a new key epoch every 10 rounds). Backends and left inverses are the
+coding registry's (:mod:`sifl_ray.registry_names`), read when a design is parsed.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import re
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from sifl_ray.config import SCENARIO_DIR, ConfigError
+from sifl_ray import registry_names
+from sifl_ray.config import SCENARIO_DIR
+from sifl_ray.validation import Choice, Range, Rules, parse_overrides, set_path, validate
 
 DEFAULT_SCENARIO = "attack_small"
-BACKENDS = ("dense", "fast", "block")
-LEFT_INVERSES = ("pinv", "oblique")
 _DESIGN = re.compile(r"^(?P<backend>[a-z]+)-(?P<left>[a-z]+)(?:-rekey(?P<k>\d+))?$")
 
 
@@ -176,130 +175,61 @@ class Design:
 
     @classmethod
     def parse(cls, name: str) -> Design:
+        backends, lefts = registry_names.immersion_backends(), registry_names.LEFT_INVERSES
         m = _DESIGN.match(name)
-        if not m or m["backend"] not in BACKENDS or m["left"] not in LEFT_INVERSES or m["k"] == "0":
+        if not m or m["backend"] not in backends or m["left"] not in lefts or m["k"] == "0":
             raise ValueError(
                 f"design {name!r}: expected <backend>-<left inverse>[-rekey<k>] with backend in "
-                f"{'/'.join(BACKENDS)}, left inverse in {'/'.join(LEFT_INVERSES)} and k >= 1, "
+                f"{'/'.join(backends)}, left inverse in {'/'.join(lefts)} and k >= 1, "
                 "for example fast-pinv or dense-oblique-rekey10"
             )
         return cls(name=name, backend=m["backend"], left_inverse=m["left"], rekey_every=int(m["k"] or 0))
 
 
-_CHOICES: dict[str, tuple[Any, ...]] = {
-    "key.noise": ("gaussian", "laplace"),
-    "m2.backend": BACKENDS,
-    "m2.left_inverse": LEFT_INVERSES,
-}
-_AT_LEAST_1 = (lambda v: v >= 1, "an integer >= 1")
-_POSITIVE = (lambda v: v > 0, "a number > 0")
-_RANGES: dict[str, tuple[typing.Callable[[Any], bool], str]] = {
-    "model.features": _AT_LEAST_1,
-    "model.hidden": (lambda v: v >= 0, "an integer >= 0"),
-    "data.clients": (lambda v: v >= 2, "an integer >= 2 (differences need two uploads per round)"),
-    "data.samples_per_client": _AT_LEAST_1,
-    "training.rounds": _AT_LEAST_1,
-    "training.local_steps": _AT_LEAST_1,
-    "training.batch_size": _AT_LEAST_1,
-    "training.lr": _POSITIVE,
-    "key.n_extra": (lambda v: v >= 1, "an integer >= 1 (the noise needs a kernel)"),
-    "key.alpha": _POSITIVE,
-    "key.beta": _POSITIVE,
-    "key.kappa": (lambda v: v >= 0, "a number >= 0 (or null for the coding default 1/alpha)"),
-    "key.block_size": _AT_LEAST_1,
-    "key.noise_scale": (lambda v: v >= 0, "a number >= 0"),
-    "m2.features": _AT_LEAST_1,
-    "m2.clients": _AT_LEAST_1,
-    "m2.samples_per_client": _AT_LEAST_1,
-    "m2.rounds": _AT_LEAST_1,
-    "m2.p": (lambda v: v >= 2, "an integer >= 2"),
-    "m2.gamma": _POSITIVE,
-    "m2.eta": _POSITIVE,
-    "audit.trials": _AT_LEAST_1,
-    "audit.confidence": (lambda v: 0 < v < 1, "a number in (0, 1)"),
-    "audit.delta": (lambda v: 0 < v < 1, "a number in (0, 1)"),
-    "audit.clip": _POSITIVE,
-    "known_plaintext.tolerance": _POSITIVE,
-    "transcript.max_coordinates": _AT_LEAST_1,
-    "rank_tol_factor": _POSITIVE,
-    "contrast.beta": _POSITIVE,
-    "contrast.noise_scale": (lambda v: v >= 0, "a number >= 0"),
-}
-
-
-def _coerce(hint: Any, value: Any) -> tuple[bool, Any]:
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, __import__("types").UnionType):
-        if value is None and type(None) in args:
-            return True, None
-        for arg in (a for a in args if a is not type(None)):
-            ok, out = _coerce(arg, value)
-            if ok:
-                return True, out
-        return False, value
-    if origin is list:
-        items = value if isinstance(value, list | tuple) else [value]
-        out = []
-        for item in items:
-            ok, c = _coerce(args[0], item)
-            if not ok:
-                return False, value
-            out.append(c)
-        return True, out
-    if origin is dict:
-        return isinstance(value, dict), value
-    if hint is bool:
-        return isinstance(value, bool), value
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool), value
-    if hint is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return True, float(value)
-        try:  # YAML 1.1 reads 1.0e3 (no exponent sign) as a string
-            return isinstance(value, str), float(value)
-        except (TypeError, ValueError):
-            return False, value
-    if hint is str:
-        return isinstance(value, str), value
-    return True, value
-
-
-def _validate(schema: type, raw: dict, prefix: str, problems: list[str]) -> dict:
-    hints = typing.get_type_hints(schema)
-    names = [f.name for f in dataclasses.fields(schema)]
-    out: dict[str, Any] = {}
-    for key, value in raw.items():
-        dotted = f"{prefix}{key}"
-        if key not in hints:
-            close = difflib.get_close_matches(str(key), names, n=1)
-            tip = f"did you mean {prefix}{close[0]}?" if close else f"valid keys: {', '.join(names)}"
-            problems.append(f"{dotted}: unknown key; {tip} (remove it or fix the spelling)")
-            continue
-        hint = hints[key]
-        if dataclasses.is_dataclass(hint):
-            if isinstance(value, dict):
-                out[key] = _validate(hint, value, f"{dotted}.", problems)
-            else:
-                problems.append(f"{dotted}: expected a section (mapping), got {value!r}")
-            continue
-        ok, value = _coerce(hint, value)
-        name = getattr(hint, "__name__", str(hint).replace("typing.", ""))
-        if not ok:
-            problems.append(
-                f"{dotted}: expected {name}, got {value!r} ({type(value).__name__}); set {dotted}=<{name}>"
-            )
-            continue
-        if dotted in _CHOICES and value not in _CHOICES[dotted]:
-            choices = ", ".join(map(str, _CHOICES[dotted]))
-            problems.append(
-                f"{dotted}: expected one of {choices}, got {value!r}; set {dotted}={_CHOICES[dotted][0]}"
-            )
-            continue
-        if dotted in _RANGES and value is not None and not _RANGES[dotted][0](value):
-            problems.append(f"{dotted}: expected {_RANGES[dotted][1]}, got {value!r}; change {dotted}")
-            continue
-        out[key] = value
-    return out
+_AT_LEAST_1 = Range(lambda v: v >= 1, "an integer >= 1")
+_POSITIVE = Range(lambda v: v > 0, "a number > 0")
+_NONNEG = Range(lambda v: v >= 0, "a number >= 0")
+_PROBABILITY = Range(lambda v: 0 < v < 1, "a number in (0, 1)")
+#: The domain checks of :class:`AttackConfig`, declared once; the choices are the coding registry's.
+RULES = Rules(
+    choices={
+        "key.noise": Choice(lambda: registry_names.NOISE_DISTRIBUTIONS),
+        "m2.backend": Choice(registry_names.immersion_backends),
+        "m2.left_inverse": Choice(lambda: registry_names.LEFT_INVERSES),
+    },
+    ranges={
+        "model.features": _AT_LEAST_1,
+        "model.hidden": Range(lambda v: v >= 0, "an integer >= 0"),
+        "data.clients": Range(lambda v: v >= 2, "an integer >= 2 (differences need two uploads per round)"),
+        "data.samples_per_client": _AT_LEAST_1,
+        "training.rounds": _AT_LEAST_1,
+        "training.local_steps": _AT_LEAST_1,
+        "training.batch_size": _AT_LEAST_1,
+        "training.lr": _POSITIVE,
+        "key.n_extra": Range(lambda v: v >= 1, "an integer >= 1 (the noise needs a kernel)"),
+        "key.alpha": _POSITIVE,
+        "key.beta": _POSITIVE,
+        "key.kappa": Range(lambda v: v >= 0, "a number >= 0 (or null for the coding default 1/alpha)"),
+        "key.block_size": _AT_LEAST_1,
+        "key.noise_scale": _NONNEG,
+        "m2.features": _AT_LEAST_1,
+        "m2.clients": _AT_LEAST_1,
+        "m2.samples_per_client": _AT_LEAST_1,
+        "m2.rounds": _AT_LEAST_1,
+        "m2.p": Range(lambda v: v >= 2, "an integer >= 2"),
+        "m2.gamma": _POSITIVE,
+        "m2.eta": _POSITIVE,
+        "audit.trials": _AT_LEAST_1,
+        "audit.confidence": _PROBABILITY,
+        "audit.delta": _PROBABILITY,
+        "audit.clip": _POSITIVE,
+        "known_plaintext.tolerance": _POSITIVE,
+        "transcript.max_coordinates": _AT_LEAST_1,
+        "rank_tol_factor": _POSITIVE,
+        "contrast.beta": _POSITIVE,
+        "contrast.noise_scale": _NONNEG,
+    },
+)
 
 
 def _cross_checks(cfg: dict, problems: list[str]) -> None:
@@ -342,17 +272,7 @@ def load_attack_config(argv: list[str] | None = None) -> DictConfig:
     Raises:
         ConfigError: every problem found, each with its key, what was expected, what arrived and the fix.
     """
-    problems: list[str] = []
-    parsed: list[tuple[str, Any]] = []
-    for text in argv or []:
-        if "=" not in text:
-            problems.append(f"argument {text!r}: expected key=value (for example training.rounds=30)")
-            continue
-        key, raw = text.split("=", 1)
-        try:
-            parsed.append((key.strip(), yaml.safe_load(raw) if raw else None))
-        except yaml.YAMLError as err:
-            problems.append(f"argument {text!r}: the value is not valid YAML ({err.__class__.__name__})")
+    parsed, problems = parse_overrides(argv or [], noun="argument", example="training.rounds=30")
     scenario = next((str(v) for k, v in parsed if k == "scenario"), DEFAULT_SCENARIO)
     path = Path(scenario) if scenario.endswith((".yaml", ".yml")) else SCENARIO_DIR / f"{scenario}.yaml"
     raw: dict = {}
@@ -367,21 +287,6 @@ def load_attack_config(argv: list[str] | None = None) -> DictConfig:
         problems.append(f"scenario: no file {path}; attack scenarios: {', '.join(names) or 'none'}")
     raw["scenario"] = path.stem
     for key, value in parsed:
-        if key == "scenario":
-            continue
-        node = raw
-        *parents, leaf = key.split(".")
-        for part in parents:
-            if not isinstance(node.get(part), dict):
-                node[part] = {}
-            node = node[part]
-        node[leaf] = value
-    checked = _validate(AttackConfig, raw, "", problems)
-    merged = None
-    if not problems:
-        merged = OmegaConf.merge(OmegaConf.structured(AttackConfig), checked)
-        _cross_checks(OmegaConf.to_container(merged), problems)
-    if problems or merged is None:
-        raise ConfigError(problems)
-    OmegaConf.set_readonly(merged, True)
-    return merged
+        if key != "scenario":
+            set_path(raw, key, value)
+    return validate(AttackConfig, raw, RULES, cross_checks=(_cross_checks,), problems=problems)

@@ -27,11 +27,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from omegaconf import OmegaConf
 
+from sifl_ray import registry_names
 from sifl_ray.coding.base import CODING_DTYPE, NoiseSpec, ServerKey
 from sifl_ray.coding.dense import DENSE_MAX_N  # the dense key's own limit: checked here before any work
-from sifl_ray.config import ConfigError
 from sifl_ray.seeding import derive_bytes, torch_generator
+from sifl_ray.validation import Choice, ConfigError, Range, Rules, parse_overrides, validate
 
 
 @dataclass
@@ -311,27 +313,27 @@ def _platform_values(name: str) -> dict[str, Any]:
     }
 
 
+_AT_LEAST_1 = Range(lambda v: v >= 1, "an integer >= 1")
+_POSITIVE_LIST = Range(lambda v: bool(v) and all(x > 0 for x in v), "a non-empty list of numbers > 0")
+#: The domain checks of :class:`FrontierConfig`; the backends and left inverses are the coding registry's.
+RULES = Rules(
+    choices={
+        "backend": Choice(registry_names.immersion_backends),
+        "left_inverse": Choice(lambda: registry_names.LEFT_INVERSES),
+    },
+    ranges={
+        **dict.fromkeys(("n", "n_extra", "samples", "local_size", "block_size"), _AT_LEAST_1),
+        "delta": Range(lambda v: 0 < v < 1, "a number in (0, 1)"),
+        **dict.fromkeys(("alphas", "noise_scales"), _POSITIVE_LIST),
+    },
+)
+
+
 def load_frontier_config(argv: Sequence[str]) -> FrontierConfig:
     """``key=value`` items over :class:`FrontierConfig` (all problems at once, as :class:`ConfigError`)."""
-    import yaml
-
-    from sifl_ray.attacks.config import _validate
-
-    problems: list[str] = []
-    raw: dict[str, Any] = {}
-    for text in argv:
-        if "=" not in text:
-            problems.append(f"argument {text!r}: expected key=value (for example alphas=[1e-3,1e-2])")
-            continue
-        key, value = text.split("=", 1)
-        try:
-            raw[key.strip()] = yaml.safe_load(value) if value else None
-        except yaml.YAMLError as err:
-            problems.append(f"argument {text!r}: the value is not valid YAML ({err.__class__.__name__})")
-    checked = _validate(FrontierConfig, raw, "", problems)
-    if problems:
-        raise ConfigError(problems)
-    cfg = FrontierConfig(**checked)
+    parsed, problems = parse_overrides(argv, noun="argument", example="alphas=[1e-3,1e-2]")
+    raw: dict[str, Any] = dict(parsed)
+    cfg = OmegaConf.to_object(validate(FrontierConfig, raw, RULES, problems=problems))
     if cfg.scenario:
         plat = _platform_values(cfg.scenario)
         for k in (
@@ -352,21 +354,6 @@ def load_frontier_config(argv: Sequence[str]) -> FrontierConfig:
             cfg.alphas = sorted([*cfg.alphas, plat["alpha"]])
         if plat["sigma1"] not in cfg.noise_scales:
             cfg.noise_scales = sorted([*cfg.noise_scales, plat["sigma1"]])
-    for name, values in (("alphas", cfg.alphas), ("noise_scales", cfg.noise_scales)):
-        if not values or any(v <= 0 for v in values):
-            problems.append(f"{name}: expected a non-empty list of numbers > 0, got {values}")
-    if cfg.backend not in ("dense", "fast", "block") or cfg.left_inverse not in ("pinv", "oblique"):
-        problems.append(
-            "backend/left_inverse: expected dense|fast|block and pinv|oblique, got "
-            f"{cfg.backend}/{cfg.left_inverse}"
-        )
-    for name in ("n", "n_extra", "samples", "local_size", "block_size"):
-        if getattr(cfg, name) < 1:
-            problems.append(f"{name}: expected an integer >= 1, got {getattr(cfg, name)}")
-    if not 0 < cfg.delta < 1:
-        problems.append(f"delta: expected a number in (0, 1), got {cfg.delta}")
-    if problems:
-        raise ConfigError(problems)
     return cfg
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -47,6 +47,7 @@ from sifl_ray.optim import TorchTrainer
 from sifl_ray.roles.evaluator import EvaluatorRole
 from sifl_ray.seeding import derive_seed, torch_generator
 from sifl_ray.sequential import SequentialBackend
+from sifl_ray.specs import CodingSpec
 
 # ------------------------------------------------------------------------------------------------------------
 # The small learning task.
@@ -293,18 +294,18 @@ def _dotted(prefix: str, tree: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def party_coding(platform: DictConfig) -> dict:
+def party_coding(platform: DictConfig) -> CodingSpec:
     """The ``coding`` section as the server and aggregator actors take it (the runner's
     ``Checkpoints.coding``)."""
-    return OmegaConf.to_container(platform.coding, resolve=True)  # type: ignore[return-value]
+    return CodingSpec.from_config(platform)
 
 
-def epoch_coding(platform: DictConfig, epoch: int) -> dict:
+def epoch_coding(platform: DictConfig, epoch: int) -> CodingSpec:
     """Key epoch ``epoch``'s coding: epoch 0 is the configuration's, every later one has a key seed of its
     own (derived from it, or secure random when it is unset), so the parties make an independent key."""
     coding = party_coding(platform)
-    if epoch and coding.get("key_seed") is not None:
-        coding["key_seed"] = derive_seed(int(coding["key_seed"]), "attack", "key-epoch", epoch)
+    if epoch and coding.key_seed is not None:
+        coding = replace(coding, key_seed=derive_seed(coding.key_seed, "attack", "key-epoch", epoch))
     return coding
 
 
@@ -369,7 +370,9 @@ class TaskParties:
         for worker in self.parties.workers:
             worker.role.recorder = recorder
 
-    def setup_arm(self, platform: DictConfig, arm: str, *, coding: dict, w0: torch.Tensor, epoch: int, steps):
+    def setup_arm(
+        self, platform: DictConfig, arm: str, *, coding: CodingSpec, w0: torch.Tensor, epoch: int, steps
+    ):
         """Give every party its part of ``arm`` as :func:`sifl_ray.runner.arms.setup_arm` does (keys made by
         the server and aggregator actors from ``coding``; the arm's steps, its client step wrapped in a
         :class:`ModelTap`), and return the driver's :class:`~sifl_ray.round.ArmState` with the first

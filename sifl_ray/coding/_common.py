@@ -21,11 +21,10 @@ import numpy as np
 import torch
 
 from sifl_ray.coding.base import CODING_DTYPE, ClientServerKey
+from sifl_ray.registry_names import LEFT_INVERSES  # re-exported: spelled there, validation reads it
 from sifl_ray.seeding import derive_bytes
 
 Seed = int | bytes
-
-LEFT_INVERSES = ("pinv", "oblique")
 
 
 class MissingKeyMaterial(PermissionError):

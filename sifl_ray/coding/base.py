@@ -22,6 +22,8 @@ from typing import Literal
 import numpy as np
 import torch
 
+from sifl_ray.registry_names import NOISE_DISTRIBUTIONS
+
 CODING_DTYPE = torch.float64
 
 #: Where noise comes from: a NumPy generator (the parties' secret streams) or a ``torch.Generator``.
@@ -56,9 +58,9 @@ class NoiseSpec:
         no logarithm of zero) and the tensor is moved to ``device``; a ``torch.Generator`` must live on
         ``device``. The same generator state gives the same numbers.
         """
-        if self.distribution not in ("gaussian", "laplace"):
+        if self.distribution not in NOISE_DISTRIBUTIONS:
             raise ValueError(
-                f"unknown noise distribution {self.distribution!r}; expected 'gaussian' or 'laplace'"
+                f"unknown noise distribution {self.distribution!r}; expected one of {NOISE_DISTRIBUTIONS}"
             )
         if self.scale == 0.0 or math.prod(shape) == 0:
             return torch.zeros(shape, dtype=CODING_DTYPE, device=device)

@@ -11,6 +11,7 @@ from sifl_ray.coding.block import BlockServerKey
 from sifl_ray.coding.dense import DenseServerKey
 from sifl_ray.coding.fast import FastServerKey
 from sifl_ray.coding.identity import IdentityKey
+from sifl_ray.registry_names import CODING_BACKENDS
 
 #: Every backend of key 1, by the name a configuration and a key's state use.
 SERVER_KEYS: dict[str, type[ServerKey]] = {
@@ -19,7 +20,7 @@ SERVER_KEYS: dict[str, type[ServerKey]] = {
     "fast": FastServerKey,
     "block": BlockServerKey,
 }
-BACKENDS = tuple(SERVER_KEYS)
+BACKENDS = CODING_BACKENDS  # the same names, spelled once where validation reads them without torch
 DEFAULT_LEFT_INVERSE = "oblique"
 
 

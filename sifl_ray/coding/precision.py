@@ -64,6 +64,7 @@ import torch
 
 from sifl_ray.coding.base import CODING_DTYPE, AggregatorKey, NoiseDistribution, NoiseSpec, ServerKey
 from sifl_ray.coding.keys import transform_depth
+from sifl_ray.registry_names import PRECISION_POLICIES
 
 SAFETY = 2.0
 DEFAULT_CONFIDENCE = 1e-6
@@ -309,8 +310,8 @@ def check_precision(
 
     Returns the report when it is within tolerance (or after warning), so it can be logged.
     """
-    if policy not in ("refuse", "warn"):
-        raise ValueError(f"policy must be 'refuse' or 'warn'; got {policy!r}")
+    if policy not in PRECISION_POLICIES:
+        raise ValueError(f"policy must be one of {PRECISION_POLICIES}; got {policy!r}")
     if report.predicted_max_error <= tolerance:
         return report
     cfg = report.config

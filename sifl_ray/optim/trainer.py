@@ -37,11 +37,22 @@ class Trainer(Protocol):
         """The model parameters as a flat float64 vector (n,)."""
 
 
-_NAMED = {
+#: The optimizers known by a short name (``train.optimizer``): the torch class and its default settings.
+#: Its names are :data:`sifl_ray.registry_names.OPTIMIZER_NAMES` (where the configuration validator reads
+#: them without importing torch; tests/test_config.py checks the two agree). Any ``torch.optim`` class name
+#: (:func:`torch_optimizer_names`) works too.
+OPTIMIZERS: dict[str, tuple[type[torch.optim.Optimizer], dict[str, Any]]] = {
     "sgd": (torch.optim.SGD, {}),
     "momentum": (torch.optim.SGD, {"momentum": 0.9}),
     "adam": (torch.optim.Adam, {}),
 }
+
+
+def torch_optimizer_names() -> tuple[str, ...]:
+    """The ``torch.optim`` class names a configuration may give besides :data:`OPTIMIZERS` (``"AdamW"``)."""
+    base = torch.optim.Optimizer
+    names = (k for k, v in vars(torch.optim).items() if isinstance(v, type) and issubclass(v, base))
+    return tuple(sorted((k for k in names if k != base.__name__), key=str.lower))
 
 
 def make_optimizer_factory(optimizer: str | Callable[..., torch.optim.Optimizer], lr: float, **kwargs: Any):
@@ -50,13 +61,13 @@ def make_optimizer_factory(optimizer: str | Callable[..., torch.optim.Optimizer]
     ``f(params, lr=..., **kwargs)``."""
     if callable(optimizer):
         return lambda params: optimizer(params, lr=lr, **kwargs)
-    if optimizer in _NAMED:
-        cls, defaults = _NAMED[optimizer]
+    if optimizer in OPTIMIZERS:
+        cls, defaults = OPTIMIZERS[optimizer]
         return lambda params: cls(params, lr=lr, **{**defaults, **kwargs})
-    cls = getattr(torch.optim, optimizer, None)
-    if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
-        known = ", ".join([*_NAMED, "or a torch.optim class name (e.g. 'AdamW', 'RMSprop')"])
+    if optimizer not in torch_optimizer_names():
+        known = ", ".join([*OPTIMIZERS, "or a torch.optim class name (e.g. 'AdamW', 'RMSprop')"])
         raise ValueError(f"unknown optimizer {optimizer!r}; expected {known}")
+    cls = getattr(torch.optim, optimizer)
     return lambda params: cls(params, lr=lr, **kwargs)
 
 

@@ -23,11 +23,13 @@ from typing import Literal
 import torch
 
 from sifl_ray.privacy import formulas as F
+from sifl_ray.registry_names import NBAFL_CALIBRATIONS, NBAFL_EXPOSURES
 
 Calibration = Literal["classical", "analytic"]
 Exposures = Literal["multi_round", "per_round"]
-CALIBRATIONS: tuple[Calibration, ...] = ("classical", "analytic")
-EXPOSURES: tuple[Exposures, ...] = ("multi_round", "per_round")
+# The values, spelled once in sifl_ray.registry_names (validation reads them there, without torch).
+CALIBRATIONS: tuple[str, ...] = NBAFL_CALIBRATIONS
+EXPOSURES: tuple[str, ...] = NBAFL_EXPOSURES
 GUARANTEES: dict[Exposures, str] = {
     "multi_round": "(ε, δ) for all T uploads of a client (NbAFL Theorem 1)",
     "per_round": "(ε, δ) per upload, per round only",

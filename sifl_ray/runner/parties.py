@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from actors.aggregator import AggregatorActor
 from actors.client_worker import ClientWorkerActor
@@ -24,6 +24,7 @@ from actors.server import ServerActor
 from sifl_ray.backend import Backend
 from sifl_ray.faults import FaultJournal, FaultPlan
 from sifl_ray.round import Parties
+from sifl_ray.specs import ModelSpec, TrainSpec
 
 
 def say(text: str) -> None:
@@ -76,11 +77,11 @@ class PartyPool:
         self.modes: dict[str, str] = {}
         self.paired: dict[str, bool] = {}
 
-    def spawn_clients(self, *, data_ref, test_ref, partitions: list[dict], model_spec: dict) -> None:
+    def spawn_clients(self, *, data_ref, test_ref, partitions: list[dict], model_spec: ModelSpec) -> None:
         """The client workers (worker ``k`` owns ``partitions[k]``) and the evaluator."""
         self._data_ref, self._test_ref = data_ref, test_ref
         self._partitions, self._model_spec = partitions, model_spec
-        self._train = OmegaConf.to_container(self.cfg.train)
+        self._train = TrainSpec.from_config(self.cfg)
         self._threads = max(1, int(self.cfg.ray.cpus_per_worker)) if self.backend.name == "ray" else 1
         self.parties.workers = [self._spawn_worker(k) for k in range(len(partitions))]
         self.parties.evaluator = self._spawn_evaluator()

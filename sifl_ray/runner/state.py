@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from sifl_ray.arms import arm_names, arm_of
 from sifl_ray.checkpoint import (
@@ -38,6 +38,7 @@ from sifl_ray.privacy.accountant import SiflAccountant
 from sifl_ray.roles.aggregator import shard_bounds
 from sifl_ray.round import ArmState, Parties, PartyLost, collect
 from sifl_ray.runner.parties import say
+from sifl_ray.specs import CodingSpec
 
 
 def arm_shape(cfg: DictConfig, arm: str, n: int) -> tuple[str, int, list[tuple[int, int]]]:
@@ -196,7 +197,7 @@ class Checkpoints:
         self.run_dir = Path(run_dir)
         self.key_dir = Path(key_dir)
         self.store = CheckpointStore(self.run_dir, keep=cfg.checkpoint.keep)
-        self.coding = OmegaConf.to_container(cfg.coding)
+        self.coding = CodingSpec.from_config(cfg)  # what the server and aggregator parties are told
 
     def due(self, t: int) -> bool:
         """Whether round ``t`` ends with a checkpoint (every ``checkpoint.every`` rounds, and the last)."""

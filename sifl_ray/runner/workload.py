@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 from sifl_ray.data import load_dataset, partition_dataset
 from sifl_ray.models import build_model, flatten_params
 from sifl_ray.seeding import torch_generator
+from sifl_ray.specs import ModelSpec
 
 
 def partition(cfg: DictConfig, labels: np.ndarray) -> list[np.ndarray]:
@@ -34,7 +35,7 @@ class Workload:
     sizes: np.ndarray  # |D_i| of every client i
     partitions: list[dict[int, np.ndarray]]  # worker k → {client: its training indices}
     owner: dict[int, int]  # client → its worker
-    model_spec: dict[str, Any]
+    model_spec: ModelSpec
     w0: torch.Tensor  # the initial model, float64
 
     @property
@@ -58,16 +59,16 @@ def load_workload(cfg: DictConfig, num_workers: int) -> Workload:
     )
     parts = partition(cfg, np.asarray(dataset.y_train))
     owners = np.array_split(np.arange(cfg.clients.num_clients), num_workers)
-    model_spec = {
-        "name": cfg.train.model,
-        "input_shape": list(dataset.x_train.shape[1:]),
-        "num_classes": int(dataset.num_classes),
-        "dtype": cfg.train.dtype,
-    }
+    model_spec = ModelSpec(
+        name=cfg.train.model,
+        input_shape=dataset.x_train.shape[1:],
+        num_classes=int(dataset.num_classes),
+        dtype=cfg.train.dtype,
+    )
     net = build_model(
         cfg.train.model,
-        input_shape=tuple(model_spec["input_shape"]),
-        num_classes=model_spec["num_classes"],
+        input_shape=model_spec.input_shape,
+        num_classes=model_spec.num_classes,
         generator=torch_generator(cfg.seed, "init"),
     )
     return Workload(

@@ -50,6 +50,40 @@ def test_design_names_are_validated():
         load_attack_config(["designs=[fast-pinv]", "primary=dense-pinv"])
 
 
+def test_type_domain_and_cross_field_problems_are_reported_together():
+    """The cross-field checks run on the values that passed (defaults for the others), so a design typo
+    shows up beside a type error, not after it is fixed."""
+    with pytest.raises(ConfigError) as err:
+        load_attack_config(
+            [
+                "training.lr=fast",
+                "m2.backend=denze",
+                "designs=[fast-pinvv, dense-pinv]",
+                "primary=block-pinv",
+                "training.batch_size=500",
+                "bogus=1",
+            ]
+        )
+    keys = [p.split(":")[0] for p in err.value.problems]
+    assert keys == ["training.lr", "m2.backend", "bogus", "designs", "primary", "training.batch_size"]
+    text = str(err.value)
+    assert "m2.backend: expected one of dense, fast, block, got 'denze'; did you mean dense?" in text
+    assert "designs: design 'fast-pinvv'" in text and "backend in dense/fast/block" in text
+
+
+def test_design_backends_come_from_the_coding_registry(monkeypatch):
+    from sifl_ray import registry_names
+
+    with pytest.raises(ValueError, match="backend in dense/fast/block"):
+        Design.parse("toy-pinv")
+    monkeypatch.setattr(registry_names, "CODING_BACKENDS", (*registry_names.CODING_BACKENDS, "toy"))
+    assert Design.parse("toy-pinv-rekey3") == Design("toy-pinv-rekey3", "toy", "pinv", 3)
+    cfg = load_attack_config(["designs=[toy-oblique]", "primary=toy-oblique", "m2.backend=toy"])
+    assert (list(cfg.designs), cfg.m2.backend) == (["toy-oblique"], "toy")
+    with pytest.raises(ValueError, match="backend in dense/fast/block/toy"):
+        Design.parse("identity-pinv")  # plain FL's code is no key design
+
+
 def test_attack_main_reports_config_errors_with_exit_code_2(capsys):
     assert attack_main(["scenario=no_such_attack"]) == 2
     assert "no file" in capsys.readouterr().err

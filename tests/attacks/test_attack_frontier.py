@@ -94,6 +94,18 @@ def test_frontier_config_errors():
     with pytest.raises(ConfigError, match="alphas"):
         load_frontier_config(["alphas=[0]"])
     assert frontier_main(["n=zero"]) == 2
+    with pytest.raises(ConfigError) as err:  # every problem at once, the choices the coding registry's
+        load_frontier_config(["n=zero", "backend=identity", "left_inverse=obliqe", "noise_scales=[]", "x"])
+    assert [p.split(":")[0] for p in err.value.problems] == [
+        "argument 'x'",
+        "n",
+        "backend",
+        "left_inverse",
+        "noise_scales",
+    ]
+    assert "left_inverse: expected one of pinv, oblique, got 'obliqe'; did you mean oblique?" in str(
+        err.value
+    )
 
 
 def test_frontier_takes_a_platform_scenario(tmp_path):

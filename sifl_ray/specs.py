@@ -1,0 +1,106 @@
+"""What a party's actor is told of the configuration: frozen, typed values the driver builds once.
+
+Why not the configuration, or a dict of it: an actor's constructor is a trust boundary and a process
+boundary (STYLE 4). Each party receives what its role needs and nothing more, as a value that cannot change
+on the way and cannot be misread: ``coding.kappa`` is a ``float | None`` field, where ``coding["kappa"]``
+and ``coding.get("kappa")`` were two spellings of one question, and a misspelt key was a ``KeyError``
+inside a worker. The values come from the validated configuration (:func:`sifl_ray.config.load_config`), so
+they hold no unchecked input. No torch here: the driver builds them before any party process exists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CodingSpec:
+    """What the server and the aggregator need to make their keys and their noise (``coding.*``).
+
+    ``noise_distribution``, ``sigma1`` and ``sigma2`` are ``coding.noise.*``: the law of every party's
+    coding noise, the server's scale (``r1``, ``R1``) and the aggregator's (``R2``). ``key_seed`` ``None``
+    means secure random keys (see :func:`sifl_ray.keys.party_seed`).
+    """
+
+    backend: str
+    left_inverse: str
+    n_extra: int
+    alpha: float
+    beta: float
+    kappa: float | None
+    block_size: int
+    p: int
+    gamma: float
+    eta: float
+    noise_distribution: str
+    sigma1: float
+    sigma2: float
+    key_seed: int | None = None
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> CodingSpec:
+        """From the validated configuration (its ``coding`` section)."""
+        c = cfg.coding
+        return cls(
+            backend=str(c.backend),
+            left_inverse=str(c.left_inverse),
+            n_extra=int(c.n_extra),
+            alpha=float(c.alpha),
+            beta=float(c.beta),
+            kappa=None if c.kappa is None else float(c.kappa),
+            block_size=int(c.block_size),
+            p=int(c.p),
+            gamma=float(c.gamma),
+            eta=float(c.eta),
+            noise_distribution=str(c.noise.distribution),
+            sigma1=float(c.noise.sigma1),
+            sigma2=float(c.noise.sigma2),
+            key_seed=None if c.key_seed is None else int(c.key_seed),
+        )
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The network every party builds: ``train.model`` on the data set's sample shape and classes.
+
+    Built by the driver once the data set is loaded (:func:`sifl_ray.runner.workload.load_workload`), since
+    the shape and the classes are the data's. ``dtype`` is ``train.dtype`` (the model's; coding is float64).
+    """
+
+    name: str
+    input_shape: tuple[int, ...]
+    num_classes: int
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:  # a shape given as a list (numpy's, JSON's) is kept as a tuple
+        object.__setattr__(self, "input_shape", tuple(int(s) for s in self.input_shape))
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """A client worker's local training (``train.*``): the base optimizer and how long it runs per round.
+
+    ``local_steps`` > 0 replaces ``local_epochs``; ``skip_training`` makes no-op clients (benchmarks of the
+    framework's overhead).
+    """
+
+    optimizer: str
+    lr: float
+    batch_size: int
+    local_epochs: int = 1
+    local_steps: int = 0
+    skip_training: bool = False
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> TrainSpec:
+        """From the validated configuration (its ``train`` section)."""
+        t = cfg.train
+        return cls(
+            optimizer=str(t.optimizer),
+            lr=float(t.lr),
+            batch_size=int(t.batch_size),
+            local_epochs=int(t.local_epochs),
+            local_steps=int(t.local_steps),
+            skip_training=bool(t.skip_training),
+        )
