@@ -209,7 +209,7 @@ def test_outputs_carry_no_seed_and_no_derived_key_bytes(run):
         seed = design_key_seed(cfg, design)
         design_seeds.append(str(seed).encode())
         for party in parties:
-            key_bytes = party_seed({"key_seed": seed}, arm, party)
+            key_bytes = party_seed(seed, arm, party)
             derived += [key_bytes, derive_bytes(key_bytes, "noise")]
     needles = [b"key_seed", str(KEY_SEED).encode(), str(RUN_SEED).encode(), *design_seeds]
     needles += [KEY_SEED.to_bytes(16, "little"), RUN_SEED.to_bytes(16, "little")]
