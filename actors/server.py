@@ -18,6 +18,7 @@ from sifl_ray.checkpoint import (
     save_party_key,
     write_checkpoint_file,
 )
+from sifl_ray.coding.keys import server_key_class
 from sifl_ray.keys import key_inventory, make_party_server_key
 from sifl_ray.roles.server import Server
 from sifl_ray.specs import CodingSpec
@@ -54,6 +55,7 @@ class ServerActor:
         if key_path is None:
             raise CheckpointError(f"arm {arm}: the server's key file is unknown; the key cannot be restored")
         saved = load_party_key(key_path, party="server", arm=arm)
+        server_key_class(coding.backend, coding.backend_path)  # a backend the user registered: import it
         role = Server.from_state_dict(saved["state"])
         if role.mode != mode or role.key.n != n:
             raise CheckpointError(

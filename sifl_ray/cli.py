@@ -7,6 +7,9 @@
     sifl attack [scenario=attack_small] [key=value ...]
     sifl bench <kernels|overhead|coding-overhead|memory|reliability> [options]
 
+Plug-ins (modules that register arms, coding backends, partitioners) are imported first: those named in
+``SIFL_PLUGINS`` (comma-separated) and the entry points of ``sifl_ray.plugins`` (:mod:`sifl_ray.plugins`).
+
 Configuration problems are printed all at once, one per line with the fix, and exit with code 2 (no
 traceback): a user's typo is not a crash.
 """
@@ -17,6 +20,7 @@ import json
 import sys
 
 from sifl_ray.config import ConfigError, load_config, scenario_names
+from sifl_ray.plugins import PluginError, load_plugins
 
 USAGE = __doc__ or ""
 
@@ -139,7 +143,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             return _fail(f"unknown command {command!r}; expected one of {', '.join(COMMANDS)}")
     try:
+        load_plugins()  # arms, coding backends, partitioners the user registers (sifl_ray.plugins)
         return COMMANDS[command](rest)
+    except PluginError as err:
+        return _fail(str(err))
     except ConfigError as err:
         print(str(err), file=sys.stderr)
         return 2

@@ -23,6 +23,7 @@ import torch
 
 from sifl_ray.coding import IdentityKey, make_aggregator_key, make_server_key
 from sifl_ray.coding.base import NoiseSpec
+from sifl_ray.coding.keys import server_key_class
 from sifl_ray.roles.aggregator import Aggregator
 from sifl_ray.roles.server import Server
 from sifl_ray.seeding import derive_bytes, secret_torch_generator
@@ -83,6 +84,7 @@ def make_party_server_key(*, arm: str, mode: str, n: int, coding: CodingSpec, ru
         role = Server(mode=mode, key=key, noise=NoiseSpec(), noise_seed=b"")
         return role, None
     seed = party_seed(coding.key_seed, arm, "server")
+    server_key_class(coding.backend, coding.backend_path)  # a backend the user registered: import it here
     key = make_server_key(
         n=n,
         n_tilde=n + coding.n_extra,

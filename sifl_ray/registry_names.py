@@ -25,9 +25,16 @@ names                   owner (its registry)                                 con
 
 from __future__ import annotations
 
-#: Key 1's backends. ``identity`` is plain FL's code (an arm with coding ``plain`` takes it), so a
-#: configuration chooses among the others (:func:`immersion_backends`).
-CODING_BACKENDS: tuple[str, ...] = ("identity", "dense", "fast", "block")
+#: Key 1's backends: name → where its class lives (``module:Class``), so that a party's process can import a
+#: backend by name, also one registered by the user (:func:`sifl_ray.coding.keys.register_server_key` adds
+#: it here). ``identity`` is plain FL's code (an arm with coding ``plain`` takes it), so a configuration
+#: chooses among the others (:func:`immersion_backends`).
+CODING_BACKENDS: dict[str, str] = {
+    "identity": "sifl_ray.coding.identity:IdentityKey",
+    "dense": "sifl_ray.coding.dense:DenseServerKey",
+    "fast": "sifl_ray.coding.fast:FastServerKey",
+    "block": "sifl_ray.coding.block:BlockServerKey",
+}
 LEFT_INVERSES: tuple[str, ...] = ("pinv", "oblique")
 NOISE_DISTRIBUTIONS: tuple[str, ...] = ("gaussian", "laplace")
 PRECISION_POLICIES: tuple[str, ...] = ("refuse", "warn")

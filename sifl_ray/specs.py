@@ -37,10 +37,15 @@ class CodingSpec:
     sigma1: float
     sigma2: float
     key_seed: int | None = None
+    #: where the backend's class lives (``module:Class``): a party's process imports it from there, so a
+    #: backend the user registered in the driver is found in every actor
+    backend_path: str | None = None
 
     @classmethod
     def from_config(cls, cfg: Any) -> CodingSpec:
         """From the validated configuration (its ``coding`` section)."""
+        from sifl_ray.registry_names import CODING_BACKENDS
+
         c = cfg.coding
         return cls(
             backend=str(c.backend),
@@ -57,6 +62,7 @@ class CodingSpec:
             sigma1=float(c.noise.sigma1),
             sigma2=float(c.noise.sigma2),
             key_seed=None if c.key_seed is None else int(c.key_seed),
+            backend_path=CODING_BACKENDS.get(str(c.backend)),
         )
 
 

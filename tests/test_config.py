@@ -177,7 +177,7 @@ def test_each_registry_is_keyed_by_the_names_validation_reads():
     from sifl_ray.optim.trainer import OPTIMIZERS
     from sifl_ray.privacy import nbafl
 
-    assert tuple(keys.SERVER_KEYS) == registry_names.CODING_BACKENDS == keys.BACKENDS
+    assert tuple(keys.SERVER_KEYS) == tuple(registry_names.CODING_BACKENDS) == keys.BACKENDS
     assert all(cls.backend == name for name, cls in keys.SERVER_KEYS.items())
     assert _common.LEFT_INVERSES == registry_names.LEFT_INVERSES
     assert typing.get_args(base.NoiseDistribution) == registry_names.NOISE_DISTRIBUTIONS

@@ -28,6 +28,8 @@ from sifl_ray.coding.keys import (
     aggregator_key_from_state_dict,
     make_aggregator_key,
     make_server_key,
+    register_server_key,
+    server_key_class,
     server_key_from_state_dict,
     transform_depth,
 )
@@ -73,7 +75,9 @@ __all__ = [
     "measure_round_trip_error",
     "precision_tradeoff",
     "predict_decode_error",
+    "register_server_key",
     "release_workspace",
+    "server_key_class",
     "server_key_from_state_dict",
     "transform_depth",
 ]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import abc
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 import torch
@@ -139,6 +139,9 @@ class ServerKey(ClientServerKey):
     ``P1L N1 = 0``."""
 
     backend: str
+    #: The coding options ``create`` takes beyond the common ones (``coding.block_size``, ...): what
+    #: :func:`~sifl_ray.coding.keys.make_server_key` passes it.
+    create_options: ClassVar[tuple[str, ...]] = ()
     left_inverse: str
 
     @abc.abstractmethod

@@ -114,6 +114,7 @@ class BlockServerKey(ServerKey):
     """Key 1, block backend (weak by design; see the module docstring)."""
 
     backend: ClassVar[str] = "block"
+    create_options: ClassVar[tuple[str, ...]] = ("block_size",)
 
     n: int
     n_tilde: int
@@ -267,7 +268,7 @@ class BlockServerKey(ServerKey):
 
     @classmethod
     def from_state_dict(cls, state: dict, *, device: str | torch.device = "cpu") -> BlockServerKey:
-        if state.get("backend") != "block":
+        if state.get("backend") != cls.backend:
             raise ValueError(f"not a block-backend key state (backend={state.get('backend')!r})")
         kappa = state["kappa"] if state["left_inverse"] == "oblique" else None
         return cls.create(

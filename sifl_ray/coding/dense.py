@@ -248,7 +248,7 @@ class DenseServerKey(ServerKey):
 
     @classmethod
     def from_state_dict(cls, state: dict, *, device: str | torch.device = "cpu") -> DenseServerKey:
-        if state.get("backend") != "dense":
+        if state.get("backend") != cls.backend:
             raise ValueError(f"not a dense-backend key state (backend={state.get('backend')!r})")
         kappa = state["kappa"] if state["left_inverse"] == "oblique" else None
         return cls.create(

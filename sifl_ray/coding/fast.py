@@ -141,6 +141,7 @@ class FastServerKey(ServerKey):
     """
 
     backend: ClassVar[str] = "fast"
+    create_options: ClassVar[tuple[str, ...]] = ("rounds", "perm_block")
 
     n: int
     n_tilde: int
@@ -272,7 +273,7 @@ class FastServerKey(ServerKey):
 
     @classmethod
     def from_state_dict(cls, state: dict, *, device: str | torch.device = "cpu") -> FastServerKey:
-        if state.get("backend") != "fast":
+        if state.get("backend") != cls.backend:
             raise ValueError(f"not a fast-backend key state (backend={state.get('backend')!r})")
         kappa = state["kappa"] if state["left_inverse"] == "oblique" else None
         return cls.create(

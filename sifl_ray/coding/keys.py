@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import torch
 
 from sifl_ray.coding._common import Seed
@@ -13,22 +15,55 @@ from sifl_ray.coding.fast import FastServerKey
 from sifl_ray.coding.identity import IdentityKey
 from sifl_ray.registry_names import CODING_BACKENDS
 
-#: Every backend of key 1, by the name a configuration and a key's state use.
-SERVER_KEYS: dict[str, type[ServerKey]] = {
-    "identity": IdentityKey,
-    "dense": DenseServerKey,
-    "fast": FastServerKey,
-    "block": BlockServerKey,
-}
-BACKENDS = CODING_BACKENDS  # the same names, spelled once where validation reads them without torch
+#: Every backend of key 1 this process has loaded, by the name a configuration and a key's state use. The
+#: names (and where each class lives) are :data:`sifl_ray.registry_names.CODING_BACKENDS`.
+SERVER_KEYS: dict[str, type[ServerKey]] = {}
+BACKENDS = tuple(CODING_BACKENDS)  # the built-in ones (a registered backend is in CODING_BACKENDS)
 DEFAULT_LEFT_INVERSE = "oblique"
 
 
-def server_key_class(backend: str) -> type[ServerKey]:
-    """The key class of ``backend``; a ValueError naming the choices for an unknown one."""
-    if backend not in SERVER_KEYS:
-        raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
-    return SERVER_KEYS[backend]
+def register_server_key(cls: type[ServerKey]) -> type[ServerKey]:
+    """Make ``cls`` a backend of key 1 under ``cls.backend`` (usable as a class decorator).
+
+    The class needs ``create(*, n, n_tilde, alpha, beta, left_inverse, kappa, seed, epoch, device, ...)``
+    (its extra options named in ``cls.create_options``), ``state_dict`` / ``from_state_dict``, and passes the
+    conformance suite (``tests/coding/test_coding_conformance.py``). Its module must be importable where
+    the server runs (a Ray actor imports it by the path recorded here).
+
+    Raises:
+        ValueError: not a key class, a bad name, or a name another class has.
+    """
+    name = getattr(cls, "backend", None)
+    if not (isinstance(cls, type) and issubclass(cls, ServerKey)):
+        raise ValueError(f"a coding backend must subclass sifl_ray.coding.ServerKey, got {cls!r}")
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"{cls.__name__}.backend must be a name like 'fast', got {name!r}")
+    path = f"{cls.__module__}:{cls.__qualname__}"
+    if CODING_BACKENDS.get(name, path) != path:
+        raise ValueError(f"coding backend {name!r} is already {CODING_BACKENDS[name]}; pick another name")
+    SERVER_KEYS[name] = cls
+    CODING_BACKENDS[name] = path
+    return cls
+
+
+for _cls in (IdentityKey, DenseServerKey, FastServerKey, BlockServerKey):
+    register_server_key(_cls)
+
+
+def server_key_class(backend: str, path: str | None = None) -> type[ServerKey]:
+    """The key class of ``backend``, imported from where it lives (``path``, else the registry's) if this
+    process has not loaded it yet; a ValueError naming the choices for an unknown one."""
+    cls = SERVER_KEYS.get(backend)
+    where = path or CODING_BACKENDS.get(backend)
+    if cls is None and where:
+        module, _, qualname = where.partition(":")
+        found: object = importlib.import_module(module)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+        cls = register_server_key(found)  # type: ignore[arg-type]
+    if cls is None:
+        raise ValueError(f"backend must be one of {tuple(CODING_BACKENDS)}; got {backend!r}")
+    return cls
 
 
 def transform_depth(backend: str, *, n_tilde: int, rounds: int = 1, block_rows: int | None = None) -> float:
@@ -58,7 +93,8 @@ def make_server_key(
     rounds: int = 1,
     perm_block: int = 1,
 ) -> ServerKey:
-    """Key 1 (π1) of ``backend`` ∈ {identity, dense, fast, block}.
+    """Key 1 (π1) of ``backend``: identity, dense, fast, block, or one registered with
+    :func:`register_server_key`.
 
     Args:
         n, n_tilde: model size and encoded size (``n_tilde == n`` for identity, ``> n`` otherwise).
@@ -72,14 +108,15 @@ def make_server_key(
         epoch: key epoch; a new epoch derives an independent key from the same seed (re-keying).
         rounds, perm_block: fast backend only (see :class:`~sifl_ray.coding.fast.FastServerKey`).
     """
-    server_key_class(backend)  # an unknown name fails here, naming the choices
+    cls = server_key_class(backend)  # an unknown name fails here, naming the choices
     if backend == "identity":
         if n_tilde != n:
             raise ValueError(f"the identity code has ñ = n; got n={n}, n_tilde={n_tilde}")
         return IdentityKey(n, int(epoch)).to(device)
     if alpha is None or beta is None:
         raise ValueError(f"backend {backend!r} needs alpha and beta (the scales of P1 and N1)")
-    common = dict(
+    options = {"block_size": int(block_size), "rounds": rounds, "perm_block": perm_block}
+    return cls.create(
         n=n,
         n_tilde=n_tilde,
         alpha=alpha,
@@ -89,12 +126,8 @@ def make_server_key(
         seed=seed,
         epoch=epoch,
         device=device,
+        **{k: options[k] for k in cls.create_options},
     )
-    if backend == "dense":
-        return DenseServerKey.create(**common)
-    if backend == "block":
-        return BlockServerKey.create(block_size=int(block_size), **common)
-    return FastServerKey.create(rounds=rounds, perm_block=perm_block, **common)
 
 
 def make_aggregator_key(
@@ -112,9 +145,12 @@ def make_aggregator_key(
 
 def server_key_from_state_dict(state: dict, *, device: str | torch.device = "cpu") -> ServerKey:
     """Rebuild a server key from its ``state_dict()`` (the owner's checkpoint)."""
-    cls = SERVER_KEYS.get(state.get("backend"))
-    if cls is None:
-        raise ValueError(f"unknown server key state backend {state.get('backend')!r}; expected {BACKENDS}")
+    try:
+        cls = server_key_class(str(state.get("backend")))
+    except ValueError:
+        raise ValueError(
+            f"unknown server key state backend {state.get('backend')!r}; expected {tuple(CODING_BACKENDS)}"
+        ) from None
     return cls.from_state_dict(state, device=device)
 
 
