@@ -135,9 +135,12 @@ def m2_design(cfg: DictConfig) -> Design:
 
 def m2_coding(cfg: DictConfig, *, noise2_scale: float) -> dict[str, Any]:
     """The platform ``coding`` values of the M2 run: key 1 of ``cfg.m2``'s design at ``cfg.key``'s scales,
-    key 2 of ``cfg.m2`` and its noise ``R2`` of scale ``noise2_scale``."""
+    key 2 of ``cfg.m2`` and its noise ``R2`` of scale ``noise2_scale``. Each scale is a run of its own, with
+    keys and noise draws of its own (the same draws scaled would make every scale's figure the same)."""
     m2 = cfg.m2
     coding = design_coding(cfg, m2_design(cfg))
+    if coding["key_seed"] is not None:
+        coding["key_seed"] = derive_seed(coding["key_seed"], "R2-scale", float(noise2_scale))
     coding.update(p=int(m2.p), gamma=float(m2.gamma), eta=float(m2.eta))
     coding["noise"]["sigma2"] = float(noise2_scale)
     return coding
