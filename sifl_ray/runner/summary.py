@@ -237,10 +237,12 @@ def end_of_run_messages(summary: dict[str, Any], precision: dict[str, dict[str, 
     for arm, a in summary["arms"].items():
         if a["clipped"]:
             uploads = int(sum(r["clients/accepted"] for r in summary["arms"][arm]["rounds"]))
+            # an arm whose client step clips without naming its C in the configuration says only that
+            bound = "C" if a.get("clip") is None else f"C = {a['clip']:g} ({a['clip_key']}; "
+            bound += "" if a.get("clip") is None else f"{uploads} uploads accepted)"
             messages.append(
-                f"{arm}: clipped {a['clipped']} client models to ‖w_i‖ ≤ C = {a['clip']:g} ({a['clip_key']}; "
-                f"{uploads} uploads accepted): the ε figures hold for clipped models only, and the "
-                "clipping shapes the accuracy"
+                f"{arm}: clipped {a['clipped']} client models to ‖w_i‖ ≤ {bound}: the ε figures hold for "
+                "clipped models only, and the clipping shapes the accuracy"
             )
     return messages
 
