@@ -50,6 +50,9 @@ class DataConfig:
 class ClientsConfig:
     num_clients: int = 10
     fraction: float = 1.0  # fraction of clients sampled each round (at least one)
+    # fixed: exactly ⌈fraction·N⌉ clients a round; poisson: each client with probability fraction (a round
+    # may have none; what DP-FedAvg's accountant assumes). The same clients in every arm either way.
+    sampling: str = "fixed"
 
 
 @dataclass
@@ -120,6 +123,17 @@ class NbaflConfig:
 
 
 @dataclass
+class DpFedAvgConfig:
+    """DP-FedAvg (SPEC "Baselines"; McMahan et al. 2018): client-level (ε, δ) over all rounds, from an
+    accountant (``sifl_ray.privacy.dp_fedavg``), with the noise multiplier calibrated to each target ε."""
+
+    epsilons: list[float] = field(default_factory=lambda: [5.0])  # one dp_fedavg arm per target ε
+    delta: float = 1e-5
+    clip: float = 1.0  # C: every client's update Δ_i = w_i − w^t is clipped to ‖Δ_i‖ ≤ C
+    accountant: str = "rdp"  # rdp | pld (dp_accounting)
+
+
+@dataclass
 class RayConfig:
     backend: str = "ray"  # ray | sequential (in-process, same roles)
     # unset/local: a private local Ray instance; auto: join the cluster `ray start` recorded on this
@@ -187,10 +201,17 @@ class ScenarioConfig:
     coding: CodingConfig = field(default_factory=CodingConfig)
     privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
     nbafl: NbaflConfig = field(default_factory=NbaflConfig)
+    dp_fedavg: DpFedAvgConfig = field(default_factory=DpFedAvgConfig)
     ray: RayConfig = field(default_factory=RayConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     faults: FaultsConfig = field(default_factory=FaultsConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+
+
+def _samplings() -> tuple[str, ...]:
+    from sifl_ray.data.sampling import SAMPLINGS  # deferred: importing config must stay cheap
+
+    return SAMPLINGS
 
 
 def _partition_schemes() -> tuple[str, ...]:
@@ -219,6 +240,12 @@ def _torch_optimizers() -> tuple[str, ...]:
 _CHOICES: dict[str, Choice] = {
     "data.name": Choice(_dataset_names),
     "data.partition": Choice(_partition_schemes),
+    "clients.sampling": Choice(_samplings),
+    "dp_fedavg.accountant": Choice(
+        lambda: registry_names.DP_ACCOUNTANTS,
+        meaning="rdp: Rényi DP (conservative); pld: privacy loss distributions (tighter, slower), both from "
+        "Google's dp_accounting",
+    ),
     "train.model": Choice(lambda: registry_names.MODEL_NAMES),
     "train.optimizer": Choice(
         lambda: registry_names.OPTIMIZER_NAMES, more=_torch_optimizers, more_label="a torch.optim class name"
@@ -278,6 +305,8 @@ _RANGES: dict[str, Range] = {
     "privacy.delta": _PROBABILITY,
     "nbafl.delta": _PROBABILITY,
     "nbafl.clip": _POSITIVE,
+    "dp_fedavg.delta": _PROBABILITY,
+    "dp_fedavg.clip": _POSITIVE,
     "ray.num_workers": _NONNEG,
     "ray.cpus_per_worker": _NONNEG,
     "ray.gpus_per_worker": _NONNEG,

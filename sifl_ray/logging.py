@@ -131,7 +131,8 @@ class RunLogger:
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
-    """The end-of-run table: arm, final accuracy, Δ vs fl, max deviation, ε (per element), wall time."""
+    """The end-of-run table: arm, final accuracy, Δ vs fl, max deviation, the ε figures (per element for
+    SIFL, whole vector for NbAFL and DP-FedAvg), wall time."""
     header = [
         "arm",
         "final acc",
@@ -139,6 +140,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
         "max dev",
         "ε local (per-element, worst round)",
         "ε global (worst round)",
+        "ε whole vector (scope: summary.json)",
         "wall s",
     ]
     lines = [header]
@@ -151,6 +153,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
                 "—" if r.get("max_deviation") is None else f"{r['max_deviation']:.2e}",
                 "—" if r.get("epsilon_local") is None else f"{r['epsilon_local']:.3g}",
                 "—" if r.get("epsilon_global") is None else f"{r['epsilon_global']:.3g}",
+                "—" if r.get("epsilon_whole") is None else f"{r['epsilon_whole']:.3g}",
                 f"{r['wall_s']:.1f}",
             ]
         )

@@ -20,6 +20,7 @@ names                   owner (its registry)                                 con
 ``OPTIMIZER_NAMES``     :data:`sifl_ray.optim.trainer.OPTIMIZERS`            ``train.optimizer``
 ``NBAFL_EXPOSURES``     :data:`sifl_ray.privacy.nbafl.EXPOSURES`             ``nbafl.exposures``
 ``NBAFL_CALIBRATIONS``  :data:`sifl_ray.privacy.nbafl.CALIBRATIONS`          ``nbafl.calibration``
+``DP_ACCOUNTANTS``      :data:`sifl_ray.privacy.dp_fedavg.ACCOUNTANTS`       ``dp_fedavg.accountant``
 ======================  ===================================================  ==============================
 """
 
@@ -43,6 +44,7 @@ MODEL_NAMES: tuple[str, ...] = ("mlp", "cnn", "cnn2", "digits_mlp")
 OPTIMIZER_NAMES: tuple[str, ...] = ("sgd", "momentum", "adam")
 NBAFL_EXPOSURES: tuple[str, ...] = ("multi_round", "per_round")
 NBAFL_CALIBRATIONS: tuple[str, ...] = ("classical", "analytic")
+DP_ACCOUNTANTS: tuple[str, ...] = ("rdp", "pld")
 
 
 def immersion_backends() -> tuple[str, ...]:

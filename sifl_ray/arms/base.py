@@ -53,10 +53,12 @@ class ClientStep(Protocol):
 
 class AggregatorStep(Protocol):
     """An aggregator shard's step on its average (rows ``bounds`` of the, possibly encoded, vector) before
-    code 2. Runs once per shard and round; it must act row by row or know its rows (``bounds``)."""
+    code 2. Runs once per shard and round; it must act row by row or know its rows (``bounds``). ``weight``
+    is the total weight the average divided by (the accepted clients' |D_i|, or their number under uniform
+    weights): every shard of a round has the same."""
 
     def __call__(
-        self, average: torch.Tensor, *, arm: str, t: int, shard: int, bounds: tuple[int, int]
+        self, average: torch.Tensor, *, arm: str, t: int, shard: int, bounds: tuple[int, int], weight: float
     ) -> torch.Tensor: ...
 
 
@@ -119,6 +121,8 @@ class Arm:
         summary: one line for ``sifl describe`` and the README.
         paired_with_fl: its global model should equal fl's up to round-off (the SIFL arms): the evaluator
             reports ``max_deviation`` from fl's model each round, and the run checks it against the bounds.
+        uniform_weights: average the uploads with equal weights instead of FedAvg's |D_i| (a DP mean: the
+            weights then reveal nothing and one client moves the sum by at most its clip).
     """
 
     kind: ClassVar[str] = ""
@@ -126,6 +130,8 @@ class Arm:
     clip_key: ClassVar[str | None] = None
     summary: ClassVar[str] = ""
     paired_with_fl: ClassVar[bool] = False
+    uniform_weights: ClassVar[bool] = False
+    clips: ClassVar[str] = "models to ‖w_i‖"  # what its clip bounds, as the end-of-run message says it
 
     def instances(self, cfg: Mapping) -> list[str]:
         """The arms this kind runs as in ``cfg`` (one, its kind, unless it sweeps a parameter)."""

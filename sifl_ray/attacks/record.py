@@ -378,6 +378,7 @@ class TaskParties:
         :class:`ModelTap`), and return the driver's :class:`~sifl_ray.round.ArmState` with the first
         broadcast (which encodes ``w0``). No key files, no precision refusal: the attacks run at scales the
         platform would refuse."""
+        from sifl_ray.arms import arm_of
         from sifl_ray.round import ArmState
         from sifl_ray.runner.state import arm_shape
 
@@ -400,7 +401,13 @@ class TaskParties:
             backend.call(parties.server, "set_step", arm, steps.server)
         agg_view = backend.call(parties.aggregators[0], "client_view", arm)
         form = str(platform.coding.client_form)
-        setup = {"mode": mode, "client_form": form, "key_epoch": epoch, "step": steps.client}
+        setup = {
+            "mode": mode,
+            "client_form": form,
+            "key_epoch": epoch,
+            "step": steps.client,
+            "uniform_weights": arm_of(platform, arm).uniform_weights,
+        }
         for worker in parties.workers:
             backend.call(worker, "set_arm", arm, setup, server_view, agg_view)
         backend.call(parties.evaluator, "set_arm", arm, mode, server_view, agg_view)

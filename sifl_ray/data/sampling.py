@@ -8,15 +8,23 @@ import numpy as np
 
 from sifl_ray.seeding import numpy_generator
 
-__all__ = ["client_batches", "sample_clients"]
+__all__ = ["SAMPLINGS", "client_batches", "sample_clients"]
+
+#: How a round's clients are drawn (``clients.sampling``): ``fixed``, exactly ⌈qN⌉ of them without
+#: replacement; ``poisson``, each independently with probability q (what DP-FedAvg's accountant assumes).
+SAMPLINGS = ("fixed", "poisson")
 
 
-def sample_clients(num_clients: int, fraction: float, round: int, seed: int) -> np.ndarray:
-    """The clients taking part in ``round``: ``max(1, ⌈fraction·num_clients⌉)`` of them, sorted.
+def sample_clients(
+    num_clients: int, fraction: float, round: int, seed: int, sampling: str = "fixed"
+) -> np.ndarray:
+    """The clients taking part in ``round``, sorted.
 
-    Drawn without replacement from the stream ``(seed, "sample_clients", round)``, so the choice of a
-    round does not depend on earlier rounds (a resumed run picks the same clients). ``fraction = 1``
-    selects everyone, as in the paper.
+    ``sampling="fixed"``: ``max(1, ⌈fraction·num_clients⌉)`` of them, drawn without replacement from the
+    stream ``(seed, "sample_clients", round)``. ``"poisson"``: each client independently with probability
+    ``fraction`` from the stream ``(seed, "sample_clients", "poisson", round)``; a round may then have no
+    client at all (the model stays). Either way the choice of a round does not depend on earlier rounds (a
+    resumed run picks the same clients), and ``fraction = 1`` selects everyone, as in the paper.
     """
     if num_clients < 1:
         raise ValueError(f"num_clients must be at least 1; got {num_clients}")
@@ -24,6 +32,13 @@ def sample_clients(num_clients: int, fraction: float, round: int, seed: int) -> 
         raise ValueError(f"fraction must be in (0, 1]; got {fraction}")
     if round < 0:
         raise ValueError(f"round must be non-negative; got {round}")
+    if sampling == "poisson":
+        if fraction == 1.0:
+            return np.arange(num_clients, dtype=np.int64)
+        draws = numpy_generator(seed, "sample_clients", "poisson", round).random(num_clients)
+        return np.flatnonzero(draws < fraction).astype(np.int64)
+    if sampling != "fixed":
+        raise ValueError(f"sampling must be one of {', '.join(SAMPLINGS)}; got {sampling!r}")
     m = max(1, math.ceil(fraction * num_clients - 1e-9))  # the tolerance keeps 0.3·10 at 3, not 4
     chosen = numpy_generator(seed, "sample_clients", round).choice(num_clients, size=m, replace=False)
     return np.sort(chosen).astype(np.int64)

@@ -39,10 +39,11 @@ import torch
 from dp_accounting import pld, rdp
 
 from sifl_ray.privacy.clipping import clip_norm_
+from sifl_ray.registry_names import DP_ACCOUNTANTS
 
 Accountant = Literal["rdp", "pld"]
 Sampling = Literal["poisson", "fixed_size"]
-ACCOUNTANTS: tuple[Accountant, ...] = ("rdp", "pld")
+ACCOUNTANTS: tuple[Accountant, ...] = DP_ACCOUNTANTS  # type: ignore[assignment]
 SAMPLINGS: tuple[Sampling, ...] = ("poisson", "fixed_size")
 PLD_DISCRETIZATION = 1e-4  # the library's default value_discretization_interval
 

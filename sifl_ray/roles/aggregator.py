@@ -172,7 +172,7 @@ class Aggregator:
             acc.add_(p.weighted_sum)
         acc.div_(total)
         if step is not None:
-            acc = step(acc, arm=arm, t=t, shard=self.shard, bounds=self.bounds)
+            acc = step(acc, arm=arm, t=t, shard=self.shard, bounds=self.bounds, weight=total)
         aggregate_s = time.perf_counter() - start
         encode_s = 0.0
         if self.mode == "m2":

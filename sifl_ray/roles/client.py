@@ -54,6 +54,9 @@ class ArmSetup:
     # The arm's step on each local model before upload (clip; clip and add the client's own noise; ...):
     # :class:`sifl_ray.arms.ClientStep`. None: upload the model as trained.
     step: ClientStep | None = None
+    # FedAvg weights: each client's |D_i| (False), or 1 for every client (True: a DP mean needs weights that
+    # do not depend on the client's data, so that one client moves the sum by at most its clip C)
+    uniform_weights: bool = False
 
 
 @dataclass(frozen=True)
@@ -160,7 +163,7 @@ class ClientWorkerRole:
         # A direct upload is consumed before the next client trains, so one buffer serves them all.
         local = torch.empty_like(w0) if direct else None
         for client in sorted(clients):
-            size = float(len(self.partitions[client]))
+            size = 1.0 if setup.uniform_weights else float(len(self.partitions[client]))
             t0 = time.perf_counter()
             step = None if setup.step is None else partial(setup.step, start=w0, arm=arm, client=client, t=t)
             if w_tilde is not None and not shortcut:

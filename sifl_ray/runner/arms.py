@@ -104,7 +104,13 @@ def setup_arm(
         server_view = backend.call(parties.server, "client_view", arm)
     agg_view = backend.call(parties.aggregators[0], "client_view", arm)
     out.setup.update(
-        {"mode": mode, "client_form": cfg.coding.client_form, "key_epoch": 0, "step": steps.client}
+        {
+            "mode": mode,
+            "client_form": cfg.coding.client_form,
+            "key_epoch": 0,
+            "step": steps.client,
+            "uniform_weights": protocol.uniform_weights,
+        }
     )
     views = (server_view, agg_view)
     done = pool.hand_arm(arm, mode=mode, setup=out.setup, views=views, paired=protocol.paired_with_fl)

@@ -97,7 +97,7 @@ class Recorder:
             driver.accountant.record(arm=arm, round=t, releases=released)
             metrics.update({f"privacy/epsilon_{r.release}": r.epsilon for r in released})
         else:
-            metrics.update(epsilon_metrics(privacy))
+            metrics.update(epsilon_metrics(privacy, t))
         driver.wall[arm] += metrics["time/round"]
         self.logger.log_round(arm, t, metrics)
         driver.history[arm].append({"round": t, **metrics})

@@ -198,7 +198,8 @@ class Simulation:
     # ---------------------------------------------------------------- one round
     def assignment(self, t: int) -> list[list[int]]:
         """The clients of each worker in round ``t`` (the same in every arm)."""
-        sampled = sample_clients(self.cfg.clients.num_clients, self.cfg.clients.fraction, t, self.cfg.seed)
+        clients = self.cfg.clients
+        sampled = sample_clients(clients.num_clients, clients.fraction, t, self.cfg.seed, clients.sampling)
         out: list[list[int]] = [[] for _ in range(self.num_workers)]
         for c in sampled:
             out[self.owner[int(c)]].append(int(c))

@@ -63,14 +63,19 @@ def flat_hparams(cfg: DictConfig) -> dict[str, Any]:
     return flat
 
 
-def epsilon_metrics(info: dict[str, Any] | None) -> dict[str, float]:
-    """The per-round ε metrics of an arm without an accountant record (its privacy description's)."""
+def epsilon_metrics(info: dict[str, Any] | None, t: int | None = None) -> dict[str, float]:
+    """The round-``t`` ε metrics of an arm without an accountant record (its privacy description's): its
+    fixed figures, and ``privacy/epsilon_cumulative`` where the report has the ε after each round
+    (``epsilon_per_round``: an accountant's composition over rounds 0..t)."""
     if not info:
         return {}
     out = {}
     for key in ("epsilon_local", "epsilon_broadcast", "epsilon_global"):
         if info.get(key) is not None:
             out[f"privacy/{key}"] = float(info[key])
+    per_round = info.get("epsilon_per_round")
+    if per_round and t is not None and 0 <= t < len(per_round):
+        out["privacy/epsilon_cumulative"] = float(per_round[t])
     return out
 
 
@@ -180,6 +185,7 @@ def summarise(
             "clipped": int(sum(r.get("clients/clipped", 0) for r in rows)),
             "clip": arm_of(cfg, arm).clip(cfg),
             "clip_key": arm_of(cfg, arm).clip_key,
+            "clips": arm_of(cfg, arm).clips,
         }
     estimate = max((p["deviation_estimate"] for p in precision.values()), default=None)
     round_bound = max(
@@ -241,8 +247,8 @@ def end_of_run_messages(summary: dict[str, Any], precision: dict[str, dict[str, 
             bound = "C" if a.get("clip") is None else f"C = {a['clip']:g} ({a['clip_key']}; "
             bound += "" if a.get("clip") is None else f"{uploads} uploads accepted)"
             messages.append(
-                f"{arm}: clipped {a['clipped']} client models to ‖w_i‖ ≤ {bound}: the ε figures hold for "
-                "clipped models only, and the clipping shapes the accuracy"
+                f"{arm}: clipped {a['clipped']} client {a.get('clips', 'models to ‖w_i‖')} ≤ {bound}: the ε "
+                "figures hold for clipped uploads only, and the clipping shapes the accuracy"
             )
     return messages
 
@@ -269,7 +275,9 @@ def result_line(summary: dict[str, Any]) -> str:
 
 
 def summary_table(summary: dict[str, Any]) -> str:
-    """The end-of-run table; a SIFL arm's ε is its largest per-round figure (M2: round 0's, an M1 round)."""
+    """The end-of-run table; a SIFL arm's ε is its largest per-round figure per element (M2: round 0's, an M1
+    round); a mechanism whose ε covers the whole vector (NbAFL, DP-FedAvg) has its own column, so the two
+    kinds are never read as one (summary.json says each one's scope)."""
     recorded = (summary.get("accountant") or {}).get("arms", {})
 
     def largest(arm: str, releases: tuple[str, ...], otherwise: float | None) -> float | None:
@@ -286,8 +294,10 @@ def summary_table(summary: dict[str, Any]) -> str:
                 "final_accuracy": a["final_accuracy"],
                 "delta_vs_fl_pp": a["delta_vs_fl_pp"],
                 "max_deviation": a["max_deviation"],
-                "epsilon_local": largest(arm, ("local",), priv.get("epsilon")),
+                "epsilon_local": largest(arm, ("local",), None),
                 "epsilon_global": largest(arm, ("broadcast", "global"), None),
+                # a mechanism that states one ε for the whole vector (NbAFL, DP-FedAvg), not per element
+                "epsilon_whole": None if arm in recorded else priv.get("epsilon"),
                 "wall_s": a["wall_s"],
             }
         )

@@ -92,3 +92,21 @@ def test_client_batches_errors(kwargs: dict, message: str) -> None:
         client_batches(np.arange(10), **args)
     with pytest.raises(ValueError, match="client 0 has no samples"):
         client_batches(np.array([], dtype=np.int64), batch_size=4, epochs=1, seed=0, client_id=0, round=0)
+
+
+def test_poisson_sampling_takes_each_client_with_probability_q() -> None:
+    """Each client joins independently: round sizes vary around qN (binomial), each client's count over
+    rounds is Binomial(T, q); fraction 1 takes everyone; a round may be empty."""
+    q, n, rounds = 0.2, 30, 2000
+    draws = [sample_clients(n, q, t, 11, "poisson") for t in range(rounds)]
+    sizes = np.array([len(d) for d in draws])
+    # mean of T binomial(n, q) sizes: std of the mean is sqrt(n q (1-q) / T); allow 6 of them
+    assert abs(sizes.mean() - q * n) <= 6 * math.sqrt(n * q * (1 - q) / rounds)
+    assert sizes.min() < q * n < sizes.max()  # not a fixed size
+    counts = np.bincount(np.concatenate(draws), minlength=n)
+    assert np.all(np.abs(counts - q * rounds) <= 6 * math.sqrt(rounds * q * (1 - q)))
+    np.testing.assert_array_equal(draws[5], sample_clients(n, q, 5, 11, "poisson"))
+    np.testing.assert_array_equal(sample_clients(n, 1.0, 3, 11, "poisson"), np.arange(n))
+    assert any(len(sample_clients(3, 0.05, t, 0, "poisson")) == 0 for t in range(200))
+    with pytest.raises(ValueError, match="sampling must be one of"):
+        sample_clients(n, q, 0, 0, "bernoulli")

@@ -1,0 +1,199 @@
+"""``dp_fedavg``: DP-FedAvg with central noise (McMahan et al., ICLR 2018; SPEC "Baselines").
+
+A round, as Algorithm 1 there has it: each client is sampled with probability q (``clients.sampling=poisson``,
+``clients.fraction=q``), clips its update ``Δ_i = w_i − w^t`` to ``‖Δ_i‖ ≤ C`` and uploads it; the aggregator
+forms the fixed-denominator mean ``Σ_i Δ_i / (qN)`` (equal weights: the weights must not depend on a client's
+data) and adds ``N(0, (zC/(qN))²)`` per coordinate; the server adds the noisy mean to the global model. One
+client moves the sum by at most C, whoever else is sampled, so each round is the Poisson-subsampled Gaussian
+mechanism with noise multiplier z, and T rounds compose: the client-level (ε, δ) over the whole run comes from
+Google's ``dp_accounting`` (``dp_fedavg.accountant``: RDP or PLD; :mod:`sifl_ray.privacy.dp_fedavg`), and z is
+calibrated so that it meets each target ε of ``dp_fedavg.epsilons`` after ``train.rounds`` rounds (one arm per
+target: ``dp_fedavg_eps5``, ...).
+
+Trust: the noise is central, so the aggregator and the server see the clipped updates in the clear; the
+guarantee is about what the released models reveal (to the clients, to anyone downstream), not about what the
+aggregator sees. Hiding the updates from it as well is secure aggregation's job (SPEC "Baselines").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from sifl_ray.arms.base import Arm, ArmContext, PartySteps, Release
+from sifl_ray.arms.nbafl import eps_label
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass(frozen=True)
+class ClipUpdate:
+    """Client step: upload the update ``clip_C(w_i − w^t)`` instead of the model."""
+
+    clip: float
+
+    def __call__(
+        self, w: torch.Tensor, *, start: torch.Tensor, arm: str, client: int, t: int
+    ) -> tuple[torch.Tensor, bool]:
+        from sifl_ray.privacy.dp_fedavg import clip_update_
+
+        update = w.to(start.dtype) - start
+        return update, clip_update_(update, self.clip)
+
+
+@dataclass
+class CentralNoise:
+    """Aggregator step: the fixed-denominator mean of the clipped updates plus ``N(0, (zC/m)²)``, m = qN.
+
+    The shard receives the mean over the accepted clients, ``Σ Δ_i / k`` (k = ``weight``, their number under
+    equal weights), and rescales it to ``Σ Δ_i / m``. The noise comes from the aggregator's own secret stream:
+    its seed is made in the aggregator's process on first use (secure random, or from ``coding.key_seed`` for
+    a reproducible simulation) and never leaves it; pickling keeps only ``key_seed``.
+    """
+
+    noise_multiplier: float
+    clip: float
+    expected_clients: float
+    key_seed: int | None = None
+    _seeds: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def __call__(
+        self, average: torch.Tensor, *, arm: str, t: int, shard: int, bounds: tuple[int, int], weight: float
+    ) -> torch.Tensor:
+        import torch
+
+        from sifl_ray.keys import party_seed
+        from sifl_ray.privacy.dp_fedavg import central_noise_std
+        from sifl_ray.seeding import secret_torch_generator
+
+        seed = self._seeds.get(arm)
+        if seed is None:
+            seed = self._seeds[arm] = party_seed(self.key_seed, arm, "aggregator-dp-noise")
+        std = central_noise_std(
+            noise_multiplier=self.noise_multiplier, clip=self.clip, expected_clients=self.expected_clients
+        )
+        gen = secret_torch_generator(seed, "noise", "dp_fedavg", t, shard)
+        noise = torch.randn(average.shape, generator=gen, dtype=average.dtype)
+        return average * (weight / self.expected_clients) + std * noise.to(average.device)
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_seeds"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._seeds = {}
+
+
+@dataclass(frozen=True)
+class AddUpdate:
+    """Server step: the new global model is the previous one plus the noisy mean update."""
+
+    def __call__(self, previous: torch.Tensor, average: torch.Tensor, *, arm: str, t: int) -> torch.Tensor:
+        return previous + average
+
+
+class DpFedAvg(Arm):
+    kind: ClassVar[str] = "dp_fedavg"
+    coding: ClassVar[str] = "plain"
+    clip_key: ClassVar[str | None] = "dp_fedavg.clip"
+    uniform_weights: ClassVar[bool] = True
+    clips: ClassVar[str] = "updates to ‖w_i − w^t‖"
+    summary: ClassVar[str] = (
+        "DP-FedAvg: clipped updates, central Gaussian noise, (ε, δ) over all rounds from dp_accounting"
+    )
+
+    def instances(self, cfg: Mapping) -> list[str]:
+        return [f"dp_fedavg_eps{eps_label(e)}" for e in _epsilons(cfg)]
+
+    def problems(self, cfg: Mapping) -> list[str]:
+        out = [
+            f"dp_fedavg.epsilons: expected every ε > 0, got {eps}; for example dp_fedavg.epsilons=[1,5,10]"
+            for eps in _epsilons(cfg)
+            if not eps > 0
+        ]
+        clients = cfg.get("clients") or {}
+        if clients.get("sampling", "fixed") != "poisson" and clients.get("fraction", 1.0) < 1:
+            out.append(
+                "clients.sampling: dp_fedavg's accountant assumes each client is sampled independently with "
+                f"probability clients.fraction, got sampling={clients.get('sampling', 'fixed')!r}; set "
+                "clients.sampling=poisson (or clients.fraction=1)"
+            )
+        return out
+
+    def epsilon(self, cfg: Mapping, arm: str) -> float:
+        """The target ε of instance ``arm`` (``dp_fedavg_eps5`` → 5.0)."""
+        for eps in _epsilons(cfg):
+            if f"dp_fedavg_eps{eps_label(eps)}" == arm:
+                return float(eps)
+        raise KeyError(arm)
+
+    def accounting(self, ctx: ArmContext) -> dict[str, Any]:
+        """The noise multiplier calibrated for this instance's ε, and what the accountant then says."""
+        cfg, dp = ctx.cfg, ctx.cfg.dp_fedavg
+        return dict(
+            _calibrated(
+                self.epsilon(cfg, ctx.arm),
+                float(dp.delta),
+                float(cfg.clients.fraction),
+                int(cfg.train.rounds),
+                str(dp.accountant),
+            )
+        )
+
+    def steps(self, ctx: ArmContext) -> PartySteps:
+        cfg, clip = ctx.cfg, float(ctx.cfg.dp_fedavg.clip)
+        noise = CentralNoise(
+            noise_multiplier=self.accounting(ctx)["noise_multiplier"],
+            clip=clip,
+            expected_clients=float(cfg.clients.fraction) * int(cfg.clients.num_clients),
+            key_seed=cfg.coding.key_seed,
+        )
+        return PartySteps(client=ClipUpdate(clip), aggregator=noise, server=AddUpdate())
+
+    def releases(self) -> tuple[Release, ...]:
+        return (
+            Release("client", "aggregator", "upload", "clip_C(w_i - w^t), in the clear (central DP)"),
+            Release("aggregator", "server", "aggregate", "sum_i clip_C(Delta_i)/(qN) + N(0, (zC/(qN))^2 I)"),
+            Release("server", "clients", "broadcast", "w^t + the noisy mean update"),
+        )
+
+    def privacy(self, ctx: ArmContext) -> dict[str, Any] | None:
+        cfg, dp = ctx.cfg, ctx.cfg.dp_fedavg
+        acc = self.accounting(ctx)
+        return {
+            "mechanism": "dp-fedavg-gaussian",
+            "epsilon": acc["epsilon_per_round"][-1],
+            "epsilon_target": self.epsilon(cfg, ctx.arm),
+            "delta": float(dp.delta),
+            "noise_multiplier": acc["noise_multiplier"],
+            "sample_rate": float(cfg.clients.fraction),
+            "clip": float(dp.clip),
+            "accountant": str(dp.accountant),
+            "sampling": "poisson",
+            "epsilon_per_round": list(acc["epsilon_per_round"]),
+            "guarantee": "client-level (ε, δ) of the released global models over all rounds "
+            "(add or remove one client's whole data set), Poisson-subsampled Gaussian, from dp_accounting",
+            "scope": "every global model released, all rounds together; the aggregator sees the updates",
+        }
+
+
+@lru_cache(maxsize=64)
+def _calibrated(
+    target: float, delta: float, sample_rate: float, rounds: int, accountant: str
+) -> tuple[tuple[str, Any], ...]:
+    """z for ``target`` after ``rounds`` rounds, and the cumulative ε after each round (cached: the arm's
+    steps and its report both need them)."""
+    from sifl_ray.privacy.dp_fedavg import calibrate, epsilon_per_round
+
+    kw = {"delta": delta, "sample_rate": sample_rate, "accountant": accountant, "sampling": "poisson"}
+    z = calibrate(target_epsilon=target, steps=rounds, **kw)
+    history = epsilon_per_round(noise_multiplier=z, rounds=rounds, **kw)
+    return (("noise_multiplier", z), ("epsilon_per_round", tuple(history)))
+
+
+def _epsilons(cfg: Mapping) -> list[float]:
+    section = cfg.get("dp_fedavg") or {}
+    return list(section.get("epsilons", [5.0]))
