@@ -182,3 +182,46 @@ def audit_upload_release(
         confidence=confidence,
     )
     return whole, single
+
+
+def audit_aggregator_step(
+    step,
+    *,
+    clip: float,
+    clients: int,
+    shift: float,
+    trials: int,
+    delta: float,
+    confidence: float = 0.95,
+    arm: str = "audit",
+) -> AuditTest:
+    """Audit one round of a central-noise aggregator step (DP-FedAvg's :class:`~sifl_ray.arms.dp_fedavg.
+    CentralNoise`, the arm's own object) on neighbouring populations: ``clients`` clients whose clipped
+    updates sum to 0 (nothing else moves the output: the test's best case), and the same plus one client
+    whose update is ``C·e_0``.
+
+    Each trial is a round of its own (the step's noise stream is keyed by the round). The test thresholds
+    coordinate 0 of the released mean at ``shift / 2``, ``shift`` being what the added client moves the
+    mean by without noise (C/m for DP-FedAvg's fixed denominator m), fixed before the trials; the other
+    coordinates carry independent noise and no signal. For a mechanism that is (ε, δ)-DP per round the
+    returned lower bound stays below ε with probability at least ``confidence``: one above the accountant's
+    ε refutes the accountant (or the step).
+    """
+    if clients < 1:
+        raise ValueError(f"clients must be ≥ 1, got {clients}")
+    stats: dict[int, list[bool]] = {0: [], 1: []}
+    for t in range(trials):
+        for hyp in (0, 1):
+            k = clients + hyp
+            average = torch.tensor(
+                [clip * hyp / k], dtype=CODING_DTYPE
+            )  # mean of k updates summing to C·e_0 or 0
+            out = step(average, arm=arm, t=2 * t + hyp, shard=0, bounds=(0, 1), weight=float(k))
+            stats[hyp].append(float(out[0]) > 0.5 * shift)
+    return _test(
+        "one round of the aggregator's central noise: coordinate 0 of the released mean, midpoint threshold",
+        np.array(stats[0]),
+        np.array(stats[1]),
+        delta=delta,
+        confidence=confidence,
+    )

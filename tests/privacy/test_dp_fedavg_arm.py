@@ -112,3 +112,28 @@ def test_dp_fedavg_run_reports_the_accountants_epsilon_round_by_round(tmp_path):
     assert [v for _, v in logged] == pytest.approx(history, rel=1e-6)  # TensorBoard stores float32
     # the noise is there: the model is not FedAvg's
     assert float((models["dp_fedavg_eps5"] - models["fl"]).abs().max()) > 1e-3
+
+
+def test_the_audit_of_the_arms_own_noise_stays_below_the_accountants_epsilon():
+    """An empirical check of the accountant: one round of the arm's aggregator step (as the arm builds it,
+    z calibrated for ε = 5 over 3 rounds) on neighbouring populations; the Clopper–Pearson lower bound on ε
+    must not exceed the accountant's ε for that round. The same audit refutes a step whose noise is 10×
+    weaker than its claim: it has the power to catch a wrong accountant."""
+    from sifl_ray.arms import ArmContext, get_arm
+    from sifl_ray.attacks.audit import audit_aggregator_step
+
+    cfg = load_config(["arms=[dp_fedavg]", "dp_fedavg.epsilons=[5]", "train.rounds=3", "coding.key_seed=4"])
+    arm = get_arm("dp_fedavg")
+    ctx = ArmContext(cfg=cfg, arm="dp_fedavg_eps5", n=10, local_size=100, total_size=1000)
+    step = arm.steps(ctx).aggregator
+    priv = arm.privacy(ctx)
+    m, clip, delta = step.expected_clients, float(cfg.dp_fedavg.clip), float(cfg.dp_fedavg.delta)
+    one_round = epsilon(noise_multiplier=step.noise_multiplier, sample_rate=1.0, steps=1, delta=delta)
+    assert one_round == pytest.approx(priv["epsilon_per_round"][0], rel=1e-9)
+    kw = {"clip": clip, "clients": int(m) - 1, "shift": clip / m, "trials": 5000, "delta": delta}
+    audited = audit_aggregator_step(step, **kw)
+    assert 0 < audited.epsilon_lower_bound <= one_round
+    weak = CentralNoise(
+        noise_multiplier=step.noise_multiplier / 10, clip=clip, expected_clients=m, key_seed=4
+    )
+    assert audit_aggregator_step(weak, **kw).epsilon_lower_bound > one_round
