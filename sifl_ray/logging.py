@@ -130,6 +130,60 @@ class RunLogger:
         return path
 
 
+def plot_accuracy_vs_epsilon(
+    run_dir: Path, summary: dict[str, Any], epsilons: dict[str, dict[str, float | None]], title: str
+) -> Path | None:
+    """``accuracy_vs_epsilon.png``: final accuracy against ε (log axis), one marker per arm, one line per
+    kind swept over ε (NbAFL, DP-FedAvg: ε of the whole vector over the run); SIFL arms at their per-element
+    ε (worst round), drawn hollow because that ε is a different, per-element figure; arms without ε (fl) as
+    a horizontal line (ε = ∞). ``None`` when no arm has an ε."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    arms = summary["arms"]
+    points: dict[str, list[tuple[float, float, str]]] = {}
+    for arm, e in epsilons.items():
+        eps = e["whole"] if e["whole"] is not None else e["per_element"]
+        if eps is not None and eps > 0:
+            points.setdefault(arms[arm].get("kind", arm), []).append(
+                (float(eps), 100 * arms[arm]["final_accuracy"], "whole" if e["whole"] is not None else "elem")
+            )
+    if not points:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    markers = "osD^v<>p*h"
+    for i, (kind, pts) in enumerate(sorted(points.items())):
+        pts.sort()
+        hollow = all(p[2] == "elem" for p in pts)
+        label = f"{kind} (per-element ε, worst round)" if hollow else f"{kind} (ε of the whole run)"
+        ax.plot(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            "-" if len(pts) > 1 else "",
+            marker=markers[i % len(markers)],
+            markerfacecolor="none" if hollow else None,
+            label=label,
+        )
+    styles = ["--", ":", "-."]
+    no_eps = [a for a, e in epsilons.items() if all(v is None for v in e.values())]
+    for i, arm in enumerate(no_eps):
+        accuracy = 100 * arms[arm]["final_accuracy"]
+        ax.axhline(accuracy, linestyle=styles[i % 3], color="gray", label=f"{arm} (ε = ∞)")
+    ax.set_xscale("log")
+    ax.set_xlabel("ε (δ in summary.json; scope per arm: see the legend)")
+    ax.set_ylabel("final test accuracy (%)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    path = Path(run_dir) / "accuracy_vs_epsilon.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def format_table(rows: list[dict[str, Any]]) -> str:
     """The end-of-run table: arm, final accuracy, Δ vs fl, max deviation, the ε figures (per element for
     SIFL, whole vector for NbAFL and DP-FedAvg), wall time."""

@@ -137,3 +137,34 @@ def test_an_arm_from_a_plugin_module_runs_from_the_command_line(tmp_path):
     broken = sifl(*args, env={**env, "SIFL_PLUGINS": "no_such_plugin_module"})
     assert broken.returncode == 2 and "cannot import plug-in 'no_such_plugin_module'" in broken.stderr
     assert "Traceback" not in broken.stderr
+
+
+def test_dp_compare_small_prints_every_arms_accuracy_and_epsilon_and_plots_them(tmp_path):
+    """``sifl run scenario=dp_compare_small`` (rounds cut to 2 here): the table, one RESULT line with every
+    arm's final accuracy and its ε named for its scope, and a readable ``accuracy_vs_epsilon.png``."""
+    import matplotlib.image
+
+    run = sifl(
+        "run",
+        "scenario=dp_compare_small",
+        "train.rounds=2",
+        "ray.backend=sequential",
+        "output.progress=false",
+        f"output.dir={tmp_path}",
+    )
+    assert run.returncode == 0, run.stderr
+    assert "ε whole vector" in run.stdout
+    line = run.stdout.strip().splitlines()[-1]
+    assert line.startswith("RESULT dp_compare_small ")
+    fields = dict(f.split("=", 1) for f in line.split()[2:])
+    arms = ["fl", "sifl_m2"] + [f"{k}_eps{e}" for k in ("nbafl", "dp_fedavg") for e in (1, 5, 10, 20)]
+    for arm in arms:
+        assert 0 <= float(fields[arm]) <= 1, arm
+    for arm in arms[2:]:  # whole-vector ε: the configured target (DP-FedAvg: what the accountant reached)
+        target = float(arm.rsplit("eps", 1)[1])
+        assert 0 < float(fields[f"eps_{arm}"]) <= target * (1 + 1e-3), arm
+    assert float(fields["eps_per_element_sifl_m2"]) > 0 and "eps_fl" not in fields
+    run_dir = Path(fields["run_dir"])
+    image = matplotlib.image.imread(run_dir / "accuracy_vs_epsilon.png")
+    assert image.ndim == 3 and image.shape[0] > 200 and image.shape[1] > 300
+    assert len({tuple(px) for px in image.reshape(-1, image.shape[2])[::97]}) > 10  # not a blank canvas

@@ -15,12 +15,13 @@ from omegaconf import DictConfig
 
 from sifl_ray.config import to_yaml
 from sifl_ray.faults import FaultJournal
-from sifl_ray.logging import RunLogger
+from sifl_ray.logging import RunLogger, plot_accuracy_vs_epsilon
 from sifl_ray.round import RoundResult
 from sifl_ray.runner.parties import say
 from sifl_ray.runner.state import DriverState
 from sifl_ray.runner.summary import (
     RunResult,
+    arm_epsilons,
     end_of_run_messages,
     epsilon_metrics,
     flat_hparams,
@@ -145,5 +146,7 @@ class Recorder:
                 self.logger.log_text(arm, "privacy/accountant", report, cfg.train.rounds - 1)
         if cfg.output.plot:
             self.logger.plot(driver.history, f"{cfg.scenario}: test accuracy")
+            title = f"{cfg.scenario}: accuracy against ε"
+            plot_accuracy_vs_epsilon(self.run_dir, summary, arm_epsilons(summary), title)
         self.logger.close()
         return RunResult(self.run_dir, summary, history=driver.history, result_line=result_line(summary))

@@ -184,6 +184,7 @@ def summarise(
             "clients_rejected": int(sum(r.get("clients/rejected", 0) for r in rows)),
             "clipped": int(sum(r.get("clients/clipped", 0) for r in rows)),
             "clip": arm_of(cfg, arm).clip(cfg),
+            "kind": arm_of(cfg, arm).kind,
             "clip_key": arm_of(cfg, arm).clip_key,
             "clips": arm_of(cfg, arm).clips,
         }
@@ -254,8 +255,9 @@ def end_of_run_messages(summary: dict[str, Any], precision: dict[str, dict[str, 
 
 
 def result_line(summary: dict[str, Any]) -> str:
-    """The one-line result: ``RESULT <scenario> <arm>=<acc> ... max_dev_<arm>=<x> ... dev_estimate=<e>
-    round_bound=<b> run_dir=<p>``.
+    """The one-line result: ``RESULT <scenario> <arm>=<acc> ... max_dev_<arm>=<x> ...
+    eps_per_element_<arm>=<ε> (SIFL) ... eps_<arm>=<ε> (NbAFL, DP-FedAvg) ... dev_estimate=<e> round_bound=<b>
+    run_dir=<p>``.
 
     ``dev_estimate`` is the additive estimate of the paired deviation (an estimate: training can amplify);
     ``round_bound`` the rigorous float64 bound on one round's coding error (the worst SIFL arm).
@@ -267,6 +269,12 @@ def result_line(summary: dict[str, Any]) -> str:
         for arm, a in summary["arms"].items()
         if a["max_deviation"] is not None
     ]
+    # each arm's ε, named for its scope: SIFL's per element and round, the others' for the whole vector
+    for arm, e in arm_epsilons(summary).items():
+        if e["per_element"] is not None:
+            parts.append(f"eps_per_element_{arm}={e['per_element']:.3g}")
+        if e["whole"] is not None:
+            parts.append(f"eps_{arm}={e['whole']:.3g}")
     for key in ("dev_estimate", "round_bound"):
         value = summary.get("deviation_estimate" if key == "dev_estimate" else key)
         parts.append(f"{key}={value:.3e}" if value is not None else f"{key}=none")
@@ -274,31 +282,44 @@ def result_line(summary: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
+def arm_epsilons(summary: dict[str, Any]) -> dict[str, dict[str, float | None]]:
+    """Each arm's ε figures, named for what they are: ``per_element`` (SIFL: the largest per-round local
+    figure the accountant recorded, M2's round 0 included), ``global`` (SIFL: broadcast or global release),
+    ``whole`` (a mechanism that states one ε for the whole vector: NbAFL, DP-FedAvg; its scope is in its
+    privacy report). ``None`` where an arm has no such figure."""
+    recorded = (summary.get("accountant") or {}).get("arms", {})
+
+    def largest(arm: str, releases: tuple[str, ...]) -> float | None:
+        rows = recorded.get(arm, {})
+        got = [float(rows[r]["largest_per_round_epsilon"]) for r in releases if r in rows]
+        return max(got) if got else None
+
+    return {
+        arm: {
+            "per_element": largest(arm, ("local",)),
+            "global": largest(arm, ("broadcast", "global")),
+            "whole": None if arm in recorded else (a["privacy"] or {}).get("epsilon"),
+        }
+        for arm, a in summary["arms"].items()
+    }
+
+
 def summary_table(summary: dict[str, Any]) -> str:
     """The end-of-run table; a SIFL arm's ε is its largest per-round figure per element (M2: round 0's, an M1
     round); a mechanism whose ε covers the whole vector (NbAFL, DP-FedAvg) has its own column, so the two
     kinds are never read as one (summary.json says each one's scope)."""
-    recorded = (summary.get("accountant") or {}).get("arms", {})
-
-    def largest(arm: str, releases: tuple[str, ...], otherwise: float | None) -> float | None:
-        rows = recorded.get(arm, {})
-        got = [float(rows[r]["largest_per_round_epsilon"]) for r in releases if r in rows]
-        return max(got) if got else otherwise
-
-    rows = []
-    for arm, a in summary["arms"].items():
-        priv = a["privacy"]
-        rows.append(
-            {
-                "arm": arm,
-                "final_accuracy": a["final_accuracy"],
-                "delta_vs_fl_pp": a["delta_vs_fl_pp"],
-                "max_deviation": a["max_deviation"],
-                "epsilon_local": largest(arm, ("local",), None),
-                "epsilon_global": largest(arm, ("broadcast", "global"), None),
-                # a mechanism that states one ε for the whole vector (NbAFL, DP-FedAvg), not per element
-                "epsilon_whole": None if arm in recorded else priv.get("epsilon"),
-                "wall_s": a["wall_s"],
-            }
-        )
+    eps = arm_epsilons(summary)
+    rows = [
+        {
+            "arm": arm,
+            "final_accuracy": a["final_accuracy"],
+            "delta_vs_fl_pp": a["delta_vs_fl_pp"],
+            "max_deviation": a["max_deviation"],
+            "epsilon_local": eps[arm]["per_element"],
+            "epsilon_global": eps[arm]["global"],
+            "epsilon_whole": eps[arm]["whole"],
+            "wall_s": a["wall_s"],
+        }
+        for arm, a in summary["arms"].items()
+    ]
     return format_table(rows)
