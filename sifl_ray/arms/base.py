@@ -132,6 +132,9 @@ class Arm:
     paired_with_fl: ClassVar[bool] = False
     uniform_weights: ClassVar[bool] = False
     clips: ClassVar[str] = "models to ‖w_i‖"  # what its clip bounds, as the end-of-run message says it
+    #: what a client's (plain) upload carries: its ``model`` w_i, or its ``update`` w_i − w^t (the attack
+    #: suite scores the aggregator's reading of an upload against the one or the other)
+    uploads: ClassVar[str] = "model"
 
     def instances(self, cfg: Mapping) -> list[str]:
         """The arms this kind runs as in ``cfg`` (one, its kind, unless it sweeps a parameter)."""

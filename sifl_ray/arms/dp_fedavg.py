@@ -101,6 +101,7 @@ class DpFedAvg(Arm):
     clip_key: ClassVar[str | None] = "dp_fedavg.clip"
     uniform_weights: ClassVar[bool] = True
     clips: ClassVar[str] = "updates to ‖w_i − w^t‖"
+    uploads: ClassVar[str] = "update"
     summary: ClassVar[str] = (
         "DP-FedAvg: clipped updates, central Gaussian noise, (ε, δ) over all rounds from dp_accounting"
     )

@@ -301,9 +301,9 @@ def summary_table(result: SuiteResult) -> str:
         lines += _design_table(result)
     for p in result.plain:
         lines.append(
-            f"{p.arm} (plain; {AGGREGATOR}): each upload read as the client's model, relative error max "
-            f"{_fmt(p.error)}, median {_fmt(p.median_error)} over {p.rounds} rounds "
-            f"(an upload is: {p.upload})"
+            f"{p.arm} (plain; {AGGREGATOR}): each upload read as what the client trained (its model, or its "
+            f"update), relative error max {_fmt(p.error)}, median {_fmt(p.median_error)} over {p.rounds} "
+            f"rounds (an upload is: {p.upload})"
         )
     for m in result.m2:
         corr = ", ".join(f"round {t}: {v:.6f}" for t, v in sorted(m.corr_per_round.items()))

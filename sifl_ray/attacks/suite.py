@@ -763,17 +763,20 @@ def _evaluate_plain(task: SmallTask, cfg: DictConfig, arm: str) -> tuple[PlainRe
         rounds=cfg.training.rounds,
         recorder=recorder,
     )
+    platform = platform_config(cfg, clients=task.clients, rounds=cfg.training.rounds)
+    protocol = get_arm(arm_instances(platform)[arm])
     per_round, every = {}, []
     for t in recorder.rounds():
         uploads, clients = recorder.upload_matrix(t)
         trained = truth.local_models[t][:, clients]
+        if protocol.uploads == "update":  # the upload is w_i − w^t: read it as the client's update
+            trained = trained - truth.broadcast_models[t][:, None]
         num = np.linalg.norm(uploads - trained, axis=0)
         den = np.linalg.norm(trained, axis=0)
         rel = np.where(den > 0, num / np.where(den > 0, den, 1.0), num)  # zero-safe: a zero model, abs.
         per_round[t] = float(rel.max())
         every.extend(rel.tolist())
-    platform = platform_config(cfg, clients=task.clients, rounds=cfg.training.rounds)
-    releases = get_arm(arm_instances(platform)[arm]).releases()
+    releases = protocol.releases()
     upload = next((r.content for r in releases if r.name == "upload"), "")
     result = PlainResult(
         arm=arm,
@@ -867,7 +870,7 @@ class SuiteResult:
 ATTACKED_AS = {
     "m1": "aggregator attacks (a)-(d) under every key design, DP audit (f) on the primary",
     "m2": "the M2 server's view (e)",
-    "plain": "the aggregator's direct view (each upload read as the client's model)",
+    "plain": "the aggregator's direct view (each upload read as the client's model, or its update)",
 }
 
 

@@ -260,7 +260,7 @@ def test_sifl_attack_takes_the_arms_to_attack(tmp_path, capsys):
     m = RESULT.match(lines[-1])
     assert m and m.group(1) == "none" and m.group(3) == "none"
     at = lines.index("arms attacked:")
-    view = "the aggregator's direct view (each upload read as the client's model)"
+    view = "the aggregator's direct view (each upload read as the client's model, or its update)"
     assert lines[at + 1 : at + 4] == [f"  {arm}: {view}" for arm in ("fl", "nbafl_eps1", "nbafl_eps5")]
     data = json.loads((tmp_path / "result.json").read_text())
     plain = {p["arm"]: p for p in data["plain"]}
@@ -268,6 +268,21 @@ def test_sifl_attack_takes_the_arms_to_attack(tmp_path, capsys):
     assert plain["fl"]["error"] == 0.0
     assert plain["nbafl_eps1"]["median_error"] > plain["nbafl_eps5"]["median_error"] > 0.1
     assert "## Plain arms: the aggregator's direct view" in (tmp_path / "report.md").read_text()
+
+
+def test_an_arm_that_uploads_updates_is_read_as_updates(tmp_path, capsys):
+    """dp_fedavg uploads clip_C(w_i − w^t) in the clear (central DP): read as the client's update, the upload
+    is exact up to the clipping, so with a clip no update reaches the error is float64 round-off alone
+    (a few ulps of an update of norm ~1: below 1e-12)."""
+    from sifl_ray.cli import main
+
+    small = ["model.features=11", "data.clients=4", "data.samples_per_client=40", "training.batch_size=8"]
+    clip = "arm_config.dp_fedavg.clip=1.0e6"
+    code = main(["attack", "arms=[dp_fedavg]", clip, *small, "training.rounds=3", f"out_dir={tmp_path}"])
+    assert code == 0
+    capsys.readouterr()
+    plain = json.loads((tmp_path / "result.json").read_text())["plain"]
+    assert [p["arm"] for p in plain] == ["dp_fedavg_eps5"] and plain[0]["error"] < 1e-12
 
 
 def test_unknown_arms_and_bad_arm_config_are_configuration_errors(capsys):
