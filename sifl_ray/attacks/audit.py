@@ -225,3 +225,29 @@ def audit_aggregator_step(
         delta=delta,
         confidence=confidence,
     )
+
+
+def audit_release(
+    release,
+    *,
+    x0: torch.Tensor,
+    x1: torch.Tensor,
+    trials: int,
+    delta: float,
+    confidence: float = 0.95,
+    name: str = "whole vector: project the release on x1 - x0, midpoint threshold",
+) -> AuditTest:
+    """Audit a randomised release ``release(x, trial)`` of neighbouring inputs ``x0`` and ``x1``: project
+    each release (minus ``x0``) on ``x1 − x0`` and decide "x1" past the midpoint (a threshold fixed before the
+    trials). Each trial must draw fresh randomness (the release's stream keyed by ``trial``). A deterministic
+    release is told apart every time: its lower bound is the largest the trials can show."""
+    diff = (x1 - x0).to(CODING_DTYPE)
+    scale = float(diff @ diff)
+    if scale <= 0:
+        raise ValueError("x0 and x1 must differ: neighbouring inputs")
+    stats: dict[int, list[bool]] = {0: [], 1: []}
+    for trial in range(trials):
+        for hyp, x in ((0, x0), (1, x1)):
+            out = release(x.clone(), 2 * trial + hyp).to(CODING_DTYPE)
+            stats[hyp].append(float((out - x0) @ diff) / scale > 0.5)
+    return _test(name, np.array(stats[0]), np.array(stats[1]), delta=delta, confidence=confidence)

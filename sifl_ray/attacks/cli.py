@@ -37,7 +37,7 @@ def attack_main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    from sifl_ray.attacks.report import result_line, summary_table, write_all
+    from sifl_ray.attacks.report import audit_result_line, result_line, summary_table, write_all
     from sifl_ray.attacks.suite import run_suite
 
     out_dir = (
@@ -50,6 +50,9 @@ def attack_main(argv: list[str] | None = None) -> int:
     paths = write_all(result, out_dir)
     print(summary_table(result))
     print(f"\nwritten: {paths['json']}, {paths['markdown']}, TensorBoard: {paths['tensorboard']}")
+    audit = audit_result_line(result)
+    if audit is not None:
+        print(audit)
     print(result_line(result))
     return 0
 

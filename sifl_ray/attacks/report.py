@@ -315,7 +315,38 @@ def summary_table(result: SuiteResult) -> str:
             f"{result.audit_single.epsilon_lower_bound:.3g}; per-element eps (paper) "
             f"{result.primary_result().epsilon_paper:.3g}"
         )
+    if result.audits:
+        lines += _audit_table(result)
     return "\n".join(lines)
+
+
+def _audit_table(result: SuiteResult) -> list[str]:
+    """(f) side by side: every arm's reported ε, the audit's lower bound on its release, and the verdict."""
+    head = f"{'arm':18s} {'reported eps':>12s} {'audit eps >=':>12s}  verdict; what was audited; its scope"
+    lines = ["DP audit of every arm (Clopper-Pearson lower bound; the auditor knows the keys):", head]
+    lines.append("-" * len(head))
+    for a in result.audits:
+        verdict = "REFUTED" if a.violated else "holds"
+        lines.append(
+            f"{a.arm:18s} {_fmt(a.reported_epsilon):>12s} {_fmt(a.test.epsilon_lower_bound):>12s}  "
+            f"{verdict}; {a.release}; {a.reported_scope}"
+        )
+    return lines
+
+
+def audit_result_line(result: SuiteResult) -> str | None:
+    """``RESULT audit <arm>_eps=<reported> <arm>_audit_lb=<measured> ...`` for every audited arm (``None``
+    when no arm was audited). A DP mechanism's lower bound must stay at or below its reported ε; SIFL's
+    per-element ε is not a bound on the whole upload, and the audit shows it."""
+    if not result.audits:
+        return None
+    parts = ["RESULT audit"]
+    for a in result.audits:
+        parts += [
+            f"{a.arm}_eps={a.reported_epsilon:.3g}",
+            f"{a.arm}_audit_lb={a.test.epsilon_lower_bound:.3g}",
+        ]
+    return " ".join(parts)
 
 
 def _design_table(result: SuiteResult) -> list[str]:

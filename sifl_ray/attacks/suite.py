@@ -9,8 +9,9 @@ depends on the arm's coding:
 * ``m1`` arms (``sifl_m1``): every key design of ``cfg.designs`` under attacks (a)–(d)
   (:func:`evaluate_design`), and the DP audit (f) on the primary design;
 * ``m2`` arms (``sifl_m2``): the M2 server's estimate of the global model (e) (:func:`evaluate_m2`);
-* ``plain`` arms (``fl``, ``nbafl``, an arm of your own): the aggregator's direct view, each upload read as
-  the client's model (:func:`evaluate_plain`).
+* ``plain`` arms (``fl``, ``nbafl``, ``dp_fedavg``, an arm of your own): the aggregator's direct view, each
+  upload read as what the client trained, its model or its update (:func:`evaluate_plain`);
+* every arm: the DP audit (f) of its own release beside the ε it reports (:func:`audit_arm`).
 
 Scoring "up to the unknown linear map". The subspace adversaries recover ``c = A w`` for an invertible map
 ``A = Uᵀ P1`` (U their basis of ``col(P1)``) that they never learn. The scorer, who holds the key, computes
@@ -820,6 +821,86 @@ def public_config(cfg: DictConfig) -> dict[str, Any]:
 
 
 @dataclass
+class ArmAudit:
+    """(f) for one arm: the ε it reports beside the audit's lower bound on the ε its release really has."""
+
+    arm: str
+    reported_epsilon: float  # inf: the arm claims no privacy
+    reported_scope: str
+    release: str  # what was audited
+    test: AuditTest
+
+    @property
+    def violated(self) -> bool:
+        """The audit refutes the claim (a bug for a DP mechanism; the expected outcome for a per-element ε
+        read as a guarantee about the whole release)."""
+        return self.test.epsilon_lower_bound > self.reported_epsilon
+
+
+def audit_arm(
+    task: SmallTask, cfg: DictConfig, arm: str, *, m1_whole: AuditTest | None, paper_eps: float | None
+) -> ArmAudit | None:
+    """(f) on ``arm``'s own release, built from the arm's steps, with neighbouring inputs as its guarantee
+    defines them; ``None`` where the suite has no audit for its release (M2's broadcast).
+
+    * central noise on the aggregate (DP-FedAvg's :class:`~sifl_ray.arms.dp_fedavg.CentralNoise`): one round
+      of the aggregator step on populations with and without one client whose update is C
+      (:func:`~sifl_ray.attacks.audit.audit_aggregator_step`); reported: the accountant's ε;
+    * any other plain arm: its client step on local models that differ by Remark 3's sensitivity 2C/m
+      (C its clip, m the smallest client), the whole upload projected on the difference; reported: the ε its
+      privacy report states (none: ε = ∞);
+    * M1 arms: the primary design's whole-upload audit with the keys (``m1_whole``, run by the suite);
+      reported: the paper's per-element ε (``paper_eps``).
+    """
+    from sifl_ray.arms import ArmContext, arm_of
+    from sifl_ray.arms.dp_fedavg import CentralNoise
+    from sifl_ray.attacks.audit import audit_aggregator_step, audit_release
+
+    platform = platform_config(cfg, clients=task.clients, rounds=cfg.training.rounds)
+    protocol = arm_of(platform, arm)
+    kw = {
+        "trials": int(cfg.audit.trials),
+        "delta": float(cfg.audit.delta),
+        "confidence": float(cfg.audit.confidence),
+    }
+    if protocol.coding == "m1":
+        if m1_whole is None or paper_eps is None:
+            return None
+        scope = "per element of one upload (the paper's Theorem 1), worst element"
+        return ArmAudit(arm, paper_eps, scope, "the whole upload, keys known", m1_whole)
+    if protocol.coding != "plain":
+        return None
+    sizes = task.sizes
+    ctx = ArmContext(
+        cfg=platform, arm=arm, n=task.n, local_size=int(sizes.min()), total_size=int(sizes.sum())
+    )
+    steps, report = protocol.steps(ctx), protocol.privacy(ctx) or {}
+    reported = float(report.get("epsilon", math.inf))
+    scope = str(report.get("scope", "no privacy claimed"))
+    if isinstance(steps.aggregator, CentralNoise):
+        step, clip = steps.aggregator, float(protocol.clip(platform) or 1.0)
+        m = step.expected_clients
+        clients = max(1, math.ceil(m) - 1)
+        test = audit_aggregator_step(step, clip=clip, clients=clients, shift=clip / m, arm=arm, **kw)
+        return ArmAudit(arm, reported, scope, "one round's noisy mean (aggregator step)", test)
+    clip = float(protocol.clip(platform) or cfg.audit.clip)
+    sensitivity = 2 * clip / int(sizes.min())  # Remark 3: one sample of the smallest client
+    gen = torch_generator(cfg.seed, "attack", "audit", arm)
+    direction = torch.randn(task.n, generator=gen, dtype=CODING_DTYPE)
+    x0 = torch.zeros(task.n, dtype=CODING_DTYPE)
+    x1 = direction * (sensitivity / torch.linalg.vector_norm(direction))
+    client = steps.client
+
+    def release(x: torch.Tensor, trial: int) -> torch.Tensor:
+        if client is None:
+            return x
+        return client(x, start=torch.zeros_like(x), arm=arm, client=0, t=trial)[0]
+
+    test = audit_release(release, x0=x0, x1=x1, **kw)
+    return ArmAudit(arm, reported, scope, "one client's upload (client step)", test)
+
+
+@dataclass
 class SuiteResult:
     config: dict[str, Any]
     designs: list[DesignResult]
@@ -832,6 +913,7 @@ class SuiteResult:
     seconds: float
     arms: dict[str, str] = field(default_factory=dict)  # arm instance → what was attacked
     plain: list[PlainResult] = field(default_factory=list)
+    audits: list[ArmAudit] = field(default_factory=list)  # (f) for every attacked arm that has one
 
     def primary_result(self) -> DesignResult | None:
         """The primary design's result (``None`` when no m1 arm was attacked)."""
@@ -954,6 +1036,21 @@ def _run_suite(cfg: DictConfig, *, transcript_dir: Path | None, log: Callable[[s
             delta=cfg.audit.delta,
             confidence=cfg.audit.confidence,
         )
+    primary = next((d for d in designs if d.design == cfg.primary), None)
+    audits = []
+    for arm in arms:
+        first_m1 = bool(m1_arms) and arm == m1_arms[0]  # the primary design's audit is the first m1 arm's
+        got = audit_arm(
+            task,
+            cfg,
+            arm,
+            m1_whole=whole if first_m1 else None,
+            paper_eps=primary.epsilon_paper if primary is not None and first_m1 else None,
+        )
+        if got is not None:
+            audits.append(got)
+            lb, reported = got.test.epsilon_lower_bound, got.reported_epsilon
+            log(f"{arm}, the DP audit: eps >= {lb:.3g} (reported {reported:.3g})")
     return SuiteResult(
         config=public_config(cfg),
         designs=designs,
@@ -964,6 +1061,7 @@ def _run_suite(cfg: DictConfig, *, transcript_dir: Path | None, log: Callable[[s
         audit_sensitivity=sensitivity,
         primary=cfg.primary,
         seconds=time.perf_counter() - tic,
+        audits=audits,
         arms={arm: ATTACKED_AS[coding] for arm, coding in arms.items()},
         plain=plain,
     )

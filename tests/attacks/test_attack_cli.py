@@ -290,3 +290,28 @@ def test_unknown_arms_and_bad_arm_config_are_configuration_errors(capsys):
     assert "arms: unknown arm 'sifl_m3'" in capsys.readouterr().err
     assert attack_main(["arms=[nbafl]", "arm_config.nbafl.epsilons=[-1]"]) == 2
     assert "nbafl.epsilons" in capsys.readouterr().err
+
+
+def test_every_arm_is_audited_beside_the_epsilon_it_reports(tmp_path, capsys):
+    """(f) on every arm's own release, one RESULT audit line: a DP mechanism's lower bound stays at or below
+    the ε it reports (NbAFL, DP-FedAvg: a violation would be a bug); fl claims nothing (ε = inf) and its
+    exact upload is told apart every time; SIFL's per-element ε is refuted by the whole upload."""
+    from sifl_ray.cli import main
+
+    small = ["model.features=11", "data.clients=4", "data.samples_per_client=40", "training.batch_size=8"]
+    one_design = ["designs=[fast-oblique]", "primary=fast-oblique", "contrast.designs=[]", "m2.enabled=false"]
+    args = ["attack", "arms=[fl,nbafl,dp_fedavg,sifl_m1]", *small, *one_design, "training.rounds=3"]
+    assert main([*args, "audit.trials=2000", f"out_dir={tmp_path}"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    audit = next(line for line in lines if line.startswith("RESULT audit "))
+    fields = {k: float(v) for k, v in (f.split("=") for f in audit.split()[2:])}
+    arms = ("fl", "nbafl_eps1", "dp_fedavg_eps5", "sifl_m1")
+    assert set(fields) == {f"{a}_{k}" for a in arms for k in ("eps", "audit_lb")}
+    # an exact release: every trial told apart; 2000 trials can show at most about log(2000 / 3.7) = 6.3
+    assert fields["fl_eps"] == float("inf") and fields["fl_audit_lb"] > 5
+    for arm in ("nbafl_eps1", "dp_fedavg_eps5"):
+        assert fields[f"{arm}_audit_lb"] <= fields[f"{arm}_eps"], arm
+    assert fields["sifl_m1_audit_lb"] > 1e6 * fields["sifl_m1_eps"]
+    assert lines[-1].startswith("RESULT attacks ")
+    data = json.loads((tmp_path / "result.json").read_text())
+    assert [a["arm"] for a in data["audits"]] == ["fl", "nbafl_eps1", "dp_fedavg_eps5", "sifl_m1"]
