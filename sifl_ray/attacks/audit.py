@@ -209,22 +209,15 @@ def audit_aggregator_step(
     """
     if clients < 1:
         raise ValueError(f"clients must be ≥ 1, got {clients}")
-    stats: dict[int, list[bool]] = {0: [], 1: []}
-    for t in range(trials):
-        for hyp in (0, 1):
-            k = clients + hyp
-            average = torch.tensor(
-                [clip * hyp / k], dtype=CODING_DTYPE
-            )  # mean of k updates summing to C·e_0 or 0
-            out = step(average, arm=arm, t=2 * t + hyp, shard=0, bounds=(0, 1), weight=float(k))
-            stats[hyp].append(float(out[0]) > 0.5 * shift)
-    return _test(
-        "one round of the aggregator's central noise: coordinate 0 of the released mean, midpoint threshold",
-        np.array(stats[0]),
-        np.array(stats[1]),
-        delta=delta,
-        confidence=confidence,
-    )
+
+    def says_x1(hyp: int, trial: int) -> bool:
+        k = clients + hyp
+        average = torch.tensor([clip * hyp / k], dtype=CODING_DTYPE)  # k updates summing to C·e_0, or to 0
+        out = step(average, arm=arm, t=trial, shard=0, bounds=(0, 1), weight=float(k))
+        return float(out[0]) > 0.5 * shift
+
+    name = "one round of the aggregator's central noise: coordinate 0 of the released mean, midpoint"
+    return _test(name, *_run_trials(says_x1, trials), delta=delta, confidence=confidence)
 
 
 def audit_release(
@@ -245,9 +238,16 @@ def audit_release(
     scale = float(diff @ diff)
     if scale <= 0:
         raise ValueError("x0 and x1 must differ: neighbouring inputs")
-    stats: dict[int, list[bool]] = {0: [], 1: []}
-    for trial in range(trials):
-        for hyp, x in ((0, x0), (1, x1)):
-            out = release(x.clone(), 2 * trial + hyp).to(CODING_DTYPE)
-            stats[hyp].append(float((out - x0) @ diff) / scale > 0.5)
-    return _test(name, np.array(stats[0]), np.array(stats[1]), delta=delta, confidence=confidence)
+
+    def says_x1(hyp: int, trial: int) -> bool:
+        out = release((x1 if hyp else x0).clone(), trial).to(CODING_DTYPE)
+        return float((out - x0) @ diff) / scale > 0.5
+
+    return _test(name, *_run_trials(says_x1, trials), delta=delta, confidence=confidence)
+
+
+def _run_trials(says_x1, trials: int) -> tuple[np.ndarray, np.ndarray]:
+    """The test's decisions under hypothesis 0 and 1, ``trials`` each; trial ``2i + hyp`` keys the release's
+    randomness, so no two releases share a draw."""
+    stats = {hyp: [says_x1(hyp, 2 * i + hyp) for i in range(trials)] for hyp in (0, 1)}
+    return np.array(stats[0]), np.array(stats[1])

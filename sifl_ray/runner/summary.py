@@ -154,6 +154,7 @@ def summarise(
     """
     fl_final = history["fl"][-1]["test_accuracy"] if "fl" in history else None
     arms: dict[str, Any] = {}
+    protocols = {arm: arm_of(cfg, arm) for arm in history}
     for arm, rows in history.items():
         final = rows[-1]["test_accuracy"]
         devs = [r["max_deviation"] for r in rows if "max_deviation" in r]
@@ -183,10 +184,10 @@ def summarise(
             "clients_dropped": int(sum(r.get("clients/dropped", 0) for r in rows)),
             "clients_rejected": int(sum(r.get("clients/rejected", 0) for r in rows)),
             "clipped": int(sum(r.get("clients/clipped", 0) for r in rows)),
-            "clip": arm_of(cfg, arm).clip(cfg),
-            "kind": arm_of(cfg, arm).kind,
-            "clip_key": arm_of(cfg, arm).clip_key,
-            "clips": arm_of(cfg, arm).clips,
+            "clip": protocols[arm].clip(cfg),
+            "kind": protocols[arm].kind,
+            "clip_key": protocols[arm].clip_key,
+            "clips": protocols[arm].clips,
         }
     estimate = max((p["deviation_estimate"] for p in precision.values()), default=None)
     round_bound = max(
