@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -55,6 +56,7 @@ class ClientWorkerActor:
             local_steps=train.local_steps,
             seed=seed,
             skip_training=train.skip_training,
+            vectorise=train.vectorise,
         )
         self.role = ClientWorkerRole(
             worker=worker,
@@ -76,6 +78,11 @@ class ClientWorkerActor:
         """
         self.faults = WorkerFaults(events)
         self.role.upload_hook = self.faults.upload_hook if self.faults.has_upload_faults() else None
+
+    def set_vectorise(self, mode: str) -> None:
+        """Benches only: train the clients together (``auto``) or one at a time (``off``) from now on, without
+        respawning the worker (``python -m bench overhead`` measures both in one run)."""
+        self.role.training = replace(self.role.training, vectorise=mode)
 
     def pid(self) -> int:
         return os.getpid()

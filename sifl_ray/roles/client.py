@@ -26,7 +26,7 @@ import torch
 from sifl_ray.arms.base import ClientStep
 from sifl_ray.coding.base import CODING_DTYPE, AggregatorKey, ClientServerKey
 from sifl_ray.data import client_batches
-from sifl_ray.optim import TorchTrainer, fused_update, stepwise_update
+from sifl_ray.optim import TorchTrainer, fused_update, stepwise_update, vectorised
 from sifl_ray.roles.aggregator import check_upload
 from sifl_ray.roles.messages import Partial, WorkerReport
 
@@ -66,6 +66,9 @@ class LocalTraining:
     local_steps: int
     seed: int
     skip_training: bool = False
+    # auto: train the round's clients together where the loop's results can be reproduced
+    # (sifl_ray.optim.vectorised), else one at a time; off: always one at a time
+    vectorise: str = "auto"
 
 
 class ClientWorkerRole:
@@ -95,14 +98,14 @@ class ClientWorkerRole:
         self.dtype = next(trainer.model.parameters()).dtype
         self.upload_hook = None  # optional callable(arm, t, client, upload) -> upload (fault injection)
         self.recorder = None  # optional transcript recorder (what the aggregator sees)
+        self._stacked: vectorised.StackedTrainer | None = None
 
     def set_arm(self, arm: str, setup: ArmSetup) -> None:
         self.arms[arm] = setup
 
-    def _batches(self, client: int, t: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """The client's minibatches for round ``t``, gathered one at a time as training consumes them
-        (a pre-gathered list would hold a copy of the client's whole data set)."""
-        idx = client_batches(
+    def _batch_indices(self, client: int, t: int) -> list[np.ndarray]:
+        """The client's minibatches (dataset indices) for round ``t``, from its own stream."""
+        return client_batches(
             self.partitions[client],
             batch_size=self.training.batch_size,
             epochs=self.training.local_epochs,
@@ -111,7 +114,11 @@ class ClientWorkerRole:
             client_id=client,
             round=t,
         )
-        for b in idx:
+
+    def _batches(self, client: int, t: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The client's minibatches for round ``t``, gathered one at a time as training consumes them
+        (a pre-gathered list would hold a copy of the client's whole data set)."""
+        for b in self._batch_indices(client, t):
             yield (
                 torch.from_numpy(self.x[b]).to(self.device, self.dtype),
                 torch.from_numpy(self.y[b]).to(self.device),
@@ -127,6 +134,20 @@ class ClientWorkerRole:
         self.trainer.reset(start)
         losses = [self.trainer.step(b) for b in self._batches(client, t)]
         return self.trainer.params(out), float(np.mean(losses)) if losses else 0.0
+
+    def _together(self, t: int, clients: list[int], **kwargs) -> vectorised.ClientRound | None:
+        """The round's clients trained together (:mod:`sifl_ray.optim.vectorised`), or ``None``: one at a time
+        (``train.vectorise=off``, no-op clients, or what cannot be vectorised, said once)."""
+        if self.training.vectorise == "off" or self.training.skip_training:
+            return None
+        why = vectorised.fallback_reason(self.trainer, recorder=self.recorder)
+        if why is not None:
+            vectorised.say_fallback(why)
+            return None
+        if self._stacked is None:
+            self._stacked = vectorised.StackedTrainer(self.trainer)
+        batches = partial(self._batch_indices, t=t)
+        return vectorised.client_round(self._stacked, self.x, self.y, batches, clients, **kwargs)
 
     def train_round(
         self, arm: str, t: int, broadcast: torch.Tensor, clients: list[int], bounds: list[tuple[int, int]]
@@ -162,20 +183,27 @@ class ClientWorkerRole:
         start = w0.to(self.dtype)  # every client starts from w0: cast it once, not once per client
         # A direct upload is consumed before the next client trains, so one buffer serves them all.
         local = torch.empty_like(w0) if direct else None
-        for client in sorted(clients):
+        coded = None if w_tilde is None else (setup.server_view, w_tilde)
+        together = self._together(t, clients, w0=w0, start=start, coded=coded, form=setup.client_form)
+        for client in sorted(clients) if together is None else together.order:
             size = 1.0 if setup.uniform_weights else float(len(self.partitions[client]))
             t0 = time.perf_counter()
             step = None if setup.step is None else partial(setup.step, start=w0, arm=arm, client=client, t=t)
             if w_tilde is not None and not shortcut:
                 form = stepwise_update if setup.client_form == "stepwise" else fused_update
-                upload, stats = form(
-                    setup.server_view, w_tilde, self.trainer, self._batches(client, t), step=step
+                upload, stats = (
+                    form(setup.server_view, w_tilde, self.trainer, self._batches(client, t), step=step)
+                    if together is None
+                    else together.update(client, step=step)
                 )
                 loss = float(stats.get("loss", 0.0))
                 report.clipped += int(stats.get("clipped", 0.0))
                 report.train_s += time.perf_counter() - t0
             else:
-                w_k, loss = self._train(w0, start, client, t, local)
+                if together is None:
+                    w_k, loss = self._train(w0, start, client, t, local)
+                else:
+                    w_k, loss = together.local(client, torch.empty_like(w0) if local is None else local)
                 report.train_s += time.perf_counter() - t0
                 if step is not None:
                     w_k, clipped = step(w_k)
@@ -209,6 +237,7 @@ class ClientWorkerRole:
             report.accepted.append(client)
             report.weight += size
             report.train_loss_sum += size * loss
+        report.accepted.sort()  # trained together, clients come in groups of equal minibatch counts
         if shortcut and report.weight > 0:
             t0 = time.perf_counter()
             acc = w_tilde * report.weight + setup.server_view.apply_P1(delta_sum)
