@@ -79,10 +79,10 @@ class ClientWorkerActor:
         self.faults = WorkerFaults(events)
         self.role.upload_hook = self.faults.upload_hook if self.faults.has_upload_faults() else None
 
-    def set_vectorise(self, mode: str) -> None:
-        """Benches only: train the clients together (``auto``) or one at a time (``off``) from now on, without
-        respawning the worker (``python -m bench overhead`` measures both in one run)."""
-        self.role.training = replace(self.role.training, vectorise=mode)
+    def set_vectorise(self, on: bool) -> None:
+        """Benches only: ``train.vectorise`` from now on, without respawning the worker (``python -m bench
+        overhead`` measures the clients trained together and one at a time in one run)."""
+        self.role.training = replace(self.role.training, vectorise=bool(on))
 
     def pid(self) -> int:
         return os.getpid()

@@ -5,8 +5,8 @@ rotating order, in one process and one Ray session:
 
 * ``fl``: the platform's FedAvg arm (``Simulation.play_round`` on Ray: ``--workers`` client workers of one
   CPU and one torch thread each, two aggregator shards, the server, the evaluator), its workers training
-  their clients together (``train.vectorise=auto``, :mod:`sifl_ray.optim.vectorised`);
-* ``fl loop``: the same arm and workers training one client at a time (``train.vectorise=off``), from the
+  their clients together (``train.vectorise=true``, the default: :mod:`sifl_ray.optim.vectorised`);
+* ``fl loop``: the same arm and workers training one client at a time (``train.vectorise=false``), from the
   same start in every round;
 * ``bare 1t`` / ``bare 2t``: :class:`bench._common.BareLoop` in the driver with 1 and 2 torch threads,
   the loop's arithmetic with zero framework (after every round the bench checks that the platform's loop
@@ -56,7 +56,7 @@ from bench._common import (
 
 TARGETS = ((10, 1.10), (100, 1.25), (999, 1.5), (None, 0.5))
 #: The platform's two ways of training a worker's clients: arm name → ``train.vectorise``.
-PLATFORM = {"fl": "auto", "fl loop": "off"}
+PLATFORM = {"fl": True, "fl loop": False}
 NOOP_TARGET_MS = 1.0
 STARTUP_TARGET_S = 5.0
 
@@ -88,10 +88,10 @@ def _platform_round(sim, t: int, groups) -> tuple[float, dict[str, float]]:
     return dt, result.metrics
 
 
-def _vectorise(sim, mode: str) -> None:
-    """Switch every client worker to ``train.vectorise=mode`` (between rounds, outside the timing)."""
+def _vectorise(sim, on: bool) -> None:
+    """Switch every client worker to ``train.vectorise=on`` (between rounds, outside the timing)."""
     backend = sim.backend
-    backend.get([backend.call(w, "set_vectorise", mode) for w in sim.parties.workers])
+    backend.get([backend.call(w, "set_vectorise", on) for w in sim.parties.workers])
 
 
 def _turns(sim, cfg, args: argparse.Namespace, total: int):
@@ -240,7 +240,7 @@ def report(res: dict[str, Any], target: float) -> str:
         rows.append(
             [
                 arm,
-                {"auto": "yes", "off": "no"}.get(PLATFORM.get(arm, ""), "—"),
+                {True: "yes", False: "no"}.get(PLATFORM.get(arm), "—"),
                 f"{s['median']:.3f}",
                 f"{s['p25']:.3f}–{s['p75']:.3f}",
                 f"{s['min']:.3f}",

@@ -67,9 +67,9 @@ class TrainConfig:
     eval_batch_size: int = 2048
     dtype: str = "float32"  # model/training dtype (coding is always float64); float64 isolates coding error
     skip_training: bool = False  # no-op clients (benchmarks of framework overhead)
-    # auto: a client worker trains its clients together (stacked), where that reproduces the loop; off: one
-    # client at a time (sifl_ray.optim.vectorised)
-    vectorise: str = "auto"
+    # a client worker trains its clients together where that reproduces the loop, else one at a time, and
+    # says why once (sifl_ray.optim.vectorised); false (or off): always one at a time
+    vectorise: bool = True
 
 
 @dataclass
@@ -258,11 +258,6 @@ _CHOICES: dict[str, Choice] = {
     "coding.client_form": Choice(lambda: ("fused", "stepwise")),  # sifl_ray.roles.client.ClientWorkerRole
     "coding.dtype": Choice(lambda: ("float64", "float32")),
     "train.dtype": Choice(lambda: ("float32", "float64")),
-    "train.vectorise": Choice(
-        lambda: registry_names.VECTORISE_MODES,
-        meaning="auto: each client worker trains its clients together (the loop's results to round-off), "
-        "where it can, and says once where it cannot; off: one client at a time",
-    ),
     "coding.noise.distribution": Choice(lambda: registry_names.NOISE_DISTRIBUTIONS),
     "coding.precision.policy": Choice(lambda: registry_names.PRECISION_POLICIES),
     "ray.backend": Choice(lambda: ("ray", "sequential")),

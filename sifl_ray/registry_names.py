@@ -21,7 +21,6 @@ names                   owner (its registry)                                 con
 ``NBAFL_EXPOSURES``     :data:`sifl_ray.privacy.nbafl.EXPOSURES`             ``nbafl.exposures``
 ``NBAFL_CALIBRATIONS``  :data:`sifl_ray.privacy.nbafl.CALIBRATIONS`          ``nbafl.calibration``
 ``DP_ACCOUNTANTS``      :data:`sifl_ray.privacy.dp_fedavg.ACCOUNTANTS`       ``dp_fedavg.accountant``
-``VECTORISE_MODES``     :data:`sifl_ray.optim.vectorised.MODES`              ``train.vectorise``
 ======================  ===================================================  ==============================
 """
 
@@ -46,9 +45,6 @@ OPTIMIZER_NAMES: tuple[str, ...] = ("sgd", "momentum", "adam")
 NBAFL_EXPOSURES: tuple[str, ...] = ("multi_round", "per_round")
 NBAFL_CALIBRATIONS: tuple[str, ...] = ("classical", "analytic")
 DP_ACCOUNTANTS: tuple[str, ...] = ("rdp", "pld")
-#: How a client worker trains its clients: all together where it can, else one at a time (``auto``), or
-#: always one at a time (``off``).
-VECTORISE_MODES: tuple[str, ...] = ("auto", "off")
 
 
 def immersion_backends() -> tuple[str, ...]:

@@ -97,7 +97,7 @@ class TrainSpec:
     local_epochs: int = 1
     local_steps: int = 0
     skip_training: bool = False
-    vectorise: str = "auto"
+    vectorise: bool = True
 
     @classmethod
     def from_config(cls, cfg: Any) -> TrainSpec:
@@ -110,5 +110,5 @@ class TrainSpec:
             local_epochs=int(t.local_epochs),
             local_steps=int(t.local_steps),
             skip_training=bool(t.skip_training),
-            vectorise=str(t.vectorise),
+            vectorise=bool(t.vectorise),
         )

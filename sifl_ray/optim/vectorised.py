@@ -29,7 +29,7 @@ What is not vectorised falls back to the loop, said once per process (:func:`fal
 ``torch.optim`` class or option this module does not implement, a loss other than cross-entropy, a layer
 outside :data:`STATELESS_LAYERS` (batch norm keeps running statistics, dropout draws from the global
 generator), a trainer that is not a :class:`~sifl_ray.optim.TorchTrainer`, a transcript recorder (the
-attack suite's transcripts stay those of the loop). ``train.vectorise=off`` turns it off.
+attack suite's transcripts stay those of the loop). ``train.vectorise=false`` (or ``off``) turns it off.
 """
 
 from __future__ import annotations
@@ -50,11 +50,6 @@ from sifl_ray.coding.base import CODING_DTYPE, ClientServerKey
 from sifl_ray.models import CNN, CNN2, MLP
 from sifl_ray.optim.target import ModelStep, fused_tail, stepwise_tail
 from sifl_ray.optim.trainer import TorchTrainer
-from sifl_ray.registry_names import VECTORISE_MODES
-
-#: ``train.vectorise``: ``auto`` trains a worker's clients together where this module reproduces the loop
-#: (and says once where it cannot), ``off`` one at a time.
-MODES = VECTORISE_MODES
 
 #: The stacked state one chunk of clients may hold (parameters, gradients, optimizer state, and for the
 #: stepwise form the encoded and decoded vectors). Measured on the reference workload (the paper's MLP,

@@ -66,9 +66,9 @@ class LocalTraining:
     local_steps: int
     seed: int
     skip_training: bool = False
-    # auto: train the round's clients together where the loop's results can be reproduced
-    # (sifl_ray.optim.vectorised), else one at a time; off: always one at a time
-    vectorise: str = "auto"
+    # train the round's clients together where the loop's results can be reproduced (else one at a time:
+    # sifl_ray.optim.vectorised); False: always one at a time
+    vectorise: bool = True
 
 
 class ClientWorkerRole:
@@ -137,8 +137,8 @@ class ClientWorkerRole:
 
     def _together(self, t: int, clients: list[int], **kwargs) -> vectorised.ClientRound | None:
         """The round's clients trained together (:mod:`sifl_ray.optim.vectorised`), or ``None``: one at a time
-        (``train.vectorise=off``, no-op clients, or what cannot be vectorised, said once)."""
-        if self.training.vectorise == "off" or self.training.skip_training:
+        (``train.vectorise=false``, no-op clients, or what cannot be vectorised, said once)."""
+        if not self.training.vectorise or self.training.skip_training:
             return None
         why = vectorised.fallback_reason(self.trainer, recorder=self.recorder)
         if why is not None:

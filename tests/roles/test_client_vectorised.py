@@ -1,7 +1,7 @@
 """A client worker that trains its clients together gives what its loop gives, for every kind of arm.
 
 Two :class:`~sifl_ray.roles.client.ClientWorkerRole` s on the same data, keys and noise seeds, one with
-``vectorise="auto"``, one with ``"off"``, play the same round of: plain FedAvg, NbAFL's client step
+``vectorise=True``, one with ``False``, play the same round of: plain FedAvg, NbAFL's client step
 (clip and add noise), DP-FedAvg's (clip the update, equal weights), SIFL M1 fused (the worker's shortcut,
 and with every upload materialised), stepwise, and M2. Clients of unequal sizes (several minibatch counts,
 ragged minibatches), one of them poisoned with NaN in some cases. The partial sums, the accepted and
@@ -90,9 +90,9 @@ class Setting:
                 mode="m2", server_view=self.key.client_view(), aggregator_view=self.agg.client_view()
             ),
         }
-        self.roles = {mode: self._role(mode) for mode in ("auto", "off")}
+        self.roles = {on: self._role(on) for on in (True, False)}
 
-    def _role(self, vectorise: str) -> ClientWorkerRole:
+    def _role(self, vectorise: bool) -> ClientWorkerRole:
         training = LocalTraining(
             batch_size=BATCH, local_epochs=1, local_steps=self.steps, seed=3, vectorise=vectorise
         )
@@ -112,7 +112,7 @@ class Setting:
     def broadcast(self, arm: str) -> torch.Tensor:
         return {"plain": self.w0, "m1": self.w_tilde, "m2": self.W}[self.setups[arm].mode]
 
-    def play(self, vectorise: str, arm: str):
+    def play(self, vectorise: bool, arm: str):
         role = self.roles[vectorise]
         role.materialize = arm == "m1_materialised"
         b = self.broadcast(arm)
@@ -122,7 +122,7 @@ class Setting:
     def references(self, accepted: list[int], stepwise: bool = False) -> dict:
         """Each accepted client's float64 reference run and its bound (a stepwise client's trajectory is
         perturbed at every step by its decode and encode: see :func:`stepwise_perturbations`)."""
-        role, out = self.roles["off"], {}
+        role, out = self.roles[False], {}
         for c in accepted:
             data = [
                 (torch.from_numpy(self.x[b]).to(self.dtype), torch.from_numpy(self.y[b]))
@@ -214,8 +214,8 @@ def test_vectorised_worker_equals_the_loop(arm, optimizer, dtype, poisoned):
     if poisoned and arm == "nbafl":
         pytest.skip("NbAFL refuses to privatize a NaN model on either path (test_client_worker.py)")
     s = Setting(dtype, optimizer, poisoned)
-    vec, vec_report = s.play("auto", arm)
-    loop, loop_report = s.play("off", arm)
+    vec, vec_report = s.play(True, arm)
+    loop, loop_report = s.play(False, arm)
     # what is not arithmetic is equal
     assert vec_report.accepted == loop_report.accepted
     assert vec_report.rejected == loop_report.rejected
@@ -246,6 +246,6 @@ def test_the_vectorised_worker_is_not_the_loop_in_disguise():
     """The comparison above is between two computations: float64 partial sums differ by round-off (not
     zero), so the vectorised path ran."""
     s = Setting(torch.float64, "momentum", False)
-    vec, _ = s.play("auto", "fl")
-    loop, _ = s.play("off", "fl")
+    vec, _ = s.play(True, "fl")
+    loop, _ = s.play(False, "fl")
     assert not torch.equal(vec.weighted_sum, loop.weighted_sum)
