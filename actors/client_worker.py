@@ -106,14 +106,30 @@ class ClientWorkerActor:
         clients: list[int],
         bounds: list[tuple[int, int]],
         attempt: int = 0,
+        inboxes: dict | None = None,
     ):
-        """One partial sum per aggregator shard, then the report (``attempt`` > 0: the round is retried)."""
+        """One partial sum per aggregator shard, then the report (``attempt`` > 0: the round is retried).
+        A secure arm (``inboxes``: its round's routed shares) returns the evaluator's instrument between
+        the partials and the report (:meth:`ClientWorkerRole.train_round`)."""
         if self.faults:
             self.faults.before_training(arm, t, attempt)
-        partials, report = self.role.train_round(arm, t, broadcast, clients, bounds)
+        partials, report, *tap = self.role.train_round(arm, t, broadcast, clients, bounds, inboxes)
         if self.faults:
             partials = self.faults.corrupt_partials(arm, t, partials)
-        return (*partials, report)
+        return (*partials, *tap, report)
+
+    # Secure aggregation: steps 0, 1 and 3 of the hosted clients (roles.secure.WorkerSecAgg).
+    def secagg_advertise(self, arm: str, public, clients: list[int]) -> dict:
+        return self.role.secagg_advertise(arm, public, clients)
+
+    def secagg_share(self, arm: str, t: int, routed: dict) -> dict:
+        return self.role.secagg_share(arm, t, routed)
+
+    def secagg_unmask(self, arm: str, t: int, survivors):
+        """Step 3's answers and the round's protocol costs (``num_returns=2``)."""
+        if self.faults:
+            self.faults.before_unmask(arm, t)
+        return self.role.secagg_unmask(arm, t, survivors)
 
     def key_inventory(self) -> list[str]:
         """Which kinds of key material this actor holds (see :func:`sifl_ray.keys.key_inventory`)."""

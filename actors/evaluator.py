@@ -44,6 +44,9 @@ class EvaluatorActor:
     def evaluate(self, arm: str, t: int, broadcast: torch.Tensor) -> dict:
         return self.role.evaluate(arm, t, broadcast)
 
+    def sum_error(self, arm: str, t: int, num_shards: int, *vectors: torch.Tensor) -> float:
+        return self.role.sum_error(arm, t, num_shards, *vectors)
+
     def pid(self) -> int:
         return os.getpid()
 

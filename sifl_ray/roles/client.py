@@ -28,7 +28,8 @@ from sifl_ray.coding.base import CODING_DTYPE, AggregatorKey, ClientServerKey
 from sifl_ray.data import client_batches
 from sifl_ray.optim import TorchTrainer, fused_update, stepwise_update
 from sifl_ray.roles.aggregator import check_upload
-from sifl_ray.roles.messages import Partial, WorkerReport
+from sifl_ray.roles.messages import MaskedPartial, Partial, WorkerReport
+from sifl_ray.roles.secure import RoundPublic, SecAggSpec, WorkerSecAgg
 
 
 def all_finite(x: torch.Tensor) -> bool:
@@ -57,6 +58,9 @@ class ArmSetup:
     # FedAvg weights: each client's |D_i| (False), or 1 for every client (True: a DP mean needs weights that
     # do not depend on the client's data, so that one client moves the sum by at most its clip C)
     uniform_weights: bool = False
+    # Secure aggregation (:mod:`sifl_ray.roles.secure`): each upload is masked in a ring and only the sum
+    # of the survivors' uploads can be unmasked. None: uploads travel as they are (or immersion-coded).
+    secagg: SecAggSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -95,9 +99,23 @@ class ClientWorkerRole:
         self.dtype = next(trainer.model.parameters()).dtype
         self.upload_hook = None  # optional callable(arm, t, client, upload) -> upload (fault injection)
         self.recorder = None  # optional transcript recorder (what the aggregator sees)
+        self.secure: dict[str, WorkerSecAgg] = {}  # arm → its hosted clients' SecAgg halves
 
     def set_arm(self, arm: str, setup: ArmSetup) -> None:
         self.arms[arm] = setup
+        if setup.secagg is not None:
+            self.secure[arm] = WorkerSecAgg(setup.secagg, arm)
+
+    # Secure aggregation, steps 0, 1 and 3 for the hosted clients (step 2, masking, is in train_round).
+    def secagg_advertise(self, arm: str, public: RoundPublic, clients: list[int]) -> dict:
+        return self.secure[arm].advertise(public, clients)
+
+    def secagg_share(self, arm: str, t: int, routed: dict) -> dict:
+        return self.secure[arm].share(t, routed)
+
+    def secagg_unmask(self, arm: str, t: int, survivors) -> tuple[dict, dict]:
+        responses, costs = self.secure[arm].unmask(t, survivors)
+        return responses, vars(costs)
 
     def _batches(self, client: int, t: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """The client's minibatches for round ``t``, gathered one at a time as training consumes them
@@ -129,10 +147,24 @@ class ClientWorkerRole:
         return self.trainer.params(out), float(np.mean(losses)) if losses else 0.0
 
     def train_round(
-        self, arm: str, t: int, broadcast: torch.Tensor, clients: list[int], bounds: list[tuple[int, int]]
-    ) -> tuple[list[Partial], WorkerReport]:
-        """Train ``clients`` for round ``t`` of ``arm``; return one partial sum per shard and a report."""
+        self,
+        arm: str,
+        t: int,
+        broadcast: torch.Tensor,
+        clients: list[int],
+        bounds: list[tuple[int, int]],
+        inboxes: dict | None = None,
+    ) -> tuple[list[Partial], WorkerReport] | tuple[list[MaskedPartial], WorkerReport, torch.Tensor]:
+        """Train ``clients`` for round ``t`` of ``arm``; return one partial sum per shard and a report.
+
+        Under secure aggregation (``inboxes``: the round's encrypted shares, routed by the aggregator) the
+        partials are :class:`MaskedPartial` sums of masked inputs, and a third value follows: the exact
+        float64 sum of what the clients encoded, a simulation-only instrument that only the evaluator
+        receives (it measures the ring's quantisation error; no deployment has it).
+        """
         setup = self.arms[arm]
+        if setup.secagg is not None:
+            return self._train_round_masked(arm, t, broadcast, clients, bounds, inboxes or {})
         report = WorkerReport(worker=self.worker, round=t)
         tic = time.perf_counter()
         broadcast = broadcast.to(self.device)
@@ -227,3 +259,88 @@ class ClientWorkerRole:
         ]
         report.bytes_out = acc.numel() * acc.element_size()
         return partials, report
+
+    def _train_round_masked(
+        self,
+        arm: str,
+        t: int,
+        broadcast: torch.Tensor,
+        clients: list[int],
+        bounds: list[tuple[int, int]],
+        inboxes: dict,
+    ) -> tuple[list[MaskedPartial], WorkerReport, torch.Tensor]:
+        """:meth:`train_round` of a secure-aggregation arm: each client trains, runs the arm's client step,
+        and uploads ``(weight_i / weight_ref)·u_i`` fixed-point encoded and masked (SecAgg step 2); the worker
+        adds the masked inputs in the ring. A client whose upload fails the checks, or that is not in the
+        round's key agreement, masks nothing: the aggregator recovers the masks its neighbours added."""
+        from sifl_ray.privacy.secagg import SecAggError
+        from sifl_ray.privacy.secagg.ring import ring_reduce_
+
+        setup, secure = self.arms[arm], self.secure[arm]
+        spec = setup.secagg
+        codec = spec.codec
+        report = WorkerReport(worker=self.worker, round=t)
+        w0 = broadcast.to(self.device, CODING_DTYPE)
+        start = w0.to(self.dtype)
+        n = w0.shape[0]
+        ring = np.zeros(n, dtype=np.uint64)
+        exact = np.zeros(n, dtype=np.float64)  # simulation only: Σ clip_B(x_i), the evaluator's truth
+        protocol_ids: list[int] = []
+        for client in sorted(clients):
+            size = 1.0 if setup.uniform_weights else float(len(self.partitions[client]))
+            t0 = time.perf_counter()
+            w_k, loss = self._train(w0, start, client, t, None)
+            report.train_s += time.perf_counter() - t0
+            upload = w_k.to(CODING_DTYPE)
+            if setup.step is not None:
+                upload, clipped = setup.step(upload, start=w0, arm=arm, client=client, t=t)
+                report.clipped += bool(clipped)
+            stamped_round, stamped_epoch = t, setup.key_epoch
+            if self.upload_hook is not None:
+                upload, stamped_round, stamped_epoch = self.upload_hook(
+                    arm, t, client, upload, setup.key_epoch
+                )
+            reason = check_upload(
+                upload,
+                shape=(n,),
+                round=t,
+                stamped_round=stamped_round,
+                key_epoch=setup.key_epoch,
+                stamped_epoch=stamped_epoch,
+            )
+            if reason is not None:
+                report.rejected[client] = reason
+                continue
+            t0 = time.perf_counter()
+            x = upload.detach().cpu().numpy() * (size / spec.weight_ref)
+            try:
+                masked = secure.mask(t, client, x, inboxes)
+            except SecAggError as err:
+                report.rejected[client] = f"secure aggregation: {err}"
+                continue
+            report.encode_s += time.perf_counter() - t0
+            report.coords_clipped += secure.clipped(t, client)
+            if self.recorder is not None:  # what the aggregator receives: the masked input, read as numbers
+                self.recorder.record_upload(t, client, torch.from_numpy(codec.decode(masked)))
+            np.add(ring, masked, out=ring)
+            exact += np.clip(x, -codec.clip, codec.clip)
+            protocol_ids.append(secure.index(t, client))
+            report.accepted.append(client)
+            report.weight += size
+            report.train_loss_sum += size * loss
+        ring_reduce_(ring, codec.ring_bits)
+        ids = tuple(protocol_ids)
+        partials = [
+            MaskedPartial(
+                source=self.worker,
+                round=t,
+                key_epoch=setup.key_epoch,
+                masked_sum=ring[a:b].copy(),
+                weight=report.weight,
+                accepted=len(ids),
+                clients=ids,
+            )
+            for a, b in bounds
+        ]
+        report.bytes_out = codec.packed_bytes(n)
+        return partials, report, torch.from_numpy(exact)

@@ -82,3 +82,17 @@ class EvaluatorRole:
         elif t in self.reference and self.paired[arm]:
             out["max_deviation"] = float((w - self.reference[t]).abs().max())
         return out
+
+    @staticmethod
+    def sum_error(arm: str, t: int, num_shards: int, *vectors: torch.Tensor) -> float:
+        """Secure aggregation, simulation only: ``max_j |decoded sum − exact sum|`` of round ``t``.
+
+        ``vectors``: first the ``num_shards`` aggregator shards' decoded rows (in order), then each worker's
+        float64 sum of what its clients encoded (after the codec's clip). Their difference is the ring's
+        whole quantisation error, which :meth:`~sifl_ray.privacy.secagg.FixedPointCodec.sum_error_bound`
+        bounds (plus the float64 rounding of the exact sums themselves). No deployment has these sums: the
+        workers send them to this simulation device only.
+        """
+        decoded = torch.cat([v.to(CODING_DTYPE) for v in vectors[:num_shards]])
+        exact = torch.stack([v.to(CODING_DTYPE) for v in vectors[num_shards:]]).sum(0)
+        return float((decoded - exact).abs().max())

@@ -131,6 +131,8 @@ class PartyPool:
             done.append(backend.call(parties.server, "set_step", arm, steps.server))
         if steps.aggregator is not None:
             done += [backend.call(a, "set_step", arm, steps.aggregator) for a in parties.aggregators[:shards]]
+        if steps.secagg is not None:
+            done += [backend.call(a, "set_secagg", arm, steps.secagg) for a in parties.aggregators[:shards]]
         return done
 
     # ---------------------------------------------------------------- Supervisor
@@ -197,13 +199,18 @@ class PartyPool:
         if party != "evaluator":  # the arms' steps are kept apart from the keys: hand them over again
             which = "server" if party == "server" else "aggregator"
             new = parties.server if party == "server" else parties.aggregators[index]
-            backend.get(
-                [
-                    backend.call(new, "set_step", a, getattr(s, which))
+            calls = [
+                backend.call(new, "set_step", a, getattr(s, which))
+                for a, s in self.steps.items()
+                if getattr(s, which) is not None
+            ]
+            if party == "aggregator":
+                calls += [
+                    backend.call(new, "set_secagg", a, s.secagg)
                     for a, s in self.steps.items()
-                    if getattr(s, which) is not None
+                    if s.secagg is not None
                 ]
-            )
+            backend.get(calls)
         if party == "evaluator":
             backend.get(
                 [
