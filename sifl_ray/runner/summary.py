@@ -89,12 +89,17 @@ def round_incidents(arm: str, t: int, result: RoundResult) -> RoundIncidents | N
     if result.retried:
         entry["retried"] = result.retried
     if result.skipped:
-        entry["skipped"] = "no update was accepted: the model stays, the broadcast is reused"
+        entry["skipped"] = (
+            result.skip_reason or "no update was accepted"
+        ) + ": the model stays, the broadcast is reused"
     incidents = [
         {"round": t, "arm": arm, "what": f"client {c} upload rejected: {why}", "action": "dropped"}
         for c, why in sorted(result.rejected.items())
     ]
     messages = []
+    if result.skip_reason:
+        incidents.append({"round": t, "arm": arm, "what": result.skip_reason, "action": "round skipped"})
+        messages.append(f"round {t} {arm}: skipped, nothing revealed: {result.skip_reason}")
     for d in result.dropped:
         incidents.append(
             {
