@@ -131,7 +131,7 @@ def test_too_many_dropouts_refuse_to_unmask_and_reveal_nothing():
     spec = SecAggSpec(codec=fit_codec(clip=1.0, num_summands=n, ring_bits=32, frac_bits=None), vector_len=5)
     t_needed = spec.params(n, 0).t
     x = {c: np.zeros(5) for c in range(n)}
-    with pytest.raises(SecAggError, match="cannot be unmasked|fewer than"):
+    with pytest.raises(SecAggError, match=r"cannot be unmasked|fewer than"):
         play_round(
             spec,
             x,
