@@ -164,7 +164,8 @@ def test_dp_compare_small_prints_every_arms_accuracy_and_epsilon_and_plots_them(
     for arm in arms[3:]:  # whole-vector ε: the configured target (DP-FedAvg: what the accountant reached)
         target = float(arm.rsplit("eps", 1)[1])
         assert 0 < float(fields[f"eps_{arm}"]) <= target * (1 + 1e-3), arm
-    assert float(fields["eps_per_element_sifl_m2"]) > 0 and "eps_fl" not in fields and "eps_secagg" not in fields
+    assert float(fields["eps_per_element_sifl_m2"]) > 0
+    assert "eps_fl" not in fields and "eps_secagg" not in fields  # no DP claimed: ε = ∞
     assert float(fields["max_dev_secagg"]) < 1e-5  # secure aggregation's model is fl's, up to the ring
     run_dir = Path(fields["run_dir"])
     image = matplotlib.image.imread(run_dir / "accuracy_vs_epsilon.png")
