@@ -366,6 +366,11 @@ class _SecureRound:
             "secagg/bytes_per_client": sum(c["bytes_sent"] + c["bytes_received"] for c in self.costs)
             / max(clients, 1),
             "secagg/client_s": sum(c["compute_s"] for c in self.costs) / max(clients, 1),
+            **{
+                f"secagg/sent_per_client/{step}": sum(c["sent_by"].get(step, 0) for c in self.costs)
+                / max(clients, 1)
+                for step in ("keys", "shares", "masked", "unmask")
+            },
             "secagg/server_s": float(info.get("server_s", 0.0)),
             "secagg/messages": float(sum(c["messages"] for c in self.costs) + info.get("server_messages", 0)),
             "secagg/survivors": float(info.get("survivors", 0)),

@@ -137,6 +137,7 @@ class ClientCosts:
     bytes_received: int = 0
     messages: int = 0  # sent
     compute_s: float = 0.0
+    sent_by: dict[str, int] = field(default_factory=dict)  # bytes sent per step (keys, shares, masked, ...)
 
     def add(self, stats: PartyStats) -> None:
         self.clients += 1
@@ -144,6 +145,8 @@ class ClientCosts:
         self.bytes_received += stats.bytes_received
         self.messages += stats.messages_sent
         self.compute_s += stats.compute_s
+        for step, nbytes in stats.sent_by.items():
+            self.sent_by[step] = self.sent_by.get(step, 0) + nbytes
 
 
 class WorkerSecAgg:

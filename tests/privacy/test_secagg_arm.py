@@ -80,6 +80,10 @@ def test_secagg_equals_fedavg_within_the_ring_quantisation_bound_in_process(tmp_
         n = int(sim.w0.numel())
         assert row["secagg/bytes_per_client"] > 4 * n + 2 * 32 + 9 * 68
         assert row["secagg/messages"] == 4 * 10 + 3 * 10  # each client 4 steps, the server 3 routings
+        assert row["secagg/sent_per_client/keys"] == 64 and row["secagg/sent_per_client/masked"] == 4 * n
+        # 9 shares out, each 2 × 66 bytes + 16 of tag + two ids; the answer: 9 neighbours' + its own share
+        assert row["secagg/sent_per_client/shares"] == 9 * (2 * 66 + 16 + 8)
+        assert row["secagg/sent_per_client/unmask"] == 10 * (4 + 66)
 
 
 def test_rejected_uploads_and_refused_partials_are_recovered_or_skipped(tmp_path):

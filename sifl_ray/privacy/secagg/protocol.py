@@ -189,7 +189,7 @@ class SecAggClient:
                 crypto.public_bytes(self._encryption_key),
                 crypto.public_bytes(self._mask_key),
             )
-        self.stats.sent(PublicKeys.NBYTES)
+        self.stats.sent(PublicKeys.NBYTES, step="keys")
         return msg
 
     # 1. -----------------------------------------------------------------------------------------------------
@@ -239,7 +239,7 @@ class SecAggClient:
                 )
                 key = _share_key(self._encryption_key, neighbour_keys[j].encryption_key, r, i, j)
                 outbox[j] = crypto.seal(key, plaintext, _share_header(r, i, j))
-        self.stats.sent(sum(2 * ID_BYTES + len(c) for c in outbox.values()))
+        self.stats.sent(sum(2 * ID_BYTES + len(c) for c in outbox.values()), step="shares")
         return outbox
 
     # 2. -----------------------------------------------------------------------------------------------------
@@ -285,7 +285,7 @@ class SecAggClient:
                 mask = crypto.prg_ring(seed, y.size, k)
                 (np.add if i < j else np.subtract)(y, mask, out=y)
             ring_reduce_(y, k)
-        self.stats.sent(codec.packed_bytes(y.size))
+        self.stats.sent(codec.packed_bytes(y.size), step="masked")
         return MaskedInput(i, y)
 
     # 3. -----------------------------------------------------------------------------------------------------
@@ -311,7 +311,7 @@ class SecAggClient:
             key_shares = {j: s for j, (s, _) in self._held.items() if j not in survivors}
             mask_shares = {j: b for j, (_, b) in self._held.items() if j in survivors}
             response = UnmaskResponse(i, key_shares, mask_shares)
-        self.stats.sent(response.nbytes)
+        self.stats.sent(response.nbytes, step="unmask")
         return response
 
 
