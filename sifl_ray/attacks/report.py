@@ -369,13 +369,16 @@ def summary_table(result: SuiteResult) -> str:
 
 def _audit_table(result: SuiteResult) -> list[str]:
     """(f) side by side: every arm's reported ε, the audit's lower bound on its release, and the verdict."""
-    head = f"{'arm':18s} {'reported eps':>12s} {'audit eps >=':>12s}  verdict; what was audited; its scope"
+    width = max([18, *(len(a.label) for a in result.audits)])
+    head = (
+        f"{'arm':{width}s} {'reported eps':>12s} {'audit eps >=':>12s}  verdict; what was audited; its scope"
+    )
     lines = ["DP audit of every arm (Clopper-Pearson lower bound; the auditor knows the keys):", head]
     lines.append("-" * len(head))
     for a in result.audits:
         verdict = "REFUTED" if a.violated else ("no claim" if math.isinf(a.reported_epsilon) else "holds")
         lines.append(
-            f"{a.label:18s} {_fmt(a.reported_epsilon):>12s} {_fmt(a.test.epsilon_lower_bound):>12s}  "
+            f"{a.label:{width}s} {_fmt(a.reported_epsilon):>12s} {_fmt(a.test.epsilon_lower_bound):>12s}  "
             f"{verdict}; {a.release}; {a.reported_scope}"
         )
     return lines
