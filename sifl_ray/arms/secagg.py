@@ -37,20 +37,34 @@ if TYPE_CHECKING:
     import torch
 
 
+def arm_codec(cfg: Mapping, clip: float):
+    """The fixed-point ring of a secure arm whose coordinates are clipped to ``clip``: ``secagg.ring_bits``,
+    and ``secagg.frac_bits`` or the most that keep a sum of every client's encoding from wrapping (reads
+    the validated configuration or the raw mapping being validated).
+
+    Raises:
+        ValueError: no precision fits the ring (the message says the ring size that would).
+    """
+    from sifl_ray.roles.secure import fit_codec
+
+    sa = cfg.get("secagg") or {}
+    frac_bits = sa.get("frac_bits")
+    return fit_codec(
+        clip=clip,
+        num_summands=int((cfg.get("clients") or {}).get("num_clients", 10)),
+        ring_bits=int(sa.get("ring_bits", 32)),
+        frac_bits=None if frac_bits is None else int(frac_bits),
+    )
+
+
 def secagg_spec(cfg: Any, *, n: int, clip: float, weight_ref: float, min_survivors: int = 0):
     """The public parameters every party of a secure arm agrees on (:class:`~sifl_ray.roles.secure.
     SecAggSpec`): a ring sized so that the sum of every client's encoding cannot wrap."""
-    from sifl_ray.roles.secure import SecAggSpec, fit_codec
+    from sifl_ray.roles.secure import SecAggSpec
 
     sa = cfg.secagg
-    codec = fit_codec(
-        clip=clip,
-        num_summands=int(cfg.clients.num_clients),
-        ring_bits=int(sa.ring_bits),
-        frac_bits=None if sa.frac_bits is None else int(sa.frac_bits),
-    )
     return SecAggSpec(
-        codec=codec,
+        codec=arm_codec(cfg, clip),
         vector_len=n,
         degree=None if sa.degree is None else int(sa.degree),
         threshold=None if sa.threshold is None else int(sa.threshold),
@@ -62,16 +76,8 @@ def secagg_spec(cfg: Any, *, n: int, clip: float, weight_ref: float, min_survivo
 
 def _ring_problems(cfg: Mapping, clip: float) -> list[str]:
     """The ring must hold a sum of every client's encoding at some precision (checked up front)."""
-    from sifl_ray.roles.secure import fit_codec
-
-    sa = cfg.get("secagg") or {}
     try:
-        fit_codec(
-            clip=clip,
-            num_summands=int((cfg.get("clients") or {}).get("num_clients", 10)),
-            ring_bits=int(sa.get("ring_bits", 32)),
-            frac_bits=sa.get("frac_bits"),
-        )
+        arm_codec(cfg, clip)
     except ValueError as err:
         return [f"secagg.ring_bits: {err}"]
     return []
@@ -264,15 +270,8 @@ def secure_releases(upload: str, aggregate: str) -> tuple[Release, ...]:
 
 def ring_report(cfg: Any, *, clip: float) -> dict[str, Any]:
     """The ring's public parameters and its quantisation bound, for the privacy report and the summary."""
-    from sifl_ray.roles.secure import fit_codec
-
     sa = cfg.secagg
-    codec = fit_codec(
-        clip=clip,
-        num_summands=int(cfg.clients.num_clients),
-        ring_bits=int(sa.ring_bits),
-        frac_bits=None if sa.frac_bits is None else int(sa.frac_bits),
-    )
+    codec = arm_codec(cfg, clip)
     degree = int(cfg.clients.num_clients) - 1 if sa.degree is None else int(sa.degree)
     return {
         "ring_bits": codec.ring_bits,

@@ -213,22 +213,10 @@ class ClientWorkerRole:
                     w_k, clipped = step(w_k)
                     report.clipped += bool(clipped)
                 upload = w_k.to(CODING_DTYPE) if w_tilde is None else None
-            stamped_round, stamped_epoch = t, setup.key_epoch
-            if self.upload_hook is not None and upload is not None:
-                upload, stamped_round, stamped_epoch = self.upload_hook(
-                    arm, t, client, upload, setup.key_epoch
-                )
-            if shortcut or (direct and w_tilde is None):
+            if shortcut or (direct and w_tilde is None):  # no hook: only finiteness can be wrong
                 reason = None if all_finite(w_k if shortcut else upload) else "non-finite values"
             else:
-                reason = check_upload(
-                    upload,
-                    shape=(upload_len,),
-                    round=t,
-                    stamped_round=stamped_round,
-                    key_epoch=setup.key_epoch,
-                    stamped_epoch=stamped_epoch,
-                )
+                upload, reason = self._delivered(arm, t, client, upload, setup, upload_len)
             if reason is not None:
                 report.rejected[client] = reason
                 continue
@@ -259,6 +247,24 @@ class ClientWorkerRole:
         ]
         report.bytes_out = acc.numel() * acc.element_size()
         return partials, report
+
+    def _delivered(
+        self, arm: str, t: int, client: int, upload: torch.Tensor, setup: ArmSetup, length: int
+    ) -> tuple[torch.Tensor, str | None]:
+        """What client ``client`` really sends (a drill's upload hook may corrupt it or its stamps) and why
+        the worker must refuse it (``None``: it may be summed)."""
+        stamped_round, stamped_epoch = t, setup.key_epoch
+        if self.upload_hook is not None:
+            upload, stamped_round, stamped_epoch = self.upload_hook(arm, t, client, upload, setup.key_epoch)
+        reason = check_upload(
+            upload,
+            shape=(length,),
+            round=t,
+            stamped_round=stamped_round,
+            key_epoch=setup.key_epoch,
+            stamped_epoch=stamped_epoch,
+        )
+        return upload, reason
 
     def _train_round_masked(
         self,
@@ -295,19 +301,7 @@ class ClientWorkerRole:
             if setup.step is not None:
                 upload, clipped = setup.step(upload, start=w0, arm=arm, client=client, t=t)
                 report.clipped += bool(clipped)
-            stamped_round, stamped_epoch = t, setup.key_epoch
-            if self.upload_hook is not None:
-                upload, stamped_round, stamped_epoch = self.upload_hook(
-                    arm, t, client, upload, setup.key_epoch
-                )
-            reason = check_upload(
-                upload,
-                shape=(n,),
-                round=t,
-                stamped_round=stamped_round,
-                key_epoch=setup.key_epoch,
-                stamped_epoch=stamped_epoch,
-            )
+            upload, reason = self._delivered(arm, t, client, upload, setup, n)
             if reason is not None:
                 report.rejected[client] = reason
                 continue
