@@ -99,6 +99,23 @@ class SmallTask:
         return x, y, {c: np.arange(ends[c], ends[c + 1]) for c in range(self.clients)}
 
 
+def task_context(task: SmallTask, platform: DictConfig, arm: str, **norms: Any):
+    """The :class:`~sifl_ray.arms.ArmContext` an arm is set up with on ``task`` (``norms``: the keys' public
+    norms, for a coded arm's privacy report)."""
+    from sifl_ray.arms import ArmContext
+
+    sizes = task.sizes
+    return ArmContext(
+        cfg=platform,
+        arm=arm,
+        n=task.n,
+        local_size=int(sizes.min()),
+        total_size=int(sizes.sum()),
+        largest_size=int(sizes.max()),
+        **norms,
+    )
+
+
 def logistic_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """The task's loss: binary cross-entropy on the model's single logit."""
     return nn.functional.binary_cross_entropy_with_logits(logits.squeeze(-1), y)
@@ -471,21 +488,13 @@ def record_arm(
     Raises:
         RuntimeError: a party refused or dropped an upload (the truth would no longer match the transcript).
     """
-    from sifl_ray.arms import ArmContext, arm_of
+    from sifl_ray.arms import arm_of
     from sifl_ray.round import RoundPolicy, run_round
 
     platform = platform_config(cfg, clients=task.clients, rounds=rounds, coding=coding)
     protocol = arm_of(platform, arm)
     sizes = task.sizes
-    ctx = ArmContext(
-        cfg=platform,
-        arm=arm,
-        n=task.n,
-        local_size=int(sizes.min()),
-        total_size=int(sizes.sum()),
-        largest_size=int(sizes.max()),
-    )
-    steps = protocol.steps(ctx)
+    steps = protocol.steps(task_context(task, platform, arm))
     tap = ModelTap(inner=steps.client)
     steps = replace(steps, client=tap)
 

@@ -63,7 +63,14 @@ from sifl_ray.attacks.adversaries import (
 from sifl_ray.attacks.audit import AuditTest, audit_upload_release
 from sifl_ray.attacks.config import Design
 from sifl_ray.attacks.element_noise import cross_round_pairs, measure_transcript
-from sifl_ray.attacks.record import GroundTruth, SmallTask, make_task, platform_config, record_arm
+from sifl_ray.attacks.record import (
+    GroundTruth,
+    SmallTask,
+    make_task,
+    platform_config,
+    record_arm,
+    task_context,
+)
 from sifl_ray.attacks.transcript import TranscriptRecorder
 from sifl_ray.coding.base import CODING_DTYPE, NoiseSpec, ServerKey
 from sifl_ray.seeding import derive_seed, torch_generator
@@ -901,7 +908,7 @@ def audit_arm(
       aggregator roles with fresh noise each trial, read by a client (P2R then P1L); reported: the paper's
       per-element ε of that release (its ``epsilon_global``).
     """
-    from sifl_ray.arms import ArmContext, arm_of
+    from sifl_ray.arms import arm_of
     from sifl_ray.arms.dp_fedavg import CentralNoise
     from sifl_ray.attacks.audit import audit_aggregator_step, audit_release
 
@@ -920,14 +927,7 @@ def audit_arm(
     if protocol.coding == "m2":
         return [_audit_m2_broadcast(task, cfg, platform, arm, kw)]
     sizes = task.sizes
-    ctx = ArmContext(
-        cfg=platform,
-        arm=arm,
-        n=task.n,
-        local_size=int(sizes.min()),
-        total_size=int(sizes.sum()),
-        largest_size=int(sizes.max()),
-    )
+    ctx = task_context(task, platform, arm)
     steps, report = protocol.steps(ctx), protocol.privacy(ctx) or {}
     reported = float(report.get("epsilon", math.inf))
     scope = str(report.get("scope", "no privacy claimed"))
@@ -1036,7 +1036,7 @@ def _audit_m2_broadcast(
 ) -> ArmAudit:
     """(f) on an M2 broadcast ``W' = P1 (P1L W'_a) + N1 R1`` of the global model: keys made by the platform's
     own factories from the primary design's coding, noise fresh each trial, read by a client."""
-    from sifl_ray.arms import ArmContext, arm_of
+    from sifl_ray.arms import arm_of
     from sifl_ray.attacks.audit import audit_release
     from sifl_ray.keys import aggregator_from_state, make_party_aggregator_state, make_party_server_key
     from sifl_ray.specs import CodingSpec
@@ -1054,15 +1054,7 @@ def _audit_m2_broadcast(
     aggregator = aggregator_from_state(mode="m2", coding=coding, state=state, bounds=(0, n_tilde), shard=0)
     agg_key, p = aggregator.key, aggregator.key.p
     sizes = task.sizes
-    ctx = ArmContext(
-        cfg=coded,
-        arm=arm,
-        n=task.n,
-        local_size=int(sizes.min()),
-        total_size=int(sizes.sum()),
-        key_norms=server.key.norms(),
-        agg_norms=agg_key.norms(),
-    )
+    ctx = task_context(task, coded, arm, key_norms=server.key.norms(), agg_norms=agg_key.norms())
     report = arm_of(coded, arm).privacy(ctx) or {}
     gen = torch_generator(cfg.seed, "attack", "audit", arm, "noise")
 
