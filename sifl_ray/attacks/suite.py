@@ -66,6 +66,7 @@ from sifl_ray.attacks.element_noise import cross_round_pairs, measure_transcript
 from sifl_ray.attacks.record import (
     GroundTruth,
     SmallTask,
+    TaskEvaluator,
     make_task,
     platform_config,
     record_arm,
@@ -1034,11 +1035,15 @@ def _secure_aggregate(steps, weights: np.ndarray, arm: str, uniform: bool):
 def _audit_m2_broadcast(
     task: SmallTask, cfg: DictConfig, platform: DictConfig, arm: str, kw: dict
 ) -> ArmAudit:
-    """(f) on an M2 broadcast ``W' = P1 (P1L W'_a) + N1 R1`` of the global model: keys made by the platform's
-    own factories from the primary design's coding, noise fresh each trial, read by a client."""
+    """(f) on an M2 broadcast ``W' = P1 (P1L W'_a) + N1 R1`` of the global model, through the platform's own
+    roles (keys from their factories, the primary design's coding): the server's M1 encoding with fresh
+    ``r1``, the aggregator's π2 with fresh ``R2``, the M2 server's re-encoding with fresh ``R1``, read as
+    every client reads it (the evaluator's decoding: strip code 2, then ``P1L``)."""
     from sifl_ray.arms import arm_of
     from sifl_ray.attacks.audit import audit_release
     from sifl_ray.keys import aggregator_from_state, make_party_aggregator_state, make_party_server_key
+    from sifl_ray.roles.messages import Partial
+    from sifl_ray.roles.server import Server
     from sifl_ray.specs import CodingSpec
 
     design = Design.parse(cfg.primary)
@@ -1049,36 +1054,41 @@ def _audit_m2_broadcast(
     server, server_view = make_party_server_key(
         arm=arm, mode="m2", n=task.n, coding=coding, run_seed=int(cfg.seed)
     )
+    # the same server in its M1 role: a fresh M1 encoding of the model each trial (r1 of its own round)
+    encoder = Server(mode="m1", key=server.key, noise=server.noise, noise_seed=server._noise_seed)
     state = make_party_aggregator_state(arm=arm, mode="m2", coding=coding, run_seed=int(cfg.seed))
     n_tilde = server.key.n_tilde
     aggregator = aggregator_from_state(mode="m2", coding=coding, state=state, bounds=(0, n_tilde), shard=0)
-    agg_key, p = aggregator.key, aggregator.key.p
-    sizes = task.sizes
-    ctx = task_context(task, coded, arm, key_norms=server.key.norms(), agg_norms=agg_key.norms())
+    reader = TaskEvaluator(
+        model=task.model(),
+        x_test=np.zeros((1, task.features)),
+        y_test=np.zeros(1),
+        batch_size=1,
+        device=torch.device("cpu"),
+    )
+    reader.set_arm(arm, "m2", server_view, aggregator.key.client_view())
+    ctx = task_context(task, coded, arm, key_norms=server.key.norms(), agg_norms=aggregator.key.norms())
     report = arm_of(coded, arm).privacy(ctx) or {}
-    gen = torch_generator(cfg.seed, "attack", "audit", arm, "noise")
 
     def release(x: torch.Tensor, trial: int) -> torch.Tensor:
-        w_tilde = server.key.encode(x, server.noise.sample((n_tilde - task.n,), gen))
-        W_a = agg_key.encode(w_tilde, aggregator.noise.sample((n_tilde, p - 1), gen))
-        W = server.key.reencode(W_a, server.noise.sample((n_tilde - task.n, p), gen))
-        return server_view.decode(agg_key.client_view().strip(W))  # what any client reads
+        first, second = 2 * trial, 2 * trial + 1  # distinct noise rounds for the two encodings
+        w_tilde, _ = encoder.finish_round(first, encoder.initial_broadcast(x))
+        upload = Partial(source=0, round=second, key_epoch=0, weighted_sum=w_tilde, weight=1.0, accepted=1)
+        W_a, _ = aggregator.reduce(second, 0, [upload])
+        W, _ = server.finish_round(second, W_a)
+        return reader.decode(arm, W)
 
     clip = float(platform.privacy.clip)
-    sensitivity = 2 * clip / int(sizes.sum())  # Remark 3's global sensitivity: one sample of all the data
-    direction = torch.randn(
-        task.n, generator=torch_generator(cfg.seed, "attack", "audit", arm), dtype=CODING_DTYPE
-    )
+    sensitivity = (
+        2 * clip / int(task.sizes.sum())
+    )  # Remark 3's global sensitivity: one sample of all the data
+    gen = torch_generator(cfg.seed, "attack", "audit", arm)
+    direction = torch.randn(task.n, generator=gen, dtype=CODING_DTYPE)
     x1 = direction * (sensitivity / torch.linalg.vector_norm(direction))
     test = audit_release(release, x0=torch.zeros(task.n, dtype=CODING_DTYPE), x1=x1, **kw)
     scope = "per element of one broadcast (the paper's Theorem 2, global release), worst element"
-    return ArmAudit(
-        arm,
-        float(report.get("epsilon_global", math.nan)),
-        scope,
-        "the whole broadcast W', read by a client (P2R, P1L)",
-        test,
-    )
+    what = "the whole broadcast W', read by a client (P2R, P1L)"
+    return ArmAudit(arm, float(report.get("epsilon_global", math.nan)), scope, what, test)
 
 
 @dataclass
