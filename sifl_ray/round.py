@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol
 
 from sifl_ray.backend import Backend
@@ -111,7 +112,6 @@ def run_round(
     """
     policy = policy or RoundPolicy()
     start = time.perf_counter()
-    num_shards = len(arm.bounds)
 
     # 1. Server encodes: ``arm.broadcast`` already holds ``π1(w^t)`` (made at the end of round t − 1).
     broadcast = arm.broadcast
@@ -130,36 +130,8 @@ def run_round(
     #    Under secure aggregation it first announces the survivors and rebuilds the masks left in their sum
     #    from the shares they return (3a–3c); then each shard unmasks and averages its rows.
     sources = sorted(k for k, r in trained.reports.items() if r.weight > 0)
-    refused: dict[int, str] = {}
-    shard_outs: list = []
-    agg_infos: list[dict] = []
-    if secure is not None:
-        sources, shard_outs, agg_infos, refused = _reduce_masked(
-            backend, parties, arm, t, sources, trained, secure, supervisor
-        )
-    while sources and secure is None:
-        shard_outs = [
-            backend.call(
-                aggregator,
-                "reduce",
-                arm.name,
-                t,
-                arm.key_epoch,
-                *[trained.outs[k][s] for k in sources],
-                num_returns=2,
-            )
-            for s, aggregator in enumerate(parties.aggregators[:num_shards])
-        ]
-        if supervisor is not None:
-            supervisor.after_submit("reduce", arm=arm.name, t=t)
-        agg_infos = [
-            collect(backend, out[1], "aggregator", s, arm=arm.name, t=t) for s, out in enumerate(shard_outs)
-        ]
-        now_refused = {k: why for info in agg_infos for k, why in info["rejected"].items()}
-        if not now_refused:
-            break
-        refused.update(now_refused)
-        sources = [k for k in sources if k not in now_refused]
+    reduce = _reduce if secure is None else partial(_reduce_masked, secure=secure)
+    sources, shard_outs, agg_infos, refused = reduce(backend, parties, arm, t, sources, trained, supervisor)
 
     # 4. Server decodes (M1: the plain average; M2: P1L W'_a, code 2 still on) and encodes the next broadcast.
     #    Nothing usable this round (everyone dropped or refused): the model stays, the broadcast is reused.
@@ -463,6 +435,47 @@ def _agree_keys(
     return secure
 
 
+def _reduce(
+    backend: Backend,
+    parties: Parties,
+    arm: ArmState,
+    t: int,
+    sources: list[int],
+    trained: _Trained,
+    supervisor: Supervisor | None,
+) -> tuple[list[int], list, list[dict], dict[int, str]]:
+    """Step 3: every shard averages its rows of the workers' partials (and, in M2, encodes them with π2);
+    a partial one shard refuses is left out of every shard's next attempt, until all shards accept the
+    same workers. Returns the sources, the shards' outputs and infos, and the refused partials."""
+    refused: dict[int, str] = {}
+    shard_outs: list = []
+    agg_infos: list[dict] = []
+    while sources:
+        shard_outs = [
+            backend.call(
+                aggregator,
+                "reduce",
+                arm.name,
+                t,
+                arm.key_epoch,
+                *[trained.outs[k][s] for k in sources],
+                num_returns=2,
+            )
+            for s, aggregator in enumerate(parties.aggregators[: len(arm.bounds)])
+        ]
+        if supervisor is not None:
+            supervisor.after_submit("reduce", arm=arm.name, t=t)
+        agg_infos = [
+            collect(backend, out[1], "aggregator", s, arm=arm.name, t=t) for s, out in enumerate(shard_outs)
+        ]
+        now_refused = {k: why for info in agg_infos for k, why in info["rejected"].items()}
+        if not now_refused:
+            break
+        refused.update(now_refused)
+        sources = [k for k in sources if k not in now_refused]
+    return sources, shard_outs, agg_infos, refused
+
+
 def _reduce_masked(
     backend: Backend,
     parties: Parties,
@@ -470,8 +483,9 @@ def _reduce_masked(
     t: int,
     sources: list[int],
     trained: _Trained,
-    secure: _SecureRound,
     supervisor: Supervisor | None,
+    *,
+    secure: _SecureRound,
 ) -> tuple[list[int], list, list[dict], dict[int, str]]:
     """Step 3 of a secure arm: 3a every shard checks the stamps and shapes of its masked partials (their
     content cannot be checked) until all shards accept the same workers; 3b the aggregator announces the
@@ -533,6 +547,8 @@ def _reduce_masked(
         )
         for s, a in enumerate(aggregators)
     ]
+    if supervisor is not None:
+        supervisor.after_submit("reduce", arm=arm.name, t=t)
     agg_infos = [
         collect(backend, out[1], "aggregator", s, arm=arm.name, t=t) for s, out in enumerate(shard_outs)
     ]
