@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 
-from actors.process import prepare_process
+import torch
+
+from actors.process import placement, prepare_process
 from sifl_ray.checkpoint import CheckpointError, load_party_key, save_party_key
 from sifl_ray.keys import aggregator_from_state, key_inventory, make_party_aggregator_state
 from sifl_ray.roles.aggregator import Aggregator
@@ -74,6 +76,10 @@ class AggregatorActor:
     def reduce(self, arm: str, t: int, key_epoch: int, *partials: Partial):
         step = self.steps.get(arm)
         return self.roles[arm].reduce(t, key_epoch, list(partials), allow_empty=True, step=step, arm=arm)
+
+    def placement(self) -> dict:
+        """Where this actor runs (the CPU: :mod:`sifl_ray.device` says why) and what it holds."""
+        return placement(torch.device("cpu"), [role.key for role in self.roles.values()])
 
     def pid(self) -> int:
         return os.getpid()
