@@ -43,7 +43,9 @@ class EvaluatorActor:
         self.role.set_arm(arm, mode, server_view, aggregator_view, paired=paired)
 
     def decode(self, arm: str, broadcast: torch.Tensor) -> torch.Tensor:
-        return self.role.decode(arm, broadcast)
+        """The plain global model (simulation only), on the host: what leaves an actor is never a device
+        tensor (unpickled in the driver, it would land on the driver's GPU)."""
+        return self.role.decode(arm, broadcast.to(self.device)).cpu()
 
     def evaluate(self, arm: str, t: int, broadcast: torch.Tensor) -> dict:
         return self.role.evaluate(arm, t, broadcast)

@@ -65,14 +65,13 @@ def prepare_process(threads: int | None = None) -> None:
 
 
 def assigned_gpu_ids() -> list[str]:
-    """The GPU ids Ray assigned to this actor ([] outside Ray, or when it asked for none)."""
-    ray = sys.modules.get("ray")
-    if ray is None or not ray.is_initialized():
+    """The GPU ids Ray assigned to this actor ([] outside a Ray actor: the driver, the sequential backend;
+    or when it asked for none)."""
+    if not in_ray_actor():
         return []
-    try:
-        return [str(g) for g in ray.get_gpu_ids()]
-    except Exception:  # not inside a Ray worker (the driver, the sequential backend)
-        return []
+    import ray
+
+    return [str(g) for g in ray.get_gpu_ids()]
 
 
 def pick_device() -> tuple[torch.device, str | None]:
