@@ -4,7 +4,10 @@ A client worker (and, if the configuration gives it a GPU, the evaluator) comput
 model, its minibatches, its copy of the clients' key views and every float64 coding product stay there.
 What crosses, and only where the protocol needs it:
 
-* in, once per round: the broadcast, from the object store (a blocking copy, needed at once);
+* in, once per round: the broadcast, from the object store (a blocking copy, needed at once). Not
+  through pinned memory: it arrives in pageable memory (unpickled from the object store), so pinning it
+  would be one more host copy of the same size, which the driver's own staging of a pageable copy
+  already amounts to, and there is nothing to overlap the copy with;
 * out, once per round: the worker's partial sums, to the object store, through a reusable pinned host
   buffer (:class:`HostStaging`: the device writes it by DMA, and the partials are cut from it by the one
   host copy they needed anyway);
