@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 
-from actors.process import prepare_process
+import torch
+
+from actors.process import placement, prepare_process
 from sifl_ray.checkpoint import CheckpointError, load_party_key, save_party_key
 from sifl_ray.keys import aggregator_from_state, key_inventory, make_party_aggregator_state
 from sifl_ray.roles.aggregator import Aggregator
@@ -136,6 +138,9 @@ class AggregatorActor:
             **rounds.round_sets(),
         }
         return plan, info
+    def placement(self) -> dict:
+        """Where this actor runs (the CPU: :mod:`sifl_ray.device` says why) and what it holds."""
+        return placement(torch.device("cpu"), [role.key for role in self.roles.values()])
 
     def pid(self) -> int:
         return os.getpid()

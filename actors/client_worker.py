@@ -7,7 +7,7 @@ import os
 import numpy as np
 import torch
 
-from actors.process import prepare_process
+from actors.process import memory, pick_device, placement, prepare_process, reset_peak_memory
 from sifl_ray.faults import WorkerFaults
 from sifl_ray.keys import key_inventory
 from sifl_ray.models import build_model
@@ -15,19 +15,6 @@ from sifl_ray.optim import TorchTrainer
 from sifl_ray.roles.client import ArmSetup, ClientWorkerRole, LocalTraining
 from sifl_ray.seeding import torch_generator
 from sifl_ray.specs import ModelSpec, TrainSpec
-
-
-def pick_device() -> torch.device:
-    """The GPU Ray assigned to this worker if there is one and CUDA works, else the CPU."""
-    try:
-        import ray
-
-        gpu_ids = ray.get_gpu_ids() if ray.is_initialized() else []
-    except Exception:  # not inside Ray
-        gpu_ids = []
-    if gpu_ids and torch.cuda.is_available():
-        return torch.device("cuda", 0)  # Ray sets CUDA_VISIBLE_DEVICES to the assigned GPU(s)
-    return torch.device("cpu")
 
 
 class ClientWorkerActor:
@@ -43,7 +30,7 @@ class ClientWorkerActor:
         materialize: bool = False,
     ) -> None:
         prepare_process(threads)
-        self.device = pick_device()
+        self.device, self.fallback = pick_device()
         gen = torch_generator(seed, "init")
         net = build_model(
             model.name, input_shape=model.input_shape, num_classes=model.num_classes, generator=gen
@@ -81,21 +68,21 @@ class ClientWorkerActor:
         return os.getpid()
 
     def placement(self) -> dict:
-        """Where this worker runs: its GPU ids as Ray assigned them and what CUDA sees."""
-        import ray
+        """Where this worker runs: its GPU ids as Ray assigned them, what CUDA sees, its device, the devices
+        of what it holds (model, staged samples, every arm's key views) and why it fell back to the CPU
+        if Ray assigned a GPU that CUDA cannot use here."""
+        role = self.role
+        held = (role.trainer.model, role.samples.staged_tensors(), role.arms)
+        return placement(self.device, *held, fallback=self.fallback)
 
-        return {
-            "gpu_ids": [str(g) for g in ray.get_gpu_ids()] if ray.is_initialized() else [],
-            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-            "device": str(self.device),
-            "pid": os.getpid(),
-        }
+    def memory(self) -> dict:
+        """Peak memory of this worker (GPU allocator and resident set; :func:`actors.process.memory`)."""
+        return memory(self.device)
+
+    def reset_peak_memory(self) -> None:
+        reset_peak_memory(self.device)
 
     def set_arm(self, arm: str, setup: dict, server_view=None, aggregator_view=None) -> None:
-        if server_view is not None:
-            server_view = server_view.to(self.device) if hasattr(server_view, "to") else server_view
-        if aggregator_view is not None and hasattr(aggregator_view, "to"):
-            aggregator_view = aggregator_view.to(self.device)
         self.role.set_arm(arm, ArmSetup(server_view=server_view, aggregator_view=aggregator_view, **setup))
 
     def train_round(

@@ -12,6 +12,7 @@ COMMANDS = {
     "memory": "bench.memory",
     "reliability": "bench.reliability",
     "privacy-cost": "bench.privacy_cost",
+    "gpu": "bench.gpu",
 }
 
 

@@ -157,7 +157,8 @@ class RayConfig:
     address: str | None = None
     num_workers: int = 0  # client workers; 0 → one per available CPU (at most the number of clients)
     cpus_per_worker: float = 1.0
-    gpus_per_worker: float = 0.0  # fractional GPUs per worker when GPUs exist
+    gpus_per_worker: float = 0.0  # fractional GPUs per client worker (0: the workers train on CPUs)
+    evaluator_gpus: float = 0.0  # fractional GPU for the evaluator (simulation only; 0: on a CPU)
     num_shards: int = 2  # aggregator actors, each reducing one shard of the encoded vector
     materialize_uploads: bool = False  # encode every client's upload separately (slower; for transcripts)
 
@@ -334,6 +335,7 @@ _RANGES: dict[str, Range] = {
     "ray.num_workers": _NONNEG,
     "ray.cpus_per_worker": _NONNEG,
     "ray.gpus_per_worker": _NONNEG,
+    "ray.evaluator_gpus": _NONNEG,
     "ray.num_shards": _AT_LEAST_1,
     "faults.deadline_s": Range(lambda v: v > 0, "a number of seconds > 0 (or null: no deadline)"),
     "faults.max_retries": _NONNEG,

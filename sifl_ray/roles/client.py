@@ -11,13 +11,16 @@ Fused uploads are affine in the local model, ``w~ + P1 (w_K − w_0)``, so witho
 ``materialize_uploads`` the worker sums ``|D_i| (w_K,i − w_0)`` and applies ``P1`` once per round: the same
 sum as adding the individual encodings, with fewer rounding errors and one transform instead of one per
 client. ``materialize_uploads=True`` encodes every upload (needed to record what the aggregator sees).
+
+On a GPU everything a worker computes stays on it (model, minibatches, key views, the float64 sums); the
+broadcast comes in and the partial sums go out once per round (:mod:`sifl_ray.device`).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 import numpy as np
@@ -26,7 +29,8 @@ import torch
 from sifl_ray.arms.base import ClientStep
 from sifl_ray.coding.base import CODING_DTYPE, AggregatorKey, ClientServerKey
 from sifl_ray.data import client_batches
-from sifl_ray.optim import TorchTrainer, fused_update, stepwise_update
+from sifl_ray.device import HostStaging, SampleStore, on_device, resolve_device
+from sifl_ray.optim import TorchTrainer, fused_update, loss_values, stepwise_update
 from sifl_ray.roles.aggregator import check_upload
 from sifl_ray.roles.messages import MaskedPartial, Partial, WorkerReport
 from sifl_ray.roles.secure import RoundPublic, SecAggSpec, WorkerSecAgg
@@ -73,7 +77,17 @@ class LocalTraining:
 
 
 class ClientWorkerRole:
-    """Hosts the virtual clients ``partitions`` (client id → sample indices) of one worker."""
+    """Hosts the virtual clients ``partitions`` (client id → sample indices) of one worker.
+
+    Args:
+        device: where the clients train and encode; the trainer's model must already live there.
+        stage_data: copy the worker's samples to ``device`` once (default: on any device but the CPU;
+            see :class:`sifl_ray.device.SampleStore`).
+
+    Raises:
+        ValueError: ``device`` cannot hold a computation (:func:`sifl_ray.device.resolve_device`), or the
+            trainer's model lives elsewhere.
+    """
 
     def __init__(
         self,
@@ -84,25 +98,44 @@ class ClientWorkerRole:
         partitions: dict[int, np.ndarray],
         trainer: TorchTrainer,
         training: LocalTraining,
-        device: torch.device,
+        device: torch.device | str,
+        stage_data: bool | None = None,
     ):
         self.worker = worker
-        self.device = device
-        # Ray hands the arrays over zero-copy and read-only from the object store; a minibatch is gathered
-        # with numpy fancy indexing (a fresh array), so no worker copies the whole training set.
-        self.x = np.asarray(x_train)
-        self.y = np.asarray(y_train)
+        self.device = resolve_device(device)
+        model_device = next(trainer.model.parameters()).device
+        if model_device != self.device and not (
+            model_device.type == self.device.type == "cuda" and self.device.index is None
+        ):
+            raise ValueError(
+                f"worker {worker}: the trainer's model lives on {model_device}, the worker computes on "
+                f"{self.device}; move the model there first (model.to(device))"
+            )
         self.partitions = partitions
         self.trainer = trainer
         self.training = training
         self.arms: dict[str, ArmSetup] = {}
         self.dtype = next(trainer.model.parameters()).dtype
+        self.samples = SampleStore(
+            x_train,
+            y_train,
+            partitions.values(),
+            device=self.device,
+            dtype=self.dtype,
+            stage=stage_data,
+        )
+        self.host = HostStaging(self.device)
         self.upload_hook = None  # optional callable(arm, t, client, upload) -> upload (fault injection)
         self.recorder = None  # optional transcript recorder (what the aggregator sees)
         self.secure: dict[str, WorkerSecAgg] = {}  # arm → its hosted clients' SecAgg halves
 
     def set_arm(self, arm: str, setup: ArmSetup) -> None:
-        self.arms[arm] = setup
+        """Play ``arm``'s clients with ``setup``; its key views are moved to this worker's device once."""
+        self.arms[arm] = replace(
+            setup,
+            server_view=on_device(setup.server_view, self.device),
+            aggregator_view=on_device(setup.aggregator_view, self.device),
+        )
         if setup.secagg is not None:
             self.secure[arm] = WorkerSecAgg(setup.secagg, arm)
 
@@ -129,11 +162,7 @@ class ClientWorkerRole:
             client_id=client,
             round=t,
         )
-        for b in idx:
-            yield (
-                torch.from_numpy(self.x[b]).to(self.device, self.dtype),
-                torch.from_numpy(self.y[b]).to(self.device),
-            )
+        return self.samples.batches(idx)
 
     def _train(
         self, w0: torch.Tensor, start: torch.Tensor, client: int, t: int, out: torch.Tensor | None
@@ -143,7 +172,7 @@ class ClientWorkerRole:
         if self.training.skip_training:  # no-op client: no data, no steps (framework-overhead benchmarks)
             return (w0.clone() if out is None else out.copy_(w0)), 0.0
         self.trainer.reset(start)
-        losses = [self.trainer.step(b) for b in self._batches(client, t)]
+        losses = loss_values([self.trainer.step(b) for b in self._batches(client, t)])
         return self.trainer.params(out), float(np.mean(losses)) if losses else 0.0
 
     def train_round(
@@ -233,7 +262,7 @@ class ClientWorkerRole:
             t0 = time.perf_counter()
             acc = w_tilde * report.weight + setup.server_view.apply_P1(delta_sum)
             report.encode_s += time.perf_counter() - t0
-        acc = acc.cpu()
+        acc = self.host.to_host(acc)  # out to the object store: the partials below are copies of it
         partials = [
             Partial(
                 source=self.worker,
