@@ -260,14 +260,19 @@ def test_sifl_attack_takes_the_arms_to_attack(tmp_path, capsys):
     m = RESULT.match(lines[-1])
     assert m and m.group(1) == "none" and m.group(3) == "none"
     at = lines.index("arms attacked:")
-    view = "the aggregator's direct view (each upload read as the client's model, or its update)"
+    from sifl_ray.attacks.suite import ATTACKED_AS
+
+    view = ATTACKED_AS["plain"]
+    assert view.startswith("the aggregator's direct view (each upload read as the client's model, or its")
     assert lines[at + 1 : at + 4] == [f"  {arm}: {view}" for arm in ("fl", "nbafl_eps1", "nbafl_eps5")]
     data = json.loads((tmp_path / "result.json").read_text())
     plain = {p["arm"]: p for p in data["plain"]}
     assert set(plain) == {"fl", "nbafl_eps1", "nbafl_eps5"}
     assert plain["fl"]["error"] == 0.0
     assert plain["nbafl_eps1"]["median_error"] > plain["nbafl_eps5"]["median_error"] > 0.1
-    assert "## Plain arms: the aggregator's direct view" in (tmp_path / "report.md").read_text()
+    assert "## Plain and secure-aggregation arms: the aggregator's direct view" in (
+        tmp_path / "report.md"
+    ).read_text()
 
 
 def test_an_arm_that_uploads_updates_is_read_as_updates(tmp_path, capsys):
