@@ -138,6 +138,7 @@ class AggregatorActor:
             **rounds.round_sets(),
         }
         return plan, info
+
     def placement(self) -> dict:
         """Where this actor runs (the CPU: :mod:`sifl_ray.device` says why) and what it holds."""
         return placement(torch.device("cpu"), [role.key for role in self.roles.values()])

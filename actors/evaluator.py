@@ -52,6 +52,7 @@ class EvaluatorActor:
 
     def sum_error(self, arm: str, t: int, num_shards: int, *vectors: torch.Tensor) -> float:
         return self.role.sum_error(arm, t, num_shards, *vectors)
+
     def placement(self) -> dict:
         """Where the evaluator runs and computes (:func:`actors.process.placement`)."""
         role = self.role

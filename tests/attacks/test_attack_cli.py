@@ -270,9 +270,10 @@ def test_sifl_attack_takes_the_arms_to_attack(tmp_path, capsys):
     assert set(plain) == {"fl", "nbafl_eps1", "nbafl_eps5"}
     assert plain["fl"]["error"] == 0.0
     assert plain["nbafl_eps1"]["median_error"] > plain["nbafl_eps5"]["median_error"] > 0.1
-    assert "## Plain and secure-aggregation arms: the aggregator's direct view" in (
-        tmp_path / "report.md"
-    ).read_text()
+    assert (
+        "## Plain and secure-aggregation arms: the aggregator's direct view"
+        in (tmp_path / "report.md").read_text()
+    )
 
 
 def test_an_arm_that_uploads_updates_is_read_as_updates(tmp_path, capsys):
