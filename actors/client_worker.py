@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from actors.process import prepare_process
+from actors.process import memory, pick_device, placement, prepare_process, reset_peak_memory
 from sifl_ray.faults import WorkerFaults
 from sifl_ray.keys import key_inventory
 from sifl_ray.models import build_model
@@ -16,19 +16,6 @@ from sifl_ray.optim import TorchTrainer
 from sifl_ray.roles.client import ArmSetup, ClientWorkerRole, LocalTraining
 from sifl_ray.seeding import torch_generator
 from sifl_ray.specs import ModelSpec, TrainSpec
-
-
-def pick_device() -> torch.device:
-    """The GPU Ray assigned to this worker if there is one and CUDA works, else the CPU."""
-    try:
-        import ray
-
-        gpu_ids = ray.get_gpu_ids() if ray.is_initialized() else []
-    except Exception:  # not inside Ray
-        gpu_ids = []
-    if gpu_ids and torch.cuda.is_available():
-        return torch.device("cuda", 0)  # Ray sets CUDA_VISIBLE_DEVICES to the assigned GPU(s)
-    return torch.device("cpu")
 
 
 class ClientWorkerActor:
@@ -44,7 +31,7 @@ class ClientWorkerActor:
         materialize: bool = False,
     ) -> None:
         prepare_process(threads)
-        self.device = pick_device()
+        self.device, self.fallback = pick_device()
         gen = torch_generator(seed, "init")
         net = build_model(
             model.name, input_shape=model.input_shape, num_classes=model.num_classes, generator=gen
@@ -88,21 +75,21 @@ class ClientWorkerActor:
         return os.getpid()
 
     def placement(self) -> dict:
-        """Where this worker runs: its GPU ids as Ray assigned them and what CUDA sees."""
-        import ray
+        """Where this worker runs: its GPU ids as Ray assigned them, what CUDA sees, its device, the devices
+        of what it holds (model, staged samples, every arm's key views) and why it fell back to the CPU
+        if Ray assigned a GPU that CUDA cannot use here."""
+        role = self.role
+        held = (role.trainer.model, role.samples.staged_tensors(), role.arms)
+        return placement(self.device, *held, fallback=self.fallback)
 
-        return {
-            "gpu_ids": [str(g) for g in ray.get_gpu_ids()] if ray.is_initialized() else [],
-            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-            "device": str(self.device),
-            "pid": os.getpid(),
-        }
+    def memory(self) -> dict:
+        """Peak memory of this worker (GPU allocator and resident set; :func:`actors.process.memory`)."""
+        return memory(self.device)
+
+    def reset_peak_memory(self) -> None:
+        reset_peak_memory(self.device)
 
     def set_arm(self, arm: str, setup: dict, server_view=None, aggregator_view=None) -> None:
-        if server_view is not None:
-            server_view = server_view.to(self.device) if hasattr(server_view, "to") else server_view
-        if aggregator_view is not None and hasattr(aggregator_view, "to"):
-            aggregator_view = aggregator_view.to(self.device)
         self.role.set_arm(arm, ArmSetup(server_view=server_view, aggregator_view=aggregator_view, **setup))
 
     def train_round(
@@ -113,14 +100,30 @@ class ClientWorkerActor:
         clients: list[int],
         bounds: list[tuple[int, int]],
         attempt: int = 0,
+        inboxes: dict | None = None,
     ):
-        """One partial sum per aggregator shard, then the report (``attempt`` > 0: the round is retried)."""
+        """One partial sum per aggregator shard, then the report (``attempt`` > 0: the round is retried).
+        A secure arm (``inboxes``: its round's routed shares) returns the evaluator's instrument between
+        the partials and the report (:meth:`ClientWorkerRole.train_round`)."""
         if self.faults:
             self.faults.before_training(arm, t, attempt)
-        partials, report = self.role.train_round(arm, t, broadcast, clients, bounds)
+        partials, report, *tap = self.role.train_round(arm, t, broadcast, clients, bounds, inboxes)
         if self.faults:
             partials = self.faults.corrupt_partials(arm, t, partials)
-        return (*partials, report)
+        return (*partials, *tap, report)
+
+    # Secure aggregation: steps 0, 1 and 3 of the hosted clients (roles.secure.WorkerSecAgg).
+    def secagg_advertise(self, arm: str, public, clients: list[int]) -> dict:
+        return self.role.secagg_advertise(arm, public, clients)
+
+    def secagg_share(self, arm: str, t: int, routed: dict) -> dict:
+        return self.role.secagg_share(arm, t, routed)
+
+    def secagg_unmask(self, arm: str, t: int, survivors):
+        """Step 3's answers and the round's protocol costs (``num_returns=2``)."""
+        if self.faults:
+            self.faults.before_unmask(arm, t)
+        return self.role.secagg_unmask(arm, t, survivors)
 
     def key_inventory(self) -> list[str]:
         """Which kinds of key material this actor holds (see :func:`sifl_ray.keys.key_inventory`)."""

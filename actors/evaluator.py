@@ -1,4 +1,7 @@
-"""Ray shell around the evaluator (a labelled simulation device; see :mod:`sifl_ray.roles.evaluator`)."""
+"""Ray shell around the evaluator (a labelled simulation device; see :mod:`sifl_ray.roles.evaluator`).
+
+It computes on the GPU Ray assigned to it (``ray.evaluator_gpus``), else on the CPU.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ import os
 import numpy as np
 import torch
 
-from actors.process import prepare_process
+from actors.process import memory, pick_device, placement, prepare_process
 from sifl_ray.keys import key_inventory
 from sifl_ray.models import build_model
 from sifl_ray.roles.evaluator import EvaluatorRole
@@ -25,12 +28,13 @@ class EvaluatorActor:
             generator=torch_generator(seed, "init"),
         )
         net = net.to(getattr(torch, model.dtype))
+        self.device, self.fallback = pick_device()
         self.role = EvaluatorRole(
             model=net,
             x_test=np.asarray(data["x_test"]),
             y_test=np.asarray(data["y_test"]),
             batch_size=batch_size,
-            device=torch.device("cpu"),
+            device=self.device,
         )
 
     def set_arm(
@@ -39,10 +43,23 @@ class EvaluatorActor:
         self.role.set_arm(arm, mode, server_view, aggregator_view, paired=paired)
 
     def decode(self, arm: str, broadcast: torch.Tensor) -> torch.Tensor:
-        return self.role.decode(arm, broadcast)
+        """The plain global model (simulation only), on the host: what leaves an actor is never a device
+        tensor (unpickled in the driver, it would land on the driver's GPU)."""
+        return self.role.decode(arm, broadcast.to(self.device)).cpu()
 
     def evaluate(self, arm: str, t: int, broadcast: torch.Tensor) -> dict:
         return self.role.evaluate(arm, t, broadcast)
+
+    def sum_error(self, arm: str, t: int, num_shards: int, *vectors: torch.Tensor) -> float:
+        return self.role.sum_error(arm, t, num_shards, *vectors)
+
+    def placement(self) -> dict:
+        """Where the evaluator runs and computes (:func:`actors.process.placement`)."""
+        role = self.role
+        return placement(self.device, role.model, role.x, role.views, fallback=self.fallback)
+
+    def memory(self) -> dict:
+        return memory(self.device)
 
     def pid(self) -> int:
         return os.getpid()

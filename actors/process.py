@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
+import resource
 import sys
 
 import torch
@@ -60,3 +62,67 @@ def prepare_process(threads: int | None = None) -> None:
         torch.set_num_threads(max(1, threads))
     if in_ray_actor():
         keep_freed_memory()
+
+
+def assigned_gpu_ids() -> list[str]:
+    """The GPU ids Ray assigned to this actor ([] outside a Ray actor: the driver, the sequential backend;
+    or when it asked for none)."""
+    if not in_ray_actor():
+        return []
+    import ray
+
+    return [str(g) for g in ray.get_gpu_ids()]
+
+
+def pick_device() -> tuple[torch.device, str | None]:
+    """Where this actor computes: the GPU Ray assigned to it if CUDA works here, else the CPU; and why it
+    is the CPU when Ray assigned a GPU (``None`` otherwise).
+
+    Ray sets ``CUDA_VISIBLE_DEVICES`` to the assigned GPU(s), so the first one this process sees is
+    ``cuda:0``. Declared GPUs on a machine without CUDA (the tests) fall back to the CPU, and say so.
+    """
+    if not assigned_gpu_ids():
+        return torch.device("cpu"), None
+    if not torch.cuda.is_available():
+        why = "Ray assigned a GPU, but CUDA is not usable here (torch.cuda.is_available() is False)"
+        return torch.device("cpu"), why
+    torch.cuda.set_device(0)
+    return torch.device("cuda", 0), None
+
+
+def placement(device: torch.device, *holdings: object, fallback: str | None = None) -> dict:
+    """Where an actor runs and computes: its GPU ids as Ray assigned them, what CUDA sees, its device, the
+    devices of every tensor it holds (``holdings``: model, keys, staged data), and why it fell back to the
+    CPU if it did."""
+    from sifl_ray.device import tensor_devices
+
+    cuda = device.type == "cuda"
+    return {
+        "gpu_ids": assigned_gpu_ids(),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "device": str(device),
+        "current_device": torch.cuda.current_device() if cuda else None,
+        "device_name": torch.cuda.get_device_name(device) if cuda else None,
+        "tensor_devices": sorted(tensor_devices(*holdings)),
+        "fallback": fallback,
+        "pid": os.getpid(),
+    }
+
+
+def memory(device: torch.device) -> dict:
+    """This actor's peak memory: on a CUDA device what torch's allocator allocated and reserved (its peak
+    since the process started or :func:`reset_peak_memory`), and the process's peak resident set."""
+    out = {"device": str(device), "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+    if device.type == "cuda":
+        out.update(
+            peak_allocated_bytes=torch.cuda.max_memory_allocated(device),
+            peak_reserved_bytes=torch.cuda.max_memory_reserved(device),
+            allocated_bytes=torch.cuda.memory_allocated(device),
+        )
+    return out
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    """Start a new peak for :func:`memory` (CUDA devices; nothing to do on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)

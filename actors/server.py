@@ -10,7 +10,7 @@ import os
 
 import torch
 
-from actors.process import prepare_process
+from actors.process import placement, prepare_process
 from sifl_ray.checkpoint import (
     CheckpointError,
     load_party_key,
@@ -110,6 +110,10 @@ class ServerActor:
 
     def loaded_broadcast(self, arm: str) -> torch.Tensor:
         return self._loaded.pop(arm)
+
+    def placement(self) -> dict:
+        """Where this actor runs (the CPU: :mod:`sifl_ray.device` says why) and what it holds."""
+        return placement(torch.device("cpu"), [role.key for role in self.roles.values()])
 
     def pid(self) -> int:
         return os.getpid()

@@ -11,6 +11,8 @@ COMMANDS = {
     "coding-overhead": "bench.coding_overhead",
     "memory": "bench.memory",
     "reliability": "bench.reliability",
+    "privacy-cost": "bench.privacy_cost",
+    "gpu": "bench.gpu",
 }
 
 

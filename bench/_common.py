@@ -29,8 +29,9 @@ import torch.nn.functional as F
 
 from sifl_ray.config import load_config
 from sifl_ray.data import Dataset, client_batches
+from sifl_ray.device import SampleStore
 from sifl_ray.models import build_model, flatten_params, load_flat_params_
-from sifl_ray.optim.trainer import make_optimizer_factory
+from sifl_ray.optim.trainer import loss_values, make_optimizer_factory
 from sifl_ray.seeding import torch_generator
 
 REFERENCE: tuple[str, ...] = (
@@ -152,14 +153,17 @@ class BareLoop:
         threads: int,
         device: torch.device | None = None,
     ):
-        self.x, self.y = np.asarray(dataset.x_train), np.asarray(dataset.y_train)
-        self.x_test = torch.tensor(np.asarray(dataset.x_test))
-        self.y_test = torch.tensor(np.asarray(dataset.y_test))
         self.parts = parts
         self.cfg = cfg
         self.threads = threads
         self.device = device or torch.device("cpu")
         self.dtype = getattr(torch, cfg.train.dtype)
+        # As a careful GPU loop would: the samples on the device once (none cross per step on a GPU).
+        self.samples = SampleStore(
+            dataset.x_train, dataset.y_train, parts, device=self.device, dtype=self.dtype
+        )
+        self.x_test = torch.tensor(np.asarray(dataset.x_test)).to(self.device)
+        self.y_test = torch.tensor(np.asarray(dataset.y_test)).to(self.device)
         self.model = build_model(
             cfg.train.model,
             input_shape=tuple(dataset.x_train.shape[1:]),
@@ -194,7 +198,7 @@ class BareLoop:
                 load_flat_params_(self.model, start)
                 optimizer = self.make_optimizer(params)
                 losses = []
-                for b in client_batches(
+                batches = client_batches(
                     self.parts[client],
                     batch_size=train.batch_size,
                     epochs=train.local_epochs,
@@ -202,17 +206,16 @@ class BareLoop:
                     seed=self.cfg.seed,
                     client_id=client,
                     round=t,
-                ):
-                    x = torch.from_numpy(self.x[b]).to(self.device, self.dtype)
-                    y = torch.from_numpy(self.y[b]).to(self.device)
+                )
+                for x, y in self.samples.batches(batches):
                     optimizer.zero_grad(set_to_none=True)
                     loss = F.cross_entropy(self.model(x), y)
                     loss.backward()
                     optimizer.step()
-                    losses.append(float(loss.detach()))
+                    losses.append(loss.detach())
                 acc.add_(flatten_params(self.model, out=self.local), alpha=size)
                 group_weight += size
-                group_loss += size * float(np.mean(losses))
+                group_loss += size * float(np.mean(loss_values(losses)))  # one read per client
             total.add_(acc)
             weights.append(group_weight)
             loss_sums.append(group_loss)
@@ -224,13 +227,17 @@ class BareLoop:
         """Test accuracy and loss of ``w`` (as the platform's evaluator computes them)."""
         load_flat_params_(self.model, self.w)
         size = self.cfg.train.eval_batch_size
-        correct, loss_sum = 0, 0.0
+        losses, hits = [], []
         for s in range(0, len(self.y_test), size):
             xb = self.x_test[s : s + size].to(self.device, self.dtype)
-            yb = self.y_test[s : s + size].to(self.device)
+            yb = self.y_test[s : s + size]
             logits = self.model(xb)
-            loss_sum += float(F.cross_entropy(logits, yb, reduction="sum"))
-            correct += int((logits.argmax(1) == yb).sum())
+            losses.append(F.cross_entropy(logits, yb, reduction="sum"))
+            hits.append((logits.argmax(1) == yb).sum())
+        loss_sum = 0.0
+        for value in loss_values(losses):
+            loss_sum += value
+        correct = int(torch.stack(hits).sum())
         return {"test_accuracy": correct / len(self.y_test), "test_loss": loss_sum / len(self.y_test)}
 
 

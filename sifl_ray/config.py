@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sifl_ray import faults as fault_registry
 from sifl_ray import registry_names
-from sifl_ray.arms import ARMS, arm_names
+from sifl_ray.arms import ARMS, arm_instances, arm_names
 from sifl_ray.validation import Choice, ConfigError, Range, Rules, parse_overrides, set_path, validate
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
@@ -137,6 +137,22 @@ class DpFedAvgConfig:
 
 
 @dataclass
+class SecAggConfig:
+    """Secure aggregation (SPEC "Baselines"; Bonawitz et al. 2017, SecAgg+ of Bell et al. 2020): the arms
+    ``secagg`` and ``dp_fedavg_secagg``. Each client's upload is encoded in fixed point into Z_(2^k) and
+    masked; the aggregator can unmask only the sum of the survivors' uploads."""
+
+    clip: float = (
+        10.0  # C of the secagg arm: each update is clipped to ‖w_i − w^t‖₂ ≤ C (its coordinates too)
+    )
+    ring_bits: int = 32  # k: the ring Z_(2^k); a masked upload costs k bits per parameter
+    frac_bits: int | None = None  # f: 2^-f resolution; None → the largest for which no sum can wrap
+    degree: int | None = None  # SecAgg+ neighbours per client; None → every pair (the original protocol)
+    threshold: int | None = None  # Shamir t per closed neighbourhood; None → ⌈2(k+1)/3⌉ (a majority)
+    noise_margin: float = 8.0  # dp_fedavg_secagg: coordinates are encoded up to C + margin·σ_client
+
+
+@dataclass
 class RayConfig:
     backend: str = "ray"  # ray | sequential (in-process, same roles)
     # unset/local: a private local Ray instance; auto: join the cluster `ray start` recorded on this
@@ -144,7 +160,8 @@ class RayConfig:
     address: str | None = None
     num_workers: int = 0  # client workers; 0 → one per available CPU (at most the number of clients)
     cpus_per_worker: float = 1.0
-    gpus_per_worker: float = 0.0  # fractional GPUs per worker when GPUs exist
+    gpus_per_worker: float = 0.0  # fractional GPUs per client worker (0: the workers train on CPUs)
+    evaluator_gpus: float = 0.0  # fractional GPU for the evaluator (simulation only; 0: on a CPU)
     num_shards: int = 2  # aggregator actors, each reducing one shard of the encoded vector
     materialize_uploads: bool = False  # encode every client's upload separately (slower; for transcripts)
 
@@ -170,6 +187,7 @@ class FaultEventConfig:
     shard: int = 0  # aggregator_kill
     corruption: str = "nan"  # corrupt_*: nan | inf | shape | round | epoch
     seconds: float = 0.0  # straggle: the delay; worker_exit: how long the worker trains before it dies
+    phase: str = "train"  # worker_exit: train | unmask (secure aggregation: after the masked upload)
 
 
 @dataclass
@@ -205,6 +223,7 @@ class ScenarioConfig:
     privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
     nbafl: NbaflConfig = field(default_factory=NbaflConfig)
     dp_fedavg: DpFedAvgConfig = field(default_factory=DpFedAvgConfig)
+    secagg: SecAggConfig = field(default_factory=SecAggConfig)
     ray: RayConfig = field(default_factory=RayConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     faults: FaultsConfig = field(default_factory=FaultsConfig)
@@ -310,9 +329,16 @@ _RANGES: dict[str, Range] = {
     "nbafl.clip": _POSITIVE,
     "dp_fedavg.delta": _PROBABILITY,
     "dp_fedavg.clip": _POSITIVE,
+    "secagg.clip": _POSITIVE,
+    "secagg.ring_bits": Range(lambda v: 2 <= v <= 64, "an integer in [2, 64] (the ring is held in uint64)"),
+    "secagg.frac_bits": _NONNEG,
+    "secagg.degree": _AT_LEAST_1,
+    "secagg.threshold": Range(lambda v: v >= 2, "an integer ≥ 2 (one share alone must not rebuild a secret)"),
+    "secagg.noise_margin": _POSITIVE,
     "ray.num_workers": _NONNEG,
     "ray.cpus_per_worker": _NONNEG,
     "ray.gpus_per_worker": _NONNEG,
+    "ray.evaluator_gpus": _NONNEG,
     "ray.num_shards": _AT_LEAST_1,
     "faults.deadline_s": Range(lambda v: v > 0, "a number of seconds > 0 (or null: no deadline)"),
     "faults.max_retries": _NONNEG,
@@ -409,6 +435,7 @@ def _cross_checks(cfg: dict, problems: list[str]) -> None:
 
 _FAULT_KIND = Choice(lambda: fault_registry.FAULT_KINDS)
 _CORRUPTION = Choice(lambda: fault_registry.CORRUPTIONS)
+_PHASE = Choice(lambda: fault_registry.PHASES)
 
 
 def _fault_checks(cfg: dict, problems: list[str]) -> None:
@@ -459,6 +486,23 @@ def _fault_checks(cfg: dict, problems: list[str]) -> None:
                 problems.append(
                     f"{at}.client: expected a client id in [0, {num_clients}) for corrupt_upload, got {c!r}; "
                     f"set {at}.client"
+                )
+        phase = ev.get("phase", "train")
+        problem = _PHASE.problem(f"{at}.phase", phase, "train")
+        if problem:
+            problems.append(problem)
+        elif phase != "train":
+            target = ev.get("arm") or (arms[0] if arms else None)
+            kind_of = arm_instances(cfg).get(target)
+            if kind != "worker_exit":
+                problems.append(
+                    f"{at}.phase: {phase} applies to worker_exit only, got kind {kind}; remove it"
+                )
+            elif kind_of is None or not ARMS[kind_of].secure_aggregation:
+                problems.append(
+                    f"{at}.phase: {phase} is a step of secure aggregation, but arm {target!r} does not mask "
+                    f"its uploads; set {at}.arm to a secure-aggregation arm (secagg, dp_fedavg_secagg) or "
+                    "remove the phase"
                 )
         problem = _CORRUPTION.problem(f"{at}.corruption", ev.get("corruption", "nan"), "nan")
         if kind.startswith("corrupt") and problem:

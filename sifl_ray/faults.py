@@ -5,7 +5,9 @@ Each kind does something real:
 
 =====================  ==============================================================================
 ``worker_exit``        the client worker calls ``os._exit(1)`` inside its ``train_round`` (after sleeping
-                       ``seconds``), while the other workers train
+                       ``seconds``), while the other workers train; with ``phase: unmask`` (secure
+                       aggregation arms) it dies after its clients uploaded their masked inputs, when the
+                       aggregator asks them for their shares
 ``worker_kill``        the driver kills the worker with ``ray.kill`` right after submitting its round (the
                        kill is asynchronous: the death may show only at the worker's next call)
 ``straggle``           the worker sleeps ``seconds`` before training (needs ``faults.deadline_s``)
@@ -48,6 +50,7 @@ FAULT_KINDS = (
     "evaluator_kill",
     "driver_kill",
 )
+PHASES = ("train", "unmask")  # when a worker_exit fires: in train_round, or in secure aggregation's step 3
 CORRUPTIONS = ("nan", "inf", "shape", "round", "epoch")  # what a corrupt_* fault sends (corrupt, upload_hook)
 WORKER_KINDS = ("worker_exit", "straggle", "corrupt_upload", "corrupt_partial")  # fire inside the worker
 ONCE_KINDS = ("server_kill", "aggregator_kill", "evaluator_kill", "driver_kill")  # once per run folder
@@ -67,6 +70,7 @@ class Fault:
     shard: int = 0
     corruption: str = "nan"
     seconds: float = 0.0
+    phase: str = "train"
 
     def describe(self) -> str:
         where = {
@@ -77,6 +81,8 @@ class Fault:
         if self.kind == "aggregator_kill":
             target = f"aggregator shard {self.shard}"
         extra = f" ({self.corruption})" if self.kind.startswith("corrupt") else ""
+        if self.phase != "train":
+            extra += f" (at {self.phase})"
         return (
             f"{self.kind}{extra}"
             + (f" of {target}" if target else "")
@@ -105,6 +111,7 @@ class FaultPlan:
                     shard=int(ev.shard),
                     corruption=str(ev.corruption),
                     seconds=float(ev.seconds),
+                    phase=str(ev.phase),
                 )
             )
         return cls(events)
@@ -187,13 +194,22 @@ class WorkerFaults:
         if attempt != 0:
             return
         for ev in self.events:
-            if ev.arm != arm or ev.round != t:
+            if ev.arm != arm or ev.round != t or ev.phase != "train":
                 continue
             if ev.kind == "straggle":
                 time.sleep(ev.seconds)
             elif ev.kind == "worker_exit":
                 if ev.seconds:
                     time.sleep(ev.seconds)  # die while the other workers are still training
+                os._exit(1)
+
+    def before_unmask(self, arm: str, t: int) -> None:
+        """Die when the aggregator asks this worker's clients for their shares (a ``worker_exit`` with
+        ``phase: unmask``): its clients' masked inputs are in the sum, and the others' shares must do."""
+        for ev in self.events:
+            if ev.kind == "worker_exit" and ev.phase == "unmask" and ev.arm == arm and ev.round == t:
+                if ev.seconds:
+                    time.sleep(ev.seconds)
                 os._exit(1)
 
     def has_upload_faults(self) -> bool:
@@ -224,6 +240,11 @@ class WorkerFaults:
                 partials = [replace(p, round=p.round + 1) for p in partials]
             elif ev.corruption == "epoch":
                 partials = [replace(p, key_epoch=p.key_epoch + 1) for p in partials]
+            elif hasattr(partials[-1], "masked_sum"):
+                # a masked sum holds ring elements, no floats: any garbage goes unseen (secure aggregation
+                # hides content, it does not check it), so every corruption of content cuts it short
+                last = partials[-1]
+                partials = [*partials[:-1], replace(last, masked_sum=last.masked_sum[:-1].copy())]
             else:
                 # corrupt the last shard only: shards must agree on which workers they average
                 last = partials[-1]

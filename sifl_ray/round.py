@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol
 
 from sifl_ray.backend import Backend
@@ -44,6 +45,7 @@ class ArmState:
     broadcast: Any = None  # ref to w^t (plain), w~^t (M1, and M2 round 0) or W'^t (M2)
     key_epoch: int = 0
     server_step: bool = False  # the arm's server step needs the previous global model (this broadcast)
+    secure: bool = False  # uploads are masked: secure aggregation's steps run around training (2a, 3a-3c)
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,7 @@ class RoundResult:
     retried: list[dict] = field(default_factory=list)  # {"worker", "attempt", "reason", "replace_s"}
     refused_partials: dict[int, str] = field(default_factory=dict)  # worker → why the aggregator refused it
     skipped: bool = False  # no update reached the aggregator: the model stays as it was
+    skip_reason: str | None = None  # why, when it is not that every worker dropped (secure aggregation)
 
 
 def run_round(
@@ -109,44 +112,26 @@ def run_round(
     """
     policy = policy or RoundPolicy()
     start = time.perf_counter()
-    num_shards = len(arm.bounds)
 
     # 1. Server encodes: ``arm.broadcast`` already holds ``π1(w^t)`` (made at the end of round t − 1).
     broadcast = arm.broadcast
 
+    # 2a. Secure aggregation only (Bonawitz steps 0–1): the sampled clients agree on keys and share their
+    #     secrets, through the aggregator, which routes what it cannot read.
+    secure = _agree_keys(backend, parties, arm, t, assignment, supervisor) if arm.secure else None
+
     # 2. Clients train on encoded parameters; each worker validates its clients' uploads and sums them
-    #    (weighted by |D_i|), one partial per aggregator shard. Dead or late workers: retry or drop.
-    trained = _train_clients(backend, parties, arm, t, assignment, policy, supervisor)
+    #    (weighted by |D_i|), one partial per aggregator shard (masked, under secure aggregation). Dead or
+    #    late workers: retry or drop.
+    trained = _train_clients(backend, parties, arm, t, assignment, policy, supervisor, secure)
 
     # 3. Aggregator averages each shard (weights renormalised to sum to 1) and, in M2, encodes it with π2.
     #    Every shard must average the same workers: a refused partial means reducing again without it.
+    #    Under secure aggregation it first announces the survivors and rebuilds the masks left in their sum
+    #    from the shares they return (3a–3c); then each shard unmasks and averages its rows.
     sources = sorted(k for k, r in trained.reports.items() if r.weight > 0)
-    refused: dict[int, str] = {}
-    shard_outs: list = []
-    agg_infos: list[dict] = []
-    while sources:
-        shard_outs = [
-            backend.call(
-                aggregator,
-                "reduce",
-                arm.name,
-                t,
-                arm.key_epoch,
-                *[trained.outs[k][s] for k in sources],
-                num_returns=2,
-            )
-            for s, aggregator in enumerate(parties.aggregators[:num_shards])
-        ]
-        if supervisor is not None:
-            supervisor.after_submit("reduce", arm=arm.name, t=t)
-        agg_infos = [
-            collect(backend, out[1], "aggregator", s, arm=arm.name, t=t) for s, out in enumerate(shard_outs)
-        ]
-        now_refused = {k: why for info in agg_infos for k, why in info["rejected"].items()}
-        if not now_refused:
-            break
-        refused.update(now_refused)
-        sources = [k for k in sources if k not in now_refused]
+    reduce = _reduce if secure is None else partial(_reduce_masked, secure=secure)
+    sources, shard_outs, agg_infos, refused = reduce(backend, parties, arm, t, sources, trained, supervisor)
 
     # 4. Server decodes (M1: the plain average; M2: P1L W'_a, code 2 still on) and encodes the next broadcast.
     #    Nothing usable this round (everyone dropped or refused): the model stays, the broadcast is reused.
@@ -165,12 +150,27 @@ def run_round(
     else:
         next_broadcast, agg_infos = broadcast, []
 
-    # Simulation only: the evaluator decodes the new global model for test metrics.
+    # Simulation only: the evaluator decodes the new global model for test metrics (and, under secure
+    # aggregation, measures the ring's quantisation error against the clients' exact sum).
     evaluation = backend.call(parties.evaluator, "evaluate", arm.name, t, next_broadcast)
+    quantisation = None
+    if secure is not None and sources and secure.plan_info.get("error") is None:
+        quantisation = backend.call(
+            parties.evaluator,
+            "sum_error",
+            arm.name,
+            t,
+            len(shard_outs),
+            *[out[2] for out in shard_outs],
+            *[trained.outs[k][-2] for k in sources],
+        )
     server_stats = {"decode_s": 0.0, "encode_s": 0.0}
     if server_info is not None:  # read first: if the server died, the evaluation fails because of it
         server_stats = collect(backend, server_info, "server", 0, arm=arm.name, t=t)
     eval_stats = collect(backend, evaluation, "evaluator", 0, arm=arm.name, t=t)
+    if quantisation is not None:  # the decoded sum's error, in the units of the mean (like its bound)
+        error = collect(backend, quantisation, "evaluator", 0, arm=arm.name, t=t)
+        eval_stats["secagg/quantisation_error"] = error * agg_infos[0]["secagg_scale"]
     arm.broadcast = next_broadcast
     wall = time.perf_counter() - start
 
@@ -188,7 +188,7 @@ def run_round(
         rejected.update(r.rejected)
     vector_bytes = arm.n_tilde * 8
     cols = 1 if arm.mode != "m2" else 2
-    dropped = list(trained.dropped)
+    dropped = list(trained.dropped) + ([] if secure is None else secure.dropped)
     for k, why in sorted(refused.items()):
         report = trained.reports[k]
         dropped.append({"worker": k, "clients": list(report.accepted), "reason": f"partial refused: {why}"})
@@ -211,6 +211,8 @@ def run_round(
             "clients/clipped": float(sum(r.clipped for r in reports)),
         }
     )
+    if secure is not None:
+        metrics.update(secure.metrics(reports, agg_infos))
     return RoundResult(
         arm=arm.name,
         round=t,
@@ -221,6 +223,7 @@ def run_round(
         retried=trained.retried,
         refused_partials=refused,
         skipped=not sources,
+        skip_reason=None if secure is None else secure.failure,
     )
 
 
@@ -240,13 +243,23 @@ def _train_clients(
     assignment: list[list[int]],
     policy: RoundPolicy,
     supervisor: Supervisor | None,
+    secure: _SecureRound | None = None,
 ) -> _Trained:
     """Step 2 with its failure policy: submit every worker's clients, collect the small reports, and retry
-    or drop the workers that died (or missed the deadline)."""
-    num_returns = len(arm.bounds) + 1
+    or drop the workers that died (or missed the deadline).
+
+    Under secure aggregation a worker returns one more value (the evaluator's instrument, before the
+    report), the workers that dropped in step 2a are not asked, and a failed worker is dropped, never
+    retried: its clients' secrets for the round died with it, and a client cannot rejoin a round.
+    """
+    num_returns = len(arm.bounds) + (2 if secure is not None else 1)
+    if secure is not None:
+        assignment = [clients if k in secure.workers else [] for k, clients in enumerate(assignment)]
 
     def submit(k: int, attempt: int) -> list:
-        extra = {"attempt": attempt} if attempt else {}
+        extra: dict[str, Any] = {"attempt": attempt} if attempt else {}
+        if secure is not None:
+            extra["inboxes"] = secure.inboxes
         return backend.call(
             parties.workers[k],
             "train_round",
@@ -286,6 +299,8 @@ def _train_clients(
             # A straggler is still busy (and would delay its next round), a dead worker is gone: either way
             # a fresh worker with the same clients takes its place; the round then retries or drops it.
             replace_s = round(supervisor.replace_worker(k, arm=arm.name, t=t, reason=reason), 3)
+            if secure is not None and action == "retry":
+                action, reason = "drop", reason + " (secure aggregation: its clients cannot rejoin the round)"
             if action == "retry" and attempts[k] < policy.max_retries:
                 attempts[k] += 1
                 out.retried.append(
@@ -300,6 +315,244 @@ def _train_clients(
             )
             out.outs.pop(k)
     return out
+
+
+@dataclass
+class _SecureRound:
+    """What the driver holds of one round's secure aggregation: references it passes on, and public facts
+    (who is still in, what the protocol cost, why it failed)."""
+
+    inboxes: Any = None  # ref: each client's encrypted shares, routed by the aggregator (step 1)
+    workers: set[int] = field(default_factory=set)  # workers whose clients took part in the key agreement
+    dropped: list[dict] = field(default_factory=list)  # workers lost during the protocol's own steps
+    costs: list[dict] = field(default_factory=list)  # per answering worker: its clients' protocol costs
+    plan_info: dict = field(default_factory=dict)  # SecAgg server's report of step 3
+    failure: str | None = None  # the round could not be run or unmasked (nothing was revealed)
+
+    def metrics(self, reports: list, agg_infos: list[dict]) -> dict[str, float]:
+        """Per round: bytes and compute per client, the server's compute, the messages, who dropped and was
+        recovered, and the quantisation bound (the measured error comes from the evaluator)."""
+        clients = sum(c["clients"] for c in self.costs)
+        info = self.plan_info
+        out = {
+            "secagg/bytes_per_client": sum(c["bytes_sent"] + c["bytes_received"] for c in self.costs)
+            / max(clients, 1),
+            "secagg/client_s": sum(c["compute_s"] for c in self.costs) / max(clients, 1),
+            **{
+                f"secagg/sent_per_client/{step}": sum(c["sent_by"].get(step, 0) for c in self.costs)
+                / max(clients, 1)
+                for step in ("keys", "shares", "masked", "unmask")
+            },
+            "secagg/server_s": float(info.get("server_s", 0.0)),
+            "secagg/messages": float(sum(c["messages"] for c in self.costs) + info.get("server_messages", 0)),
+            "secagg/survivors": float(info.get("survivors", 0)),
+            # dropped after sharing keys (their neighbours' masks rebuilt) / after uploading (shares do)
+            "secagg/recovered": float(info.get("shared", 0) - info.get("survivors", 0)),
+            "secagg/unanswered": float(info.get("survivors", 0) - info.get("responders", 0)),
+            "secagg/clipped_coordinates": float(sum(r.coords_clipped for r in reports)),
+        }
+        if agg_infos:
+            out["secagg/quantisation_bound"] = max(i["secagg_bound"] for i in agg_infos)
+        return out
+
+
+def _alive(
+    backend: Backend,
+    refs: dict[int, Any],
+    secure: _SecureRound,
+    supervisor: Supervisor | None,
+    *,
+    arm: ArmState,
+    t: int,
+    step: str,
+    clients: dict[int, list[int]],
+) -> list[int]:
+    """The workers whose call of a secure-aggregation step returned; a worker that died is replaced (for
+    the next round) and its clients leave this one, which the protocol tolerates up to its threshold."""
+    alive = []
+    for k, ref in refs.items():
+        try:
+            backend.get(ref)
+        except Exception as err:
+            if supervisor is None or not backend.is_lost(err):
+                raise
+            replace_s = round(supervisor.replace_worker(k, arm=arm.name, t=t, reason=f"died in {step}"), 3)
+            secure.dropped.append(
+                {
+                    "worker": k,
+                    "clients": list(clients.get(k, [])),
+                    "reason": f"died in {step}",
+                    "replace_s": replace_s,
+                }
+            )
+            continue
+        alive.append(k)
+    return alive
+
+
+def _agree_keys(
+    backend: Backend,
+    parties: Parties,
+    arm: ArmState,
+    t: int,
+    assignment: list[list[int]],
+    supervisor: Supervisor | None,
+) -> _SecureRound:
+    """Step 2a (Bonawitz steps 0–1): the aggregator opens the round over the sampled clients (roster and
+    masking graph), each client advertises its public keys, the aggregator routes them to its neighbours,
+    each client sends its encrypted shares, the aggregator routes those. Every message between clients
+    passes the aggregator; none is readable by it."""
+    secure = _SecureRound()
+    aggregator = parties.aggregators[0]
+    hosted = {k: list(c) for k, c in enumerate(assignment) if c}
+    roster = sorted(c for clients in hosted.values() for c in clients)
+
+    def status(ref) -> bool:
+        error = collect(backend, ref, "aggregator", 0, arm=arm.name, t=t)
+        secure.failure = secure.failure or error
+        return error is None
+
+    public, opened = backend.call(aggregator, "secagg_open", arm.name, t, roster, num_returns=2)
+    if not status(opened):
+        return secure
+    keys = {
+        k: backend.call(parties.workers[k], "secagg_advertise", arm.name, public, c)
+        for k, c in hosted.items()
+    }
+    workers = _alive(backend, keys, secure, supervisor, arm=arm, t=t, step="advertise keys", clients=hosted)
+    routed, ok = backend.call(
+        aggregator, "secagg_route_keys", arm.name, t, *[keys[k] for k in workers], num_returns=2
+    )
+    if not status(ok):
+        return secure
+    outboxes = {k: backend.call(parties.workers[k], "secagg_share", arm.name, t, routed) for k in workers}
+    workers = _alive(backend, outboxes, secure, supervisor, arm=arm, t=t, step="share keys", clients=hosted)
+    secure.inboxes, ok = backend.call(
+        aggregator, "secagg_route_shares", arm.name, t, *[outboxes[k] for k in workers], num_returns=2
+    )
+    if status(ok):
+        secure.workers = set(workers)
+    return secure
+
+
+def _reduce(
+    backend: Backend,
+    parties: Parties,
+    arm: ArmState,
+    t: int,
+    sources: list[int],
+    trained: _Trained,
+    supervisor: Supervisor | None,
+) -> tuple[list[int], list, list[dict], dict[int, str]]:
+    """Step 3: every shard averages its rows of the workers' partials (and, in M2, encodes them with π2);
+    a partial one shard refuses is left out of every shard's next attempt, until all shards accept the
+    same workers. Returns the sources, the shards' outputs and infos, and the refused partials."""
+    refused: dict[int, str] = {}
+    shard_outs: list = []
+    agg_infos: list[dict] = []
+    while sources:
+        shard_outs = [
+            backend.call(
+                aggregator,
+                "reduce",
+                arm.name,
+                t,
+                arm.key_epoch,
+                *[trained.outs[k][s] for k in sources],
+                num_returns=2,
+            )
+            for s, aggregator in enumerate(parties.aggregators[: len(arm.bounds)])
+        ]
+        if supervisor is not None:
+            supervisor.after_submit("reduce", arm=arm.name, t=t)
+        agg_infos = [
+            collect(backend, out[1], "aggregator", s, arm=arm.name, t=t) for s, out in enumerate(shard_outs)
+        ]
+        now_refused = {k: why for info in agg_infos for k, why in info["rejected"].items()}
+        if not now_refused:
+            break
+        refused.update(now_refused)
+        sources = [k for k in sources if k not in now_refused]
+    return sources, shard_outs, agg_infos, refused
+
+
+def _reduce_masked(
+    backend: Backend,
+    parties: Parties,
+    arm: ArmState,
+    t: int,
+    sources: list[int],
+    trained: _Trained,
+    supervisor: Supervisor | None,
+    *,
+    secure: _SecureRound,
+) -> tuple[list[int], list, list[dict], dict[int, str]]:
+    """Step 3 of a secure arm: 3a every shard checks the stamps and shapes of its masked partials (their
+    content cannot be checked) until all shards accept the same workers; 3b the aggregator announces the
+    survivors U3 and their workers answer with shares (a worker that dies now leaves its clients' inputs in
+    the sum: the others' shares rebuild their masks); 3c the aggregator rebuilds the masks left in the sum;
+    3d each shard unmasks, decodes and averages its rows. Returns the sources, the shards' outputs and
+    infos, and the refused partials (sources empty: the round could not be unmasked)."""
+    aggregators = parties.aggregators[: len(arm.bounds)]
+    refused: dict[int, str] = {}
+    while sources:
+        checks = [
+            backend.call(
+                a, "check_masked", arm.name, t, arm.key_epoch, *[trained.outs[k][s] for k in sources]
+            )
+            for s, a in enumerate(aggregators)
+        ]
+        now: dict[int, str] = {}
+        for s, ref in enumerate(checks):
+            now.update(collect(backend, ref, "aggregator", s, arm=arm.name, t=t))
+        if not now:
+            break
+        refused.update(now)
+        sources = [k for k in sources if k not in now]
+    if not sources:
+        return [], [], [], refused
+    head = aggregators[0]
+    survivors, announced = backend.call(
+        head, "secagg_announce", arm.name, t, *[trained.outs[k][0] for k in sources], num_returns=2
+    )
+    error = collect(backend, announced, "aggregator", 0, arm=arm.name, t=t)
+    if error is not None:
+        secure.failure = error
+        return [], [], [], refused
+    answers = {
+        k: backend.call(parties.workers[k], "secagg_unmask", arm.name, t, survivors, num_returns=2)
+        for k in sources
+    }
+    costs = {k: refs[1] for k, refs in answers.items()}
+    hosted = {k: [] for k in sources}  # a worker lost now drops no client: their inputs are in the sum
+    answered = _alive(backend, costs, secure, supervisor, arm=arm, t=t, step="unmask", clients=hosted)
+    secure.costs = [backend.get(costs[k]) for k in answered]
+    plan, planned = backend.call(
+        head, "secagg_plan", arm.name, t, *[answers[k][0] for k in answered], num_returns=2
+    )
+    secure.plan_info = collect(backend, planned, "aggregator", 0, arm=arm.name, t=t)
+    if secure.plan_info["error"] is not None:
+        secure.failure = secure.plan_info["error"]
+        return [], [], [], refused
+    shard_outs = [
+        backend.call(
+            a,
+            "reduce",
+            arm.name,
+            t,
+            arm.key_epoch,
+            *[trained.outs[k][s] for k in sources],
+            plan=plan,
+            num_returns=3,
+        )
+        for s, a in enumerate(aggregators)
+    ]
+    if supervisor is not None:
+        supervisor.after_submit("reduce", arm=arm.name, t=t)
+    agg_infos = [
+        collect(backend, out[1], "aggregator", s, arm=arm.name, t=t) for s, out in enumerate(shard_outs)
+    ]
+    return sources, shard_outs, agg_infos, refused
 
 
 def collect(backend: Backend, ref: Any, party: str, index: int, *, arm: str, t: int):

@@ -116,10 +116,11 @@ def _run(tmp_path, *overrides: str, name: str = "run"):
 
 
 def test_toy_arm_runs_on_ray_and_in_process_with_identical_numbers(ray_session, tmp_path):
-    arms = "arms=[fl,toy_arm_plain,toy_arm_m1,dp_fedavg]"  # and a built-in arm with all three steps
+    # and built-in arms with all three steps, and with the uploads under secure aggregation
+    arms = "arms=[fl,toy_arm_plain,toy_arm_m1,dp_fedavg,secagg,dp_fedavg_secagg]"
     ray_result, ray_models = _run(tmp_path, arms, "train.rounds=2", name="ray")
     seq_result, seq_models = _run(tmp_path, arms, "train.rounds=2", "ray.backend=sequential", name="seq")
-    for arm in ("fl", "toy_arm_plain", "toy_arm_m1", "dp_fedavg_eps5"):
+    for arm in ("fl", "toy_arm_plain", "toy_arm_m1", "dp_fedavg_eps5", "secagg", "dp_fedavg_secagg_eps5"):
         assert torch.equal(ray_models[arm], seq_models[arm]), arm
         assert [r["test_accuracy"] for r in ray_result.history[arm]] == [
             r["test_accuracy"] for r in seq_result.history[arm]

@@ -157,13 +157,16 @@ def test_dp_compare_small_prints_every_arms_accuracy_and_epsilon_and_plots_them(
     line = run.stdout.strip().splitlines()[-1]
     assert line.startswith("RESULT dp_compare_small ")
     fields = dict(f.split("=", 1) for f in line.split()[2:])
-    arms = ["fl", "sifl_m2"] + [f"{k}_eps{e}" for k in ("nbafl", "dp_fedavg") for e in (1, 5, 10, 20)]
+    kinds = ("nbafl", "dp_fedavg", "dp_fedavg_secagg")
+    arms = ["fl", "secagg", "sifl_m2"] + [f"{k}_eps{e}" for k in kinds for e in (1, 5, 10, 20)]
     for arm in arms:
         assert 0 <= float(fields[arm]) <= 1, arm
-    for arm in arms[2:]:  # whole-vector ε: the configured target (DP-FedAvg: what the accountant reached)
+    for arm in arms[3:]:  # whole-vector ε: the configured target (DP-FedAvg: what the accountant reached)
         target = float(arm.rsplit("eps", 1)[1])
         assert 0 < float(fields[f"eps_{arm}"]) <= target * (1 + 1e-3), arm
-    assert float(fields["eps_per_element_sifl_m2"]) > 0 and "eps_fl" not in fields
+    assert float(fields["eps_per_element_sifl_m2"]) > 0
+    assert "eps_fl" not in fields and "eps_secagg" not in fields  # no DP claimed: ε = ∞
+    assert float(fields["max_dev_secagg"]) < 1e-5  # secure aggregation's model is fl's, up to the ring
     run_dir = Path(fields["run_dir"])
     image = matplotlib.image.imread(run_dir / "accuracy_vs_epsilon.png")
     assert image.ndim == 3 and image.shape[0] > 200 and image.shape[1] > 300

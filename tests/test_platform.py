@@ -251,7 +251,9 @@ def test_no_key_material_in_event_files_or_summary(ray_run):
 
 
 def test_workers_are_pinned_to_declared_gpus(ray_session):
-    """Ray accepts declared GPUs on a CPU machine: each worker sees its own GPU ids, fractions share one."""
+    """Ray accepts declared GPUs on a CPU machine: each worker sees its own GPU ids, fractions share one
+    (four quarters on one GPU: ``ray.gpus_per_worker=0.25``), and a worker without CUDA says it computes
+    on the CPU, and does, with everything it holds."""
     from actors.client_worker import ClientWorkerActor
     from sifl_ray.specs import ModelSpec, TrainSpec
 
@@ -259,17 +261,60 @@ def test_workers_are_pinned_to_declared_gpus(ray_session):
     model = ModelSpec(name="digits_mlp", input_shape=(1, 8, 8), num_classes=10)
     train = TrainSpec(optimizer="sgd", lr=0.1, batch_size=2)
     remote = ray_session.remote(ClientWorkerActor)
-    whole = [
-        remote.options(num_cpus=0, num_gpus=1).remote(k, data, {k: [k]}, model, train, 0) for k in range(2)
-    ]
-    half = [
-        remote.options(num_cpus=0, num_gpus=0.5).remote(k, data, {k: [k]}, model, train, 0) for k in range(2)
-    ]
+
+    def spawn(k: int, gpus: float):
+        return remote.options(num_cpus=0, num_gpus=gpus).remote(k, data, {k: [k]}, model, train, 0)
+
+    quarters = [spawn(k, 0.25) for k in range(4)]  # first, while every declared GPU is free
+    placed_quarters = ray_session.get([w.placement.remote() for w in quarters])
+    assert len({tuple(p["gpu_ids"]) for p in placed_quarters}) == 1  # best fit: one GPU, four workers
+    assert len({p["pid"] for p in placed_quarters}) == 4
+    whole = [spawn(k, 1) for k in range(2)]
+    half = [spawn(k, 0.5) for k in range(2)]
     placed = ray_session.get([w.placement.remote() for w in whole + half])
-    for p in placed:
+    cuda = torch.cuda.is_available()
+    for p in placed + placed_quarters:
         assert len(p["gpu_ids"]) == 1
         assert p["cuda_visible_devices"] == p["gpu_ids"][0]
-        assert p["device"] == ("cuda:0" if torch.cuda.is_available() else "cpu")
+        assert p["device"] == ("cuda:0" if cuda else "cpu")
+        assert p["tensor_devices"] == [p["device"]]  # the model (and, staged, the samples) live there
+        assert p["current_device"] == (0 if cuda else None)
+        assert (p["fallback"] is None) == cuda
+        assert cuda or "CUDA is not usable here" in p["fallback"]
     assert placed[0]["gpu_ids"] != placed[1]["gpu_ids"]
-    for w in whole + half:
+    assert placed_quarters[0]["gpu_ids"] not in (placed[0]["gpu_ids"], placed[1]["gpu_ids"])
+    memory = ray_session.get(quarters[0].memory.remote())
+    assert memory["max_rss_bytes"] > 0 and ("peak_allocated_bytes" in memory) == cuda
+    for w in quarters + whole + half:
         ray_session.kill(w)
+
+
+def test_gpus_beyond_the_cluster_are_refused_before_any_worker_waits():
+    from sifl_ray.config import ConfigError
+    from sifl_ray.runner.parties import check_gpus, worker_count
+
+    class Cluster:  # what worker_count asks of a backend: its name and the cluster's resources
+        name = "ray"
+
+        def __init__(self, cpus: float, gpus: float):
+            self.resources = {"CPU": cpus, "GPU": gpus}
+
+        def cluster(self) -> dict[str, float]:
+            return self.resources
+
+    def cfg(*extra: str):
+        return load_config(["scenario=quickstart", "clients.num_clients=10", *extra])
+
+    quarter = "ray.gpus_per_worker=0.25"
+    assert worker_count(cfg(quarter), Cluster(16, 1)) == 4  # as many as the GPU holds, not 16
+    assert worker_count(cfg(quarter, "ray.evaluator_gpus=0.5"), Cluster(16, 1)) == 2
+    assert worker_count(cfg("ray.gpus_per_worker=0.2", "ray.evaluator_gpus=0.2"), Cluster(16, 1)) == 4
+    assert worker_count(cfg(), Cluster(16, 0)) == 10
+    assert worker_count(cfg(quarter, "ray.num_workers=4"), Cluster(16, 1)) == 4
+    with pytest.raises(ConfigError, match=r"5 workers × 0.25 GPU \+ ray.evaluator_gpus 0 = 1.25 GPUs"):
+        worker_count(cfg(quarter, "ray.num_workers=5"), Cluster(16, 1))
+    with pytest.raises(ConfigError, match="the Ray cluster has 0"):
+        worker_count(cfg(quarter), Cluster(16, 0))
+    with pytest.raises(ConfigError, match=r"ray\.evaluator_gpus 1 = 1 GPUs, but the Ray cluster has 0"):
+        check_gpus(cfg("ray.evaluator_gpus=1"), 4, 0.0)
+    check_gpus(cfg(quarter), 4, 1.0)  # exactly full is fine

@@ -29,8 +29,8 @@ def register_arm(arm: Arm, *, replace: bool = False) -> Arm:
     """Make ``arm`` available under ``arm.kind`` (``replace``: take the place of an arm of that name).
 
     Raises:
-        ValueError: the kind is empty or taken, the coding unknown, or the arm asks the M2 server for a
-            plain model it never holds.
+        ValueError: the kind is empty or taken, the coding unknown, or secure aggregation asked of a coded
+            arm.
     """
     if not arm.kind or not arm.kind.isidentifier():
         raise ValueError(f"an arm's kind must be a name like 'fl_momentum', got {arm.kind!r}")
@@ -38,6 +38,11 @@ def register_arm(arm: Arm, *, replace: bool = False) -> Arm:
         raise ValueError(f"an arm {arm.kind!r} is already registered ({ARMS[arm.kind]!r}); pass replace=True")
     if arm.coding not in CODINGS:
         raise ValueError(f"arm {arm.kind!r}: coding must be one of {', '.join(CODINGS)}, got {arm.coding!r}")
+    if arm.secure_aggregation and arm.coding != "plain":
+        raise ValueError(
+            f"arm {arm.kind!r}: secure aggregation masks plain uploads; an immersion-coded ({arm.coding}) "
+            "upload is not a fixed-point vector the ring can carry. Give it coding 'plain'"
+        )
     ARMS[arm.kind] = arm
     return arm
 

@@ -8,6 +8,8 @@ broadcast. An arm fills that skeleton in two ways:
 - **its coding** (:attr:`Arm.coding`): ``plain`` (no code), ``m1`` (key 1: the server encodes, the clients
   decode and re-encode) or ``m2`` (key 1 and key 2: the aggregator encodes the average again, the server
   never decodes it). The coded steps are the parties' own (:mod:`sifl_ray.roles`), because they hold the keys.
+- **its masking** (:attr:`Arm.secure_aggregation`): a plain arm's uploads can travel masked under secure
+  aggregation instead of in the clear (the client workers mask, the aggregator unmasks only the sum).
 - **its steps**, small picklable objects each party runs on plain vectors around the coding:
 
   - :class:`ClientStep`, in the client worker, on each client's local model before it is encoded and
@@ -89,7 +91,8 @@ class ArmContext:
         cfg: the validated run configuration.
         arm: this instance's name (``nbafl_eps5``).
         n: the model's parameter count.
-        local_size: the smallest client data set (sensitivities are per client); total_size: all of them.
+        local_size: the smallest client data set (sensitivities are per client); total_size: all of them;
+            largest_size: the largest (bounds any client's FedAvg weight).
         key_norms, agg_norms: public norms of key 1 and key 2 (coded arms; ``None`` otherwise).
     """
 
@@ -100,15 +103,23 @@ class ArmContext:
     total_size: int
     key_norms: Any = None
     agg_norms: Any = None
+    largest_size: int = 0
 
 
 @dataclass(frozen=True)
 class PartySteps:
-    """An arm's steps for one run, handed to the parties that run them (``None``: nothing to do)."""
+    """An arm's steps for one run, handed to the parties that run them (``None``: nothing to do).
+
+    ``secagg``: the public parameters of the secure aggregation the clients and the aggregator run
+    around the steps (:class:`sifl_ray.roles.secure.SecAggSpec`): after its client step each client masks
+    its upload, and the aggregator unmasks only the sum before its step. ``None``: uploads travel as the
+    arm's coding leaves them.
+    """
 
     client: ClientStep | None = None
     aggregator: AggregatorStep | None = None
     server: ServerStep | None = None
+    secagg: Any = None
 
 
 class Arm:
@@ -123,6 +134,7 @@ class Arm:
             reports ``max_deviation`` from fl's model each round, and the run checks it against the bounds.
         uniform_weights: average the uploads with equal weights instead of FedAvg's |D_i| (a DP mean: the
             weights then reveal nothing and one client moves the sum by at most its clip).
+        secure_aggregation: the uploads are masked so that the aggregator learns only their sum.
     """
 
     kind: ClassVar[str] = ""
@@ -131,6 +143,9 @@ class Arm:
     summary: ClassVar[str] = ""
     paired_with_fl: ClassVar[bool] = False
     uniform_weights: ClassVar[bool] = False
+    #: its uploads travel masked under secure aggregation (:mod:`sifl_ray.roles.secure`): its steps then
+    #: carry a :class:`~sifl_ray.roles.secure.SecAggSpec` (``PartySteps.secagg``); plain coding only
+    secure_aggregation: ClassVar[bool] = False
     clips: ClassVar[str] = "models to ‖w_i‖"  # what its clip bounds, as the end-of-run message says it
     #: what a client's (plain) upload carries: its ``model`` w_i, or its ``update`` w_i − w^t (the attack
     #: suite scores the aggregator's reading of an upload against the one or the other)

@@ -99,6 +99,23 @@ class SmallTask:
         return x, y, {c: np.arange(ends[c], ends[c + 1]) for c in range(self.clients)}
 
 
+def task_context(task: SmallTask, platform: DictConfig, arm: str, **norms: Any):
+    """The :class:`~sifl_ray.arms.ArmContext` an arm is set up with on ``task`` (``norms``: the keys' public
+    norms, for a coded arm's privacy report)."""
+    from sifl_ray.arms import ArmContext
+
+    sizes = task.sizes
+    return ArmContext(
+        cfg=platform,
+        arm=arm,
+        n=task.n,
+        local_size=int(sizes.min()),
+        total_size=int(sizes.sum()),
+        largest_size=int(sizes.max()),
+        **norms,
+    )
+
+
 def logistic_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """The task's loss: binary cross-entropy on the model's single logit."""
     return nn.functional.binary_cross_entropy_with_logits(logits.squeeze(-1), y)
@@ -227,9 +244,18 @@ class TaskWorker:
 
         self.role.set_arm(arm, ArmSetup(server_view=server_view, aggregator_view=aggregator_view, **setup))
 
-    def train_round(self, arm, t, broadcast, clients, bounds, attempt: int = 0):
-        partials, report = self.role.train_round(arm, t, broadcast, clients, bounds)
-        return (*partials, report)
+    def train_round(self, arm, t, broadcast, clients, bounds, attempt: int = 0, inboxes=None):
+        partials, report, *tap = self.role.train_round(arm, t, broadcast, clients, bounds, inboxes)
+        return (*partials, *tap, report)
+
+    def secagg_advertise(self, arm, public, clients):
+        return self.role.secagg_advertise(arm, public, clients)
+
+    def secagg_share(self, arm, t, routed):
+        return self.role.secagg_share(arm, t, routed)
+
+    def secagg_unmask(self, arm, t, survivors):
+        return self.role.secagg_unmask(arm, t, survivors)
 
 
 class TaskEvaluator(EvaluatorRole):
@@ -398,6 +424,8 @@ class TaskParties:
             )
             if steps.aggregator is not None:
                 backend.call(aggregator, "set_step", arm, steps.aggregator)
+            if steps.secagg is not None:
+                backend.call(aggregator, "set_secagg", arm, steps.secagg)
         if steps.server is not None:
             backend.call(parties.server, "set_step", arm, steps.server)
         agg_view = backend.call(parties.aggregators[0], "client_view", arm)
@@ -408,11 +436,20 @@ class TaskParties:
             "key_epoch": epoch,
             "step": steps.client,
             "uniform_weights": arm_of(platform, arm).uniform_weights,
+            "secagg": steps.secagg,
         }
         for worker in parties.workers:
             backend.call(worker, "set_arm", arm, setup, server_view, agg_view)
         backend.call(parties.evaluator, "set_arm", arm, mode, server_view, agg_view)
-        state = ArmState(arm, mode, n_tilde, bounds, key_epoch=epoch, server_step=steps.server is not None)
+        state = ArmState(
+            arm,
+            mode,
+            n_tilde,
+            bounds,
+            key_epoch=epoch,
+            server_step=steps.server is not None,
+            secure=steps.secagg is not None,
+        )
         state.broadcast = backend.call(parties.server, "initial_broadcast", arm, backend.put(w0))
         return state
 
@@ -452,18 +489,15 @@ def record_arm(
     Raises:
         RuntimeError: a party refused or dropped an upload (the truth would no longer match the transcript).
     """
-    from sifl_ray.arms import ArmContext, arm_of
+    from sifl_ray.arms import arm_of
     from sifl_ray.round import RoundPolicy, run_round
 
     platform = platform_config(cfg, clients=task.clients, rounds=rounds, coding=coding)
     protocol = arm_of(platform, arm)
     sizes = task.sizes
-    ctx = ArmContext(
-        cfg=platform, arm=arm, n=task.n, local_size=int(sizes.min()), total_size=int(sizes.sum())
-    )
-    steps = protocol.steps(ctx)
+    steps = protocol.steps(task_context(task, platform, arm))
     tap = ModelTap(inner=steps.client)
-    steps = type(steps)(client=tap, aggregator=steps.aggregator, server=steps.server)
+    steps = replace(steps, client=tap)
 
     run = TaskParties.spawn(task, cfg, platform, backend or RecordingBackend())
     run.set_recorder(recorder)

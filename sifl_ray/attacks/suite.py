@@ -63,7 +63,15 @@ from sifl_ray.attacks.adversaries import (
 from sifl_ray.attacks.audit import AuditTest, audit_upload_release
 from sifl_ray.attacks.config import Design
 from sifl_ray.attacks.element_noise import cross_round_pairs, measure_transcript
-from sifl_ray.attacks.record import GroundTruth, SmallTask, make_task, platform_config, record_arm
+from sifl_ray.attacks.record import (
+    GroundTruth,
+    SmallTask,
+    TaskEvaluator,
+    make_task,
+    platform_config,
+    record_arm,
+    task_context,
+)
 from sifl_ray.attacks.transcript import TranscriptRecorder
 from sifl_ray.coding.base import CODING_DTYPE, NoiseSpec, ServerKey
 from sifl_ray.seeding import derive_seed, torch_generator
@@ -727,10 +735,16 @@ def _evaluate_m2(cfg: DictConfig, transcript_dir: Path | None, arm: str) -> list
 
 @dataclass
 class PlainResult:
-    """A plain arm under the aggregator's direct view: each upload read as its client's model.
+    """A plain arm under the aggregator's direct view: each upload read as its client's model (or update);
+    and the server's view of the aggregate it receives.
 
     ``error`` is ``max ‖upload_i − w_i‖ / ‖w_i‖`` over clients and rounds, ``w_i`` the model client i
-    trained (before the arm's client step): 0 for FedAvg, the client's own noise for NbAFL.
+    trained (before the arm's client step): 0 for FedAvg, the client's own noise for NbAFL, the masks under
+    secure aggregation (far above 1: a masked upload read as numbers is uniform noise). ``correlation`` is the
+    median over uploads of ``|corr(upload_i, w_i)|``, the coordinates as samples: 1 for FedAvg; for an upload
+    independent of the model it is at chance, ``correlation_chance`` = 0.6745/√n (the median of |N(0, 1/n)|).
+    ``server_error`` is the median over rounds of ``‖a − ā‖ / ‖ā‖``, ``a`` what the server received and ``ā``
+    the FedAvg of what the clients uploaded before any masking: ~0 where the server learns the aggregate.
     """
 
     arm: str
@@ -742,6 +756,10 @@ class PlainResult:
     per_round: dict[int, float]
     transcript: str
     seconds: float
+    correlation: float = math.nan
+    correlation_chance: float = math.nan
+    server_error: float = math.nan
+    masked: bool = False  # the uploads travel under secure aggregation
 
 
 def evaluate_plain(task: SmallTask, cfg: DictConfig, arm: str) -> tuple[PlainResult, TranscriptRecorder]:
@@ -766,7 +784,7 @@ def _evaluate_plain(task: SmallTask, cfg: DictConfig, arm: str) -> tuple[PlainRe
     )
     platform = platform_config(cfg, clients=task.clients, rounds=cfg.training.rounds)
     protocol = get_arm(arm_instances(platform)[arm])
-    per_round, every = {}, []
+    per_round, every, corr, server = {}, [], [], []
     for t in recorder.rounds():
         uploads, clients = recorder.upload_matrix(t)
         trained = truth.local_models[t][:, clients]
@@ -777,6 +795,11 @@ def _evaluate_plain(task: SmallTask, cfg: DictConfig, arm: str) -> tuple[PlainRe
         rel = np.where(den > 0, num / np.where(den > 0, den, 1.0), num)  # zero-safe: a zero model, abs.
         per_round[t] = float(rel.max())
         every.extend(rel.tolist())
+        corr.extend(abs(_correlation(uploads[:, i], trained[:, i])) for i in range(len(clients)))
+        if t in recorder.server_inputs:  # the server's view: what it received against the clients' FedAvg
+            received, expected = recorder.server_inputs[t].reshape(-1), truth.aggregate_models[t]
+            scale = float(np.linalg.norm(expected))
+            server.append(float(np.linalg.norm(received - expected)) / (scale if scale > 0 else 1.0))
     releases = protocol.releases()
     upload = next((r.content for r in releases if r.name == "upload"), "")
     result = PlainResult(
@@ -789,8 +812,19 @@ def _evaluate_plain(task: SmallTask, cfg: DictConfig, arm: str) -> tuple[PlainRe
         per_round=per_round,
         transcript=recorder.describe(),
         seconds=time.perf_counter() - tic,
+        correlation=float(np.median(corr)),
+        correlation_chance=0.6745 / math.sqrt(task.n),
+        server_error=float(np.median(server)) if server else math.nan,
+        masked=protocol.secure_aggregation,
     )
     return result, recorder
+
+
+def _correlation(a: np.ndarray, b: np.ndarray) -> float:
+    """Pearson correlation of two vectors' coordinates (0 when either is constant: zero-safe)."""
+    a, b = a - a.mean(), b - b.mean()
+    den = float(np.linalg.norm(a) * np.linalg.norm(b))
+    return float(a @ b) / den if den > 0 else 0.0
 
 
 #: The noise-removal figures that use the uploads alone (the SPEC's aggregator): the RESULT line's best.
@@ -822,13 +856,20 @@ def public_config(cfg: DictConfig) -> dict[str, Any]:
 
 @dataclass
 class ArmAudit:
-    """(f) for one arm: the ε it reports beside the audit's lower bound on the ε its release really has."""
+    """(f) for one release of one arm: the ε it reports beside the audit's lower bound on the ε that release
+    really has. ``key`` names a release other than the arm's main one (``upload``: a masked upload)."""
 
     arm: str
-    reported_epsilon: float  # inf: the arm claims no privacy
+    reported_epsilon: float  # inf: the arm claims no privacy for this release
     reported_scope: str
     release: str  # what was audited
     test: AuditTest
+    key: str = ""
+
+    @property
+    def label(self) -> str:
+        """``arm`` or ``arm_key``: the name of this audit in tables and the RESULT line."""
+        return f"{self.arm}_{self.key}" if self.key else self.arm
 
     @property
     def violated(self) -> bool:
@@ -837,22 +878,38 @@ class ArmAudit:
         return self.test.epsilon_lower_bound > self.reported_epsilon
 
 
+#: Trials of a masked-upload audit: each is a fresh key agreement of its own, so it costs milliseconds.
+MASKED_AUDIT_TRIALS = 2000
+
+
 def audit_arm(
-    task: SmallTask, cfg: DictConfig, arm: str, *, m1_whole: AuditTest | None, paper_eps: float | None
-) -> ArmAudit | None:
-    """(f) on ``arm``'s own release, built from the arm's steps, with neighbouring inputs as its guarantee
-    defines them; ``None`` where the suite has no audit for its release (M2's broadcast).
+    task: SmallTask,
+    cfg: DictConfig,
+    arm: str,
+    *,
+    m1_whole: AuditTest | None,
+    paper_eps: float | None,
+) -> list[ArmAudit]:
+    """(f) on each of ``arm``'s releases, built from the arm's own steps and parties, with neighbouring
+    inputs as its guarantee defines them (empty where the suite has no audit for it).
 
     * central noise on the aggregate (DP-FedAvg's :class:`~sifl_ray.arms.dp_fedavg.CentralNoise`): one round
       of the aggregator step on populations with and without one client whose update is C
       (:func:`~sifl_ray.attacks.audit.audit_aggregator_step`); reported: the accountant's ε;
+    * secure aggregation: (i) one client's masked upload, fresh keys each trial, read by the aggregator as
+      numbers; reported: 0 (the masks hide it perfectly from an aggregator that holds no share); (ii) the
+      unmasked aggregate of a round where one client's update differs by C, through the arm's client steps
+      (DP-FedAvg's noise shares) and its fixed-point ring; reported: the arm's ε (none: ∞);
     * any other plain arm: its client step on local models that differ by Remark 3's sensitivity 2C/m
       (C its clip, m the smallest client), the whole upload projected on the difference; reported: the ε its
       privacy report states (none: ε = ∞);
     * M1 arms: the primary design's whole-upload audit with the keys (``m1_whole``, run by the suite);
-      reported: the paper's per-element ε (``paper_eps``).
+      reported: the paper's per-element ε (``paper_eps``);
+    * M2 arms: the broadcast W' of two neighbouring global models, through the platform's own server and
+      aggregator roles with fresh noise each trial, read by a client (P2R then P1L); reported: the paper's
+      per-element ε of that release (its ``epsilon_global``).
     """
-    from sifl_ray.arms import ArmContext, arm_of
+    from sifl_ray.arms import arm_of
     from sifl_ray.arms.dp_fedavg import CentralNoise
     from sifl_ray.attacks.audit import audit_aggregator_step, audit_release
 
@@ -865,30 +922,54 @@ def audit_arm(
     }
     if protocol.coding == "m1":
         if m1_whole is None or paper_eps is None:
-            return None
+            return []
         scope = "per element of one upload (the paper's Theorem 1), worst element"
-        return ArmAudit(arm, paper_eps, scope, "the whole upload, keys known", m1_whole)
-    if protocol.coding != "plain":
-        return None
+        return [ArmAudit(arm, paper_eps, scope, "the whole upload, keys known", m1_whole)]
+    if protocol.coding == "m2":
+        return [_audit_m2_broadcast(task, cfg, platform, arm, kw)]
     sizes = task.sizes
-    ctx = ArmContext(
-        cfg=platform, arm=arm, n=task.n, local_size=int(sizes.min()), total_size=int(sizes.sum())
-    )
+    ctx = task_context(task, platform, arm)
     steps, report = protocol.steps(ctx), protocol.privacy(ctx) or {}
     reported = float(report.get("epsilon", math.inf))
     scope = str(report.get("scope", "no privacy claimed"))
+    gen = torch_generator(cfg.seed, "attack", "audit", arm)
+    direction = torch.randn(task.n, generator=gen, dtype=CODING_DTYPE)
+    direction /= torch.linalg.vector_norm(direction)
+    zero = torch.zeros(task.n, dtype=CODING_DTYPE)
+    if steps.secagg is not None:
+        clip = float(protocol.clip(platform) or cfg.audit.clip)
+        x1 = direction * clip  # one client's update at the clip: the most a client moves the sum
+        upload = audit_release(
+            _masked_upload(steps.secagg, cfg, arm),
+            x0=zero,
+            x1=x1,
+            **{**kw, "trials": min(kw["trials"], MASKED_AUDIT_TRIALS)},
+        )
+        hidden = (
+            "one masked upload, seen by the aggregator alone (no share of its client's secrets): uniform in "
+            "the ring whatever the update"
+        )
+        aggregate = audit_release(
+            _secure_aggregate(steps, task.sizes, arm, protocol.uniform_weights), x0=zero, x1=x1, **kw
+        )
+        return [
+            ArmAudit(
+                arm,
+                reported,
+                scope,
+                "one round's unmasked aggregate, one client's update moved by C",
+                aggregate,
+            ),
+            ArmAudit(arm, 0.0, hidden, "one client's masked upload, fresh keys each trial", upload, "upload"),
+        ]
     if isinstance(steps.aggregator, CentralNoise):
         step, clip = steps.aggregator, float(protocol.clip(platform) or 1.0)
         m = step.expected_clients
         clients = max(1, math.ceil(m) - 1)
         test = audit_aggregator_step(step, clip=clip, clients=clients, shift=clip / m, arm=arm, **kw)
-        return ArmAudit(arm, reported, scope, "one round's noisy mean (aggregator step)", test)
+        return [ArmAudit(arm, reported, scope, "one round's noisy mean (aggregator step)", test)]
     clip = float(protocol.clip(platform) or cfg.audit.clip)
     sensitivity = 2 * clip / int(sizes.min())  # Remark 3: one sample of the smallest client
-    gen = torch_generator(cfg.seed, "attack", "audit", arm)
-    direction = torch.randn(task.n, generator=gen, dtype=CODING_DTYPE)
-    x0 = torch.zeros(task.n, dtype=CODING_DTYPE)
-    x1 = direction * (sensitivity / torch.linalg.vector_norm(direction))
     client = steps.client
 
     def release(x: torch.Tensor, trial: int) -> torch.Tensor:
@@ -896,8 +977,118 @@ def audit_arm(
             return x
         return client(x, start=torch.zeros_like(x), arm=arm, client=0, t=trial)[0]
 
-    test = audit_release(release, x0=x0, x1=x1, **kw)
-    return ArmAudit(arm, reported, scope, "one client's upload (client step)", test)
+    test = audit_release(release, x0=zero, x1=direction * sensitivity, **kw)
+    return [ArmAudit(arm, reported, scope, "one client's upload (client step)", test)]
+
+
+def _masked_upload(spec, cfg: DictConfig, arm: str):
+    """``release(x, trial)``: client 0's masked input in a fresh two-client round of secure aggregation
+    (its own keys, from the attack's key seed and the trial, or secure random), as the aggregator reads it:
+    the ring element decoded as a fixed-point number. The platform's own roles, message by message."""
+    from dataclasses import replace as with_
+
+    from sifl_ray.roles.secure import AggregatorSecAgg, WorkerSecAgg
+    from sifl_ray.seeding import derive_seed
+
+    def release(x: torch.Tensor, trial: int) -> torch.Tensor:
+        seed = None if cfg.key_seed is None else derive_seed(int(cfg.key_seed), "audit", arm, "masks", trial)
+        fresh = with_(spec, key_seed=seed, degree=None, threshold=None, min_survivors=0)  # two clients
+        head, client = AggregatorSecAgg(fresh, arm), WorkerSecAgg(fresh, arm)
+        public = head.open(trial, [0, 1])
+        routed = head.route_keys(trial, [client.advertise(public, [0, 1])])
+        inboxes = head.route_shares(trial, [client.share(trial, routed)])
+        masked = client.mask(trial, 0, x.numpy(), inboxes)
+        return torch.from_numpy(fresh.codec.decode(masked))
+
+    return release
+
+
+def _secure_aggregate(steps, weights: np.ndarray, arm: str, uniform: bool):
+    """``release(x, trial)``: the aggregate the aggregator unmasks in a round where every client's update is
+    0 but client 0's, ``x``: every client's step (its noise share, if any), its weighted fixed-point
+    encoding, the exact ring sum, the decoding, the arm's aggregator step; returned in the units of client
+    0's update (the aggregate times ``W / w_0``), so that it moves by ``x`` itself. The masks cancel exactly
+    in the sum, so they are left out."""
+    from sifl_ray.privacy.secagg.ring import ring_sum
+
+    spec, codec = steps.secagg, steps.secagg.codec
+    w = np.ones_like(weights) if uniform else weights
+    total = float(w.sum())
+
+    def release(x: torch.Tensor, trial: int) -> torch.Tensor:
+        encoded = []
+        for c, weight in enumerate(w):
+            update = x if c == 0 else torch.zeros_like(x)
+            if steps.client is not None:
+                update = steps.client(update.clone(), start=torch.zeros_like(x), arm=arm, client=c, t=trial)[
+                    0
+                ]
+            encoded.append(codec.encode(update.numpy() * (weight / spec.weight_ref)))
+        mean = torch.from_numpy(codec.decode(ring_sum(encoded, codec.ring_bits))) * (spec.weight_ref / total)
+        if steps.aggregator is not None:
+            mean = steps.aggregator(mean, arm=arm, t=trial, shard=0, bounds=(0, x.numel()), weight=total)
+        return mean * (total / float(w[0]))
+
+    return release
+
+
+def _audit_m2_broadcast(
+    task: SmallTask, cfg: DictConfig, platform: DictConfig, arm: str, kw: dict
+) -> ArmAudit:
+    """(f) on an M2 broadcast ``W' = P1 (P1L W'_a) + N1 R1`` of the global model, through the platform's own
+    roles (keys from their factories, the primary design's coding): the server's M1 encoding with fresh
+    ``r1``, the aggregator's π2 with fresh ``R2``, the M2 server's re-encoding with fresh ``R1``, read as
+    every client reads it (the evaluator's decoding: strip code 2, then ``P1L``)."""
+    from sifl_ray.arms import arm_of
+    from sifl_ray.attacks.audit import audit_release
+    from sifl_ray.keys import aggregator_from_state, make_party_aggregator_state, make_party_server_key
+    from sifl_ray.roles.messages import Partial
+    from sifl_ray.roles.server import Server
+    from sifl_ray.specs import CodingSpec
+
+    design = Design.parse(cfg.primary)
+    coded = platform_config(
+        cfg, clients=task.clients, rounds=cfg.training.rounds, coding=design_coding(cfg, design)
+    )
+    coding = CodingSpec.from_config(coded)
+    server, server_view = make_party_server_key(
+        arm=arm, mode="m2", n=task.n, coding=coding, run_seed=int(cfg.seed)
+    )
+    # the same server in its M1 role: a fresh M1 encoding of the model each trial (r1 of its own round)
+    encoder = Server(mode="m1", key=server.key, noise=server.noise, noise_seed=server._noise_seed)
+    state = make_party_aggregator_state(arm=arm, mode="m2", coding=coding, run_seed=int(cfg.seed))
+    n_tilde = server.key.n_tilde
+    aggregator = aggregator_from_state(mode="m2", coding=coding, state=state, bounds=(0, n_tilde), shard=0)
+    reader = TaskEvaluator(
+        model=task.model(),
+        x_test=np.zeros((1, task.features)),
+        y_test=np.zeros(1),
+        batch_size=1,
+        device=torch.device("cpu"),
+    )
+    reader.set_arm(arm, "m2", server_view, aggregator.key.client_view())
+    ctx = task_context(task, coded, arm, key_norms=server.key.norms(), agg_norms=aggregator.key.norms())
+    report = arm_of(coded, arm).privacy(ctx) or {}
+
+    def release(x: torch.Tensor, trial: int) -> torch.Tensor:
+        first, second = 2 * trial, 2 * trial + 1  # distinct noise rounds for the two encodings
+        w_tilde, _ = encoder.finish_round(first, encoder.initial_broadcast(x))
+        upload = Partial(source=0, round=second, key_epoch=0, weighted_sum=w_tilde, weight=1.0, accepted=1)
+        W_a, _ = aggregator.reduce(second, 0, [upload])
+        W, _ = server.finish_round(second, W_a)
+        return reader.decode(arm, W)
+
+    clip = float(platform.privacy.clip)
+    sensitivity = (
+        2 * clip / int(task.sizes.sum())
+    )  # Remark 3's global sensitivity: one sample of all the data
+    gen = torch_generator(cfg.seed, "attack", "audit", arm)
+    direction = torch.randn(task.n, generator=gen, dtype=CODING_DTYPE)
+    x1 = direction * (sensitivity / torch.linalg.vector_norm(direction))
+    test = audit_release(release, x0=torch.zeros(task.n, dtype=CODING_DTYPE), x1=x1, **kw)
+    scope = "per element of one broadcast (the paper's Theorem 2, global release), worst element"
+    what = "the whole broadcast W', read by a client (P2R, P1L)"
+    return ArmAudit(arm, float(report.get("epsilon_global", math.nan)), scope, what, test)
 
 
 @dataclass
@@ -951,8 +1142,11 @@ class SuiteResult:
 #: What the suite does to an arm of each coding (``SuiteResult.arms``).
 ATTACKED_AS = {
     "m1": "aggregator attacks (a)-(d) under every key design, DP audit (f) on the primary",
-    "m2": "the M2 server's view (e)",
-    "plain": "the aggregator's direct view (each upload read as the client's model, or its update)",
+    "m2": "the M2 server's view (e), DP audit (f) of its broadcast",
+    "plain": "the aggregator's direct view (each upload read as the client's model, or its update), the "
+    "server's view of the aggregate, DP audit (f)",
+    "secure": "the aggregator's direct view of the masked uploads, the server's view of the unmasked "
+    "aggregate, DP audit (f) of both",
 }
 
 
@@ -1037,20 +1231,20 @@ def _run_suite(cfg: DictConfig, *, transcript_dir: Path | None, log: Callable[[s
             confidence=cfg.audit.confidence,
         )
     primary = next((d for d in designs if d.design == cfg.primary), None)
+    secure = {p.arm for p in plain if p.masked}
     audits = []
     for arm in arms:
         first_m1 = bool(m1_arms) and arm == m1_arms[0]  # the primary design's audit is the first m1 arm's
-        got = audit_arm(
+        for got in audit_arm(
             task,
             cfg,
             arm,
             m1_whole=whole if first_m1 else None,
             paper_eps=primary.epsilon_paper if primary is not None and first_m1 else None,
-        )
-        if got is not None:
+        ):
             audits.append(got)
             lb, reported = got.test.epsilon_lower_bound, got.reported_epsilon
-            log(f"{arm}, the DP audit: eps >= {lb:.3g} (reported {reported:.3g})")
+            log(f"{got.label}, the DP audit: eps >= {lb:.3g} (reported {reported:.3g})")
     return SuiteResult(
         config=public_config(cfg),
         designs=designs,
@@ -1062,6 +1256,6 @@ def _run_suite(cfg: DictConfig, *, transcript_dir: Path | None, log: Callable[[s
         primary=cfg.primary,
         seconds=time.perf_counter() - tic,
         audits=audits,
-        arms={arm: ATTACKED_AS[coding] for arm, coding in arms.items()},
+        arms={arm: ATTACKED_AS["secure" if arm in secure else coding] for arm, coding in arms.items()},
         plain=plain,
     )

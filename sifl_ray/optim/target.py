@@ -24,11 +24,12 @@ from collections.abc import Callable, Iterable
 import torch
 
 from sifl_ray.coding.base import CODING_DTYPE, ClientServerKey
-from sifl_ray.optim.trainer import Batch, Trainer
+from sifl_ray.optim.trainer import Batch, Trainer, loss_values
 from sifl_ray.privacy.clipping import clip_norm_
 
 
-def _stats(losses: list[float], w0: torch.Tensor, wK: torch.Tensor) -> dict[str, float]:
+def _stats(steps: list, w0: torch.Tensor, wK: torch.Tensor) -> dict[str, float]:
+    losses = loss_values(steps)  # one read from the device per client, not one per step
     return {
         "loss": sum(losses) / len(losses) if losses else 0.0,
         "steps": float(len(losses)),

@@ -4,11 +4,15 @@ SPEC "Standard FL": a client runs K ordinary optimizer steps ``w_{k+1} = w_k −
 optimizers (:mod:`sifl_ray.optim.target`) only need four things from it — load parameters with fresh or
 kept optimizer state, take one step, read the parameters back — so any trainer with this protocol works.
 Parameters cross the boundary as one flat float64 vector (the coding dtype); the model keeps its own dtype.
+
+A step returns its loss as a tensor on the model's device, not a Python float: reading a GPU value waits for
+the GPU, and one such wait per step would stall the step loop K times per client. Callers read a client's
+losses together, once, with :func:`loss_values`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -30,11 +34,25 @@ class Trainer(Protocol):
     def load(self, w: torch.Tensor) -> None:
         """Load ``w`` into the model, keeping the optimizer state."""
 
-    def step(self, batch: Batch) -> float:
-        """One ordinary optimizer step on ``batch``; returns the loss before the step."""
+    def step(self, batch: Batch) -> float | torch.Tensor:
+        """One ordinary optimizer step on ``batch``; returns the loss before the step (a float, or a 0-d
+        tensor that :func:`loss_values` reads)."""
 
     def params(self) -> torch.Tensor:
         """The model parameters as a flat float64 vector (n,)."""
+
+
+def loss_values(losses: Sequence[float | torch.Tensor]) -> list[float]:
+    """The per-step losses as Python floats, the tensors among them read from their device in one transfer.
+
+    One read per client instead of one per step (see the module docstring); the values are those
+    ``float(loss)`` gives, so the statistics computed from them do not change.
+    """
+    tensors = [x for x in losses if isinstance(x, torch.Tensor)]
+    if not tensors:
+        return [float(x) for x in losses]
+    read = iter(torch.stack([x.detach().reshape(()) for x in tensors]).tolist())
+    return [next(read) if isinstance(x, torch.Tensor) else float(x) for x in losses]
 
 
 #: The optimizers known by a short name (``train.optimizer``): the torch class and its default settings.
@@ -118,7 +136,8 @@ class TorchTrainer:
                 p.copy_(w[offset : offset + k].view_as(p))  # in place: the optimizer keeps its state
                 offset += k
 
-    def step(self, batch: Batch) -> float:
+    def step(self, batch: Batch) -> torch.Tensor:
+        """One step; the loss before it as a 0-d tensor on the model's device (no host synchronisation)."""
         x, y = batch
         if not self.model.training:  # train() walks every submodule: ~10-30 µs a step when repeated
             self.model.train()
@@ -126,7 +145,7 @@ class TorchTrainer:
         loss = self.loss_fn(self.model(x), y)
         loss.backward()
         self.optimizer.step()
-        return float(loss.detach())
+        return loss.detach()
 
     def params(self, out: torch.Tensor | None = None) -> torch.Tensor:
         """The parameters as a flat float64 vector: a new tensor, or ``out`` (float64, (n,)) filled.

@@ -47,6 +47,7 @@ from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from sifl_ray.coding.base import CODING_DTYPE, ClientServerKey
+from sifl_ray.device import SampleStore
 from sifl_ray.models import CNN, CNN2, MLP
 from sifl_ray.optim.target import ModelStep, fused_tail, stepwise_tail
 from sifl_ray.optim.trainer import TorchTrainer
@@ -271,7 +272,7 @@ class StackedTrainer:
 
     def step(self, chunk: Chunk, batches: Batches, k: int) -> torch.Tensor:
         """Minibatch ``k`` of every client of ``chunk``: one optimizer step each; returns the C losses."""
-        x, y, mask, count = batches.gather(k, dtype=self.dtype, device=self.device)
+        x, y, mask, count = batches.gather(k)
         if not self.model.training:
             self.model.train()
         shared = k == 0
@@ -309,34 +310,38 @@ class Chunk:
 
 
 class Batches:
-    """The minibatches of one chunk's clients, gathered a step at a time from the worker's arrays.
+    """The minibatches of one chunk's clients, gathered a step at a time from the worker's samples.
 
     Every client of a chunk has the same number of minibatches; a step whose minibatches differ in size
-    (the last one of an epoch, for clients of different sizes) is padded with zeros and masked.
+    (the last one of an epoch, for clients of different sizes) is padded with zeros and masked. The samples
+    come as the loop's come (:class:`sifl_ray.device.SampleStore`: from the host arrays, or gathered on the
+    device where they are staged), in one gather per step for the whole chunk.
     """
 
-    def __init__(self, x: np.ndarray, y: np.ndarray, indices: Sequence[list[np.ndarray]]):
-        self.x, self.y, self.indices = x, y, indices
+    def __init__(self, samples: SampleStore, indices: Sequence[list[np.ndarray]]):
+        self.samples, self.indices = samples, indices
         self.steps = len(indices[0])
 
-    def gather(self, k: int, *, dtype: torch.dtype, device: torch.device):
+    def gather(self, k: int):
+        """Minibatch ``k`` of every client: (x, y) with a leading client axis, and the mask and sample
+        counts of a ragged step (``None`` when every minibatch has the same size)."""
         idx = [batches[k] for batches in self.indices]
         sizes = [len(i) for i in idx]
         c, width = len(idx), max(sizes)
+        x, y = next(iter(self.samples.batches([np.concatenate(idx)])))
         if min(sizes) == width:
-            flat = np.concatenate(idx)
-            x = torch.from_numpy(self.x[flat]).to(device, dtype).reshape(c, width, *self.x.shape[1:])
-            y = torch.from_numpy(self.y[flat]).to(device).reshape(c, width)
-            return x, y, None, None
-        x = torch.zeros((c, width, *self.x.shape[1:]), dtype=dtype, device=device)
-        y = torch.zeros((c, width), dtype=torch.int64, device=device)
-        mask = torch.zeros((c, width), dtype=dtype, device=device)
-        for row, i in enumerate(idx):
-            x[row, : len(i)] = torch.from_numpy(self.x[i]).to(device, dtype)
-            y[row, : len(i)] = torch.from_numpy(self.y[i]).to(device)
-            mask[row, : len(i)] = 1
-        count = torch.tensor(sizes, dtype=dtype, device=device)
-        return x, y, mask, count
+            return x.reshape(c, width, *x.shape[1:]), y.reshape(c, width), None, None
+        xp = x.new_zeros((c, width, *x.shape[1:]))
+        yp = y.new_zeros((c, width))
+        mask = torch.zeros((c, width), dtype=x.dtype, device=x.device)
+        start = 0
+        for row, size in enumerate(sizes):
+            xp[row, :size] = x[start : start + size]
+            yp[row, :size] = y[start : start + size]
+            mask[row, :size] = 1
+            start += size
+        count = torch.tensor(sizes, dtype=x.dtype).to(x.device)
+        return xp, yp, mask, count
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -368,7 +373,7 @@ class ClientRound:
 
     Args:
         stacked: the worker's stacked trainer.
-        x, y: the worker's training arrays.
+        samples: the worker's training samples (in the model's dtype and on its device).
         indices: every client's minibatches (dataset indices) for this round, as the loop would draw them.
         w0: the round's decoded start (float64); start: the same in the model dtype.
         coded: ``(key view, w~)`` for a coded arm (``None``: plain); form: ``fused`` or ``stepwise``.
@@ -377,8 +382,7 @@ class ClientRound:
     def __init__(
         self,
         stacked: StackedTrainer,
-        x: np.ndarray,
-        y: np.ndarray,
+        samples: SampleStore,
         indices: dict[int, list[np.ndarray]],
         *,
         w0: torch.Tensor,
@@ -387,7 +391,7 @@ class ClientRound:
         form: str = "fused",
         chunk_bytes: int | None = None,
     ):
-        self.stacked, self.x, self.y, self.indices = stacked, x, y, indices
+        self.stacked, self.samples, self.indices = stacked, samples, indices
         self.w0, self.start, self.coded, self.form = w0, start, coded, form
         self.stepwise = coded is not None and form == "stepwise"
         extra = 0
@@ -408,7 +412,7 @@ class ClientRound:
         if i != self._trained:
             members = self.chunks[i]
             self._flat = torch.empty(0)  # free the last chunk before the next one is allocated
-            batches = Batches(self.x, self.y, [self.indices[c] for c in members])
+            batches = Batches(self.samples, [self.indices[c] for c in members])
             chunk = self.stacked.chunk(self.start, len(members))
             losses = (
                 self._run_stepwise(chunk, members, batches) if self.stepwise else self._run(chunk, batches)
@@ -467,11 +471,10 @@ class ClientRound:
 
 def client_round(
     stacked: StackedTrainer,
-    x: np.ndarray,
-    y: np.ndarray,
+    samples: SampleStore,
     batches: Callable[[int], list[np.ndarray]],
     clients: Iterable[int],
     **kwargs: Any,
 ) -> ClientRound:
     """A :class:`ClientRound` over ``clients``, with each one's minibatches from ``batches(client)``."""
-    return ClientRound(stacked, x, y, {c: batches(c) for c in clients}, **kwargs)
+    return ClientRound(stacked, samples, {c: batches(c) for c in clients}, **kwargs)

@@ -12,11 +12,12 @@ from __future__ import annotations
 import math
 import time
 
+import numpy as np
 import torch
 
 from sifl_ray.arms.base import AggregatorStep
 from sifl_ray.coding.base import CODING_DTYPE, AggregatorKey, NoiseSpec
-from sifl_ray.roles.messages import Partial
+from sifl_ray.roles.messages import MaskedPartial, Partial
 from sifl_ray.seeding import noise_generator
 
 
@@ -70,6 +71,33 @@ def check_partial(partial: object, *, round: int, key_epoch: int, length: int) -
         return f"invalid weight {partial.weight!r}"
     if not bool(torch.isfinite(ws).all()):
         return "non-finite values"
+    return None
+
+
+def check_masked_partial(partial: object, *, round: int, key_epoch: int, length: int) -> str | None:
+    """Why a worker's masked partial sum must be refused before unmasking, or ``None``.
+
+    Only the stamps and the shape can be checked: the content is uniform in the ring until the masks are
+    removed, so a worker that adds garbage is not caught by anyone (secure aggregation protects the inputs'
+    secrecy, not their integrity). Refusals must come before the survivors are announced: once the masks of
+    a set of clients are removed, leaving one of them out would spoil the sum.
+    """
+    if not isinstance(partial, MaskedPartial):
+        return f"not a masked partial sum ({type(partial).__name__})"
+    if partial.round != round:
+        return f"stamped with round {partial.round}, expected {round}"
+    if partial.key_epoch != key_epoch:
+        return f"stamped with key epoch {partial.key_epoch}, expected {key_epoch}"
+    ms = partial.masked_sum
+    if not isinstance(ms, np.ndarray) or ms.dtype != np.uint64 or ms.shape != (length,):
+        shape = getattr(ms, "shape", type(ms).__name__)
+        return f"not a uint64 vector of shape {(length,)} (got {shape})"
+    if not (
+        isinstance(partial.weight, int | float) and math.isfinite(partial.weight) and partial.weight >= 0
+    ):
+        return f"invalid weight {partial.weight!r}"
+    if len(set(partial.clients)) != len(partial.clients) or len(partial.clients) != partial.accepted:
+        return "its client list does not match its count"
     return None
 
 
@@ -183,3 +211,68 @@ class Aggregator:
             encode_s = time.perf_counter() - start - aggregate_s
         info.update(aggregate_s=aggregate_s, encode_s=encode_s, accepted=sum(p.accepted for p in usable))
         return acc, info
+
+    def check_masked(self, t: int, key_epoch: int, partials: list[MaskedPartial]) -> dict[int, str]:
+        """Step 3a of a secure arm: which workers' masked partials this shard refuses (source → why).
+        Two partials from one source, or one client in two sources, are refused too."""
+        length = self.bounds[1] - self.bounds[0]
+        rejected: dict[int, str] = {}
+        seen: dict[int, int] = {}
+        for p in partials:
+            source = getattr(p, "source", -1)
+            if source in seen:
+                rejected[source] = "2 partial sums from one source"
+                continue
+            seen[source] = 1
+            reason = check_masked_partial(p, round=t, key_epoch=key_epoch, length=length)
+            if reason is not None:
+                rejected[source] = reason
+        owner: dict[int, int] = {}
+        for p in partials:
+            if isinstance(p, MaskedPartial) and p.source not in rejected:
+                for c in p.clients:
+                    if c in owner and owner[c] != p.source:
+                        rejected[p.source] = f"client {c} is also in the sum of worker {owner[c]}"
+                    owner.setdefault(c, p.source)
+        return rejected
+
+    def reduce_masked(
+        self,
+        t: int,
+        partials: list[MaskedPartial],
+        *,
+        plan,
+        spec,
+        step: AggregatorStep | None = None,
+        arm: str = "",
+    ) -> tuple[torch.Tensor, dict, torch.Tensor]:
+        """Step 3d of a secure arm on this shard's rows: add the masked partials in the ring, remove the
+        masks the plan names (:func:`sifl_ray.roles.secure.unmask_rows`), decode, turn the sum
+        ``Σ (weight_i/weight_ref)·u_i`` into the weighted mean, then the arm's step.
+
+        Returns the shard's aggregate, its info, and the decoded sum (for the evaluator's measurement of
+        the quantisation error: simulation only, never the server's).
+        """
+        from sifl_ray.roles.secure import unmask_rows
+
+        start = time.perf_counter()
+        usable = sorted(partials, key=lambda p: p.source)
+        total = sum(p.weight for p in usable)
+        decoded = unmask_rows([p.masked_sum for p in usable], plan, offset=self.bounds[0], codec=spec.codec)
+        encode_s = time.perf_counter() - start  # removing masks and decoding: the coding's cost
+        summed = torch.from_numpy(decoded)
+        acc = summed * (spec.weight_ref / total)
+        if step is not None:
+            acc = step(acc, arm=arm, t=t, shard=self.shard, bounds=self.bounds, weight=total)
+        info = {
+            "aggregate_s": time.perf_counter() - start - encode_s,
+            "encode_s": encode_s,
+            "weight": total,
+            "rejected": {},
+            "stale_partials": [],
+            "accepted": sum(p.accepted for p in usable),
+            # the mean is the decoded sum times this; the quantisation bound is in the mean's units
+            "secagg_scale": spec.weight_ref / total,
+            "secagg_bound": spec.sum_bound(sum(p.accepted for p in usable)) * spec.weight_ref / total,
+        }
+        return acc, info, summed

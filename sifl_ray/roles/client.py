@@ -11,13 +11,16 @@ Fused uploads are affine in the local model, ``w~ + P1 (w_K − w_0)``, so witho
 ``materialize_uploads`` the worker sums ``|D_i| (w_K,i − w_0)`` and applies ``P1`` once per round: the same
 sum as adding the individual encodings, with fewer rounding errors and one transform instead of one per
 client. ``materialize_uploads=True`` encodes every upload (needed to record what the aggregator sees).
+
+On a GPU everything a worker computes stays on it (model, minibatches, key views, the float64 sums); the
+broadcast comes in and the partial sums go out once per round (:mod:`sifl_ray.device`).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 import numpy as np
@@ -26,9 +29,11 @@ import torch
 from sifl_ray.arms.base import ClientStep
 from sifl_ray.coding.base import CODING_DTYPE, AggregatorKey, ClientServerKey
 from sifl_ray.data import client_batches
-from sifl_ray.optim import TorchTrainer, fused_update, stepwise_update, vectorised
+from sifl_ray.device import HostStaging, SampleStore, on_device, resolve_device
+from sifl_ray.optim import TorchTrainer, fused_update, loss_values, stepwise_update, vectorised
 from sifl_ray.roles.aggregator import check_upload
-from sifl_ray.roles.messages import Partial, WorkerReport
+from sifl_ray.roles.messages import MaskedPartial, Partial, WorkerReport
+from sifl_ray.roles.secure import RoundPublic, SecAggSpec, WorkerSecAgg
 
 
 def all_finite(x: torch.Tensor) -> bool:
@@ -57,6 +62,9 @@ class ArmSetup:
     # FedAvg weights: each client's |D_i| (False), or 1 for every client (True: a DP mean needs weights that
     # do not depend on the client's data, so that one client moves the sum by at most its clip C)
     uniform_weights: bool = False
+    # Secure aggregation (:mod:`sifl_ray.roles.secure`): each upload is masked in a ring and only the sum
+    # of the survivors' uploads can be unmasked. None: uploads travel as they are (or immersion-coded).
+    secagg: SecAggSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -72,7 +80,17 @@ class LocalTraining:
 
 
 class ClientWorkerRole:
-    """Hosts the virtual clients ``partitions`` (client id → sample indices) of one worker."""
+    """Hosts the virtual clients ``partitions`` (client id → sample indices) of one worker.
+
+    Args:
+        device: where the clients train and encode; the trainer's model must already live there.
+        stage_data: copy the worker's samples to ``device`` once (default: on any device but the CPU;
+            see :class:`sifl_ray.device.SampleStore`).
+
+    Raises:
+        ValueError: ``device`` cannot hold a computation (:func:`sifl_ray.device.resolve_device`), or the
+            trainer's model lives elsewhere.
+    """
 
     def __init__(
         self,
@@ -83,25 +101,58 @@ class ClientWorkerRole:
         partitions: dict[int, np.ndarray],
         trainer: TorchTrainer,
         training: LocalTraining,
-        device: torch.device,
+        device: torch.device | str,
+        stage_data: bool | None = None,
     ):
         self.worker = worker
-        self.device = device
-        # Ray hands the arrays over zero-copy and read-only from the object store; a minibatch is gathered
-        # with numpy fancy indexing (a fresh array), so no worker copies the whole training set.
-        self.x = np.asarray(x_train)
-        self.y = np.asarray(y_train)
+        self.device = resolve_device(device)
+        model_device = next(trainer.model.parameters()).device
+        if model_device != self.device and not (
+            model_device.type == self.device.type == "cuda" and self.device.index is None
+        ):
+            raise ValueError(
+                f"worker {worker}: the trainer's model lives on {model_device}, the worker computes on "
+                f"{self.device}; move the model there first (model.to(device))"
+            )
         self.partitions = partitions
         self.trainer = trainer
         self.training = training
         self.arms: dict[str, ArmSetup] = {}
         self.dtype = next(trainer.model.parameters()).dtype
+        self.samples = SampleStore(
+            x_train,
+            y_train,
+            partitions.values(),
+            device=self.device,
+            dtype=self.dtype,
+            stage=stage_data,
+        )
+        self.host = HostStaging(self.device)
         self.upload_hook = None  # optional callable(arm, t, client, upload) -> upload (fault injection)
         self.recorder = None  # optional transcript recorder (what the aggregator sees)
+        self.secure: dict[str, WorkerSecAgg] = {}  # arm → its hosted clients' SecAgg halves
         self._stacked: vectorised.StackedTrainer | None = None
 
     def set_arm(self, arm: str, setup: ArmSetup) -> None:
-        self.arms[arm] = setup
+        """Play ``arm``'s clients with ``setup``; its key views are moved to this worker's device once."""
+        self.arms[arm] = replace(
+            setup,
+            server_view=on_device(setup.server_view, self.device),
+            aggregator_view=on_device(setup.aggregator_view, self.device),
+        )
+        if setup.secagg is not None:
+            self.secure[arm] = WorkerSecAgg(setup.secagg, arm)
+
+    # Secure aggregation, steps 0, 1 and 3 for the hosted clients (step 2, masking, is in train_round).
+    def secagg_advertise(self, arm: str, public: RoundPublic, clients: list[int]) -> dict:
+        return self.secure[arm].advertise(public, clients)
+
+    def secagg_share(self, arm: str, t: int, routed: dict) -> dict:
+        return self.secure[arm].share(t, routed)
+
+    def secagg_unmask(self, arm: str, t: int, survivors) -> tuple[dict, dict]:
+        responses, costs = self.secure[arm].unmask(t, survivors)
+        return responses, vars(costs)
 
     def _batch_indices(self, client: int, t: int) -> list[np.ndarray]:
         """The client's minibatches (dataset indices) for round ``t``, from its own stream."""
@@ -118,11 +169,7 @@ class ClientWorkerRole:
     def _batches(self, client: int, t: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """The client's minibatches for round ``t``, gathered one at a time as training consumes them
         (a pre-gathered list would hold a copy of the client's whole data set)."""
-        for b in self._batch_indices(client, t):
-            yield (
-                torch.from_numpy(self.x[b]).to(self.device, self.dtype),
-                torch.from_numpy(self.y[b]).to(self.device),
-            )
+        return self.samples.batches(self._batch_indices(client, t))
 
     def _train(
         self, w0: torch.Tensor, start: torch.Tensor, client: int, t: int, out: torch.Tensor | None
@@ -132,7 +179,7 @@ class ClientWorkerRole:
         if self.training.skip_training:  # no-op client: no data, no steps (framework-overhead benchmarks)
             return (w0.clone() if out is None else out.copy_(w0)), 0.0
         self.trainer.reset(start)
-        losses = [self.trainer.step(b) for b in self._batches(client, t)]
+        losses = loss_values([self.trainer.step(b) for b in self._batches(client, t)])
         return self.trainer.params(out), float(np.mean(losses)) if losses else 0.0
 
     def _together(self, t: int, clients: list[int], **kwargs) -> vectorised.ClientRound | None:
@@ -147,13 +194,27 @@ class ClientWorkerRole:
         if self._stacked is None:
             self._stacked = vectorised.StackedTrainer(self.trainer)
         batches = partial(self._batch_indices, t=t)
-        return vectorised.client_round(self._stacked, self.x, self.y, batches, clients, **kwargs)
+        return vectorised.client_round(self._stacked, self.samples, batches, clients, **kwargs)
 
     def train_round(
-        self, arm: str, t: int, broadcast: torch.Tensor, clients: list[int], bounds: list[tuple[int, int]]
-    ) -> tuple[list[Partial], WorkerReport]:
-        """Train ``clients`` for round ``t`` of ``arm``; return one partial sum per shard and a report."""
+        self,
+        arm: str,
+        t: int,
+        broadcast: torch.Tensor,
+        clients: list[int],
+        bounds: list[tuple[int, int]],
+        inboxes: dict | None = None,
+    ) -> tuple[list[Partial], WorkerReport] | tuple[list[MaskedPartial], WorkerReport, torch.Tensor]:
+        """Train ``clients`` for round ``t`` of ``arm``; return one partial sum per shard and a report.
+
+        Under secure aggregation (``inboxes``: the round's encrypted shares, routed by the aggregator) the
+        partials are :class:`MaskedPartial` sums of masked inputs, and a third value follows: the exact
+        float64 sum of what the clients encoded, a simulation-only instrument that only the evaluator
+        receives (it measures the ring's quantisation error; no deployment has it).
+        """
         setup = self.arms[arm]
+        if setup.secagg is not None:
+            return self._train_round_masked(arm, t, broadcast, clients, bounds, inboxes or {})
         report = WorkerReport(worker=self.worker, round=t)
         tic = time.perf_counter()
         broadcast = broadcast.to(self.device)
@@ -209,22 +270,10 @@ class ClientWorkerRole:
                     w_k, clipped = step(w_k)
                     report.clipped += bool(clipped)
                 upload = w_k.to(CODING_DTYPE) if w_tilde is None else None
-            stamped_round, stamped_epoch = t, setup.key_epoch
-            if self.upload_hook is not None and upload is not None:
-                upload, stamped_round, stamped_epoch = self.upload_hook(
-                    arm, t, client, upload, setup.key_epoch
-                )
-            if shortcut or (direct and w_tilde is None):
+            if shortcut or (direct and w_tilde is None):  # no hook: only finiteness can be wrong
                 reason = None if all_finite(w_k if shortcut else upload) else "non-finite values"
             else:
-                reason = check_upload(
-                    upload,
-                    shape=(upload_len,),
-                    round=t,
-                    stamped_round=stamped_round,
-                    key_epoch=setup.key_epoch,
-                    stamped_epoch=stamped_epoch,
-                )
+                upload, reason = self._delivered(arm, t, client, upload, setup, upload_len)
             if reason is not None:
                 report.rejected[client] = reason
                 continue
@@ -242,7 +291,7 @@ class ClientWorkerRole:
             t0 = time.perf_counter()
             acc = w_tilde * report.weight + setup.server_view.apply_P1(delta_sum)
             report.encode_s += time.perf_counter() - t0
-        acc = acc.cpu()
+        acc = self.host.to_host(acc)  # out to the object store: the partials below are copies of it
         partials = [
             Partial(
                 source=self.worker,
@@ -256,3 +305,99 @@ class ClientWorkerRole:
         ]
         report.bytes_out = acc.numel() * acc.element_size()
         return partials, report
+
+    def _delivered(
+        self, arm: str, t: int, client: int, upload: torch.Tensor, setup: ArmSetup, length: int
+    ) -> tuple[torch.Tensor, str | None]:
+        """What client ``client`` really sends (a drill's upload hook may corrupt it or its stamps) and why
+        the worker must refuse it (``None``: it may be summed)."""
+        stamped_round, stamped_epoch = t, setup.key_epoch
+        if self.upload_hook is not None:
+            upload, stamped_round, stamped_epoch = self.upload_hook(arm, t, client, upload, setup.key_epoch)
+        reason = check_upload(
+            upload,
+            shape=(length,),
+            round=t,
+            stamped_round=stamped_round,
+            key_epoch=setup.key_epoch,
+            stamped_epoch=stamped_epoch,
+        )
+        return upload, reason
+
+    def _train_round_masked(
+        self,
+        arm: str,
+        t: int,
+        broadcast: torch.Tensor,
+        clients: list[int],
+        bounds: list[tuple[int, int]],
+        inboxes: dict,
+    ) -> tuple[list[MaskedPartial], WorkerReport, torch.Tensor]:
+        """:meth:`train_round` of a secure-aggregation arm: each client trains, runs the arm's client step,
+        and uploads ``(weight_i / weight_ref)·u_i`` fixed-point encoded and masked (SecAgg step 2); the worker
+        adds the masked inputs in the ring. A client whose upload fails the checks, or that is not in the
+        round's key agreement, masks nothing: the aggregator recovers the masks its neighbours added."""
+        from sifl_ray.privacy.secagg import SecAggError
+        from sifl_ray.privacy.secagg.ring import ring_reduce_
+
+        setup, secure = self.arms[arm], self.secure[arm]
+        spec = setup.secagg
+        codec = spec.codec
+        report = WorkerReport(worker=self.worker, round=t)
+        w0 = broadcast.to(self.device, CODING_DTYPE)
+        start = w0.to(self.dtype)
+        n = w0.shape[0]
+        ring = np.zeros(n, dtype=np.uint64)
+        exact = np.zeros(n, dtype=np.float64)  # simulation only: Σ clip_B(x_i), the evaluator's truth
+        protocol_ids: list[int] = []
+        together = self._together(t, clients, w0=w0, start=start)
+        for client in sorted(clients) if together is None else together.order:
+            size = 1.0 if setup.uniform_weights else float(len(self.partitions[client]))
+            t0 = time.perf_counter()
+            if together is None:
+                w_k, loss = self._train(w0, start, client, t, None)
+            else:
+                w_k, loss = together.local(client, torch.empty_like(w0))
+            report.train_s += time.perf_counter() - t0
+            upload = w_k.to(CODING_DTYPE)
+            if setup.step is not None:
+                upload, clipped = setup.step(upload, start=w0, arm=arm, client=client, t=t)
+                report.clipped += bool(clipped)
+            upload, reason = self._delivered(arm, t, client, upload, setup, n)
+            if reason is not None:
+                report.rejected[client] = reason
+                continue
+            t0 = time.perf_counter()
+            x = upload.detach().cpu().numpy() * (size / spec.weight_ref)
+            try:
+                masked = secure.mask(t, client, x, inboxes)
+            except SecAggError as err:
+                report.rejected[client] = f"secure aggregation: {err}"
+                continue
+            report.encode_s += time.perf_counter() - t0
+            report.coords_clipped += secure.clipped(t, client)
+            if self.recorder is not None:  # what the aggregator receives: the masked input, read as numbers
+                self.recorder.record_upload(t, client, torch.from_numpy(codec.decode(masked)))
+            np.add(ring, masked, out=ring)
+            exact += np.clip(x, -codec.clip, codec.clip)
+            protocol_ids.append(secure.index(t, client))
+            report.accepted.append(client)
+            report.weight += size
+            report.train_loss_sum += size * loss
+        report.accepted.sort()  # trained together, clients come in groups of equal minibatch counts
+        ring_reduce_(ring, codec.ring_bits)
+        ids = tuple(protocol_ids)
+        partials = [
+            MaskedPartial(
+                source=self.worker,
+                round=t,
+                key_epoch=setup.key_epoch,
+                masked_sum=ring[a:b].copy(),
+                weight=report.weight,
+                accepted=len(ids),
+                clients=ids,
+            )
+            for a, b in bounds
+        ]
+        report.bytes_out = codec.packed_bytes(n)
+        return partials, report, torch.from_numpy(exact)

@@ -4,6 +4,9 @@ No real deployment has such a party: it holds the decoding views of both keys (`
 in a deployment only the clients hold. It exists so that a simulation can report test accuracy for every
 arm and the deviation of each SIFL arm from the paired plain FedAvg run. It never sends what it decodes to
 any other party, and its reports contain metrics only.
+
+It computes where the configuration puts it (``ray.evaluator_gpus``: on the CPU by default); on a GPU the
+test set is copied there once, and an evaluation reads its figures back once.
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ import torch
 import torch.nn.functional as F
 
 from sifl_ray.coding.base import CODING_DTYPE, AggregatorKey, ClientServerKey
+from sifl_ray.device import on_device, resolve_device
 from sifl_ray.models import load_flat_params_
+from sifl_ray.optim.trainer import loss_values
 
 SIMULATION_ONLY = "evaluator: simulation device holding both decoding keys; no real deployment has it"
 
@@ -28,11 +33,13 @@ class EvaluatorRole:
         batch_size: int,
         device: torch.device,
     ):
-        self.model = model.to(device).eval()
-        self.x = torch.tensor(np.asarray(x_test))  # a private copy: Ray's zero-copy arrays are read-only
-        self.y = torch.tensor(np.asarray(y_test))
+        self.device = resolve_device(device)
+        self.model = model.to(self.device).eval()
+        # A private copy (Ray's zero-copy arrays are read-only), on the evaluator's device once: no test
+        # batch crosses from the host per evaluation.
+        self.x = torch.tensor(np.asarray(x_test)).to(self.device)
+        self.y = torch.tensor(np.asarray(y_test)).to(self.device)
         self.batch_size = batch_size
-        self.device = device
         self.views: dict[str, tuple[str, ClientServerKey | None, AggregatorKey | None]] = {}
         self.reference: dict[int, torch.Tensor] = {}  # plain fl model per round (paired deviation)
         self.paired: dict[str, bool] = {}
@@ -49,7 +56,7 @@ class EvaluatorRole:
         paired: bool | None = None,
     ) -> None:
         """``paired``: report the deviation of this arm's model from fl's (default: coded arms)."""
-        self.views[arm] = (mode, server_view, aggregator_view)
+        self.views[arm] = (mode, on_device(server_view, self.device), on_device(aggregator_view, self.device))
         self.paired[arm] = mode != "plain" if paired is None else paired
 
     def decode(self, arm: str, broadcast: torch.Tensor) -> torch.Tensor:
@@ -65,13 +72,17 @@ class EvaluatorRole:
         """Test accuracy and loss of the global model after round ``t``, and its deviation from fl's."""
         w = self.decode(arm, broadcast.to(self.device))
         load_flat_params_(self.model, w)
-        correct, loss_sum = 0, 0.0
+        losses, hits = [], []  # per batch, on the device: read once at the end, not twice per batch
         for s in range(0, len(self.y), self.batch_size):
             xb = self.x[s : s + self.batch_size].to(self.device, self.dtype)
-            yb = self.y[s : s + self.batch_size].to(self.device)
+            yb = self.y[s : s + self.batch_size]
             logits = self.model(xb)
-            loss_sum += float(F.cross_entropy(logits, yb, reduction="sum"))
-            correct += int((logits.argmax(1) == yb).sum())
+            losses.append(F.cross_entropy(logits, yb, reduction="sum"))
+            hits.append((logits.argmax(1) == yb).sum())
+        loss_sum = 0.0
+        for value in loss_values(losses):  # summed in batch order on the host, as before
+            loss_sum += value
+        correct = int(torch.stack(hits).sum()) if hits else 0
         out = {
             "test_accuracy": correct / len(self.y),
             "test_loss": loss_sum / len(self.y),
@@ -82,3 +93,17 @@ class EvaluatorRole:
         elif t in self.reference and self.paired[arm]:
             out["max_deviation"] = float((w - self.reference[t]).abs().max())
         return out
+
+    @staticmethod
+    def sum_error(arm: str, t: int, num_shards: int, *vectors: torch.Tensor) -> float:
+        """Secure aggregation, simulation only: ``max_j |decoded sum − exact sum|`` of round ``t``.
+
+        ``vectors``: first the ``num_shards`` aggregator shards' decoded rows (in order), then each worker's
+        float64 sum of what its clients encoded (after the codec's clip). Their difference is the ring's
+        whole quantisation error, which :meth:`~sifl_ray.privacy.secagg.FixedPointCodec.sum_error_bound`
+        bounds (plus the float64 rounding of the exact sums themselves). No deployment has these sums: the
+        workers send them to this simulation device only.
+        """
+        decoded = torch.cat([v.to(CODING_DTYPE) for v in vectors[:num_shards]])
+        exact = torch.stack([v.to(CODING_DTYPE) for v in vectors[num_shards:]]).sum(0)
+        return float((decoded - exact).abs().max())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 
@@ -38,3 +39,24 @@ class WorkerReport:
     rejected: dict[int, str] = field(default_factory=dict)  # client id → reason
     clipped: int = 0  # clients whose model was scaled back to ‖w_i‖ ≤ C before upload
     bytes_out: int = 0
+    coords_clipped: int = 0  # secure aggregation: coordinates the fixed-point codec clipped to [-B, B]
+
+
+@dataclass
+class MaskedPartial:
+    """One shard of a worker's sum of its clients' masked inputs under secure aggregation (a secure arm's
+    :class:`Partial`): ``Σ_i y_i mod 2^k`` over the clients in ``clients``, still masked.
+
+    Its content cannot be checked by anyone (it is uniform in the ring until the masks are removed); its
+    stamps and shape can, and are (:func:`sifl_ray.roles.aggregator.check_masked_partial`).
+    """
+
+    source: int
+    round: int
+    key_epoch: int
+    masked_sum: np.ndarray  # uint64, rows of this shard, reduced modulo 2^k
+    weight: float  # Σ_i weight_i over the clients in the sum (FedAvg |D_i|, or 1 each)
+    accepted: int
+    clients: tuple[
+        int, ...
+    ]  # their protocol ids (positions in the round's roster): U3's share of this worker

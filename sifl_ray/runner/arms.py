@@ -65,7 +65,7 @@ def setup_arm(
     n = int(w0.numel())
     protocol = arm_of(cfg, arm)
     mode, n_tilde, bounds = arm_shape(cfg, arm, n)
-    local = {"local_size": int(sizes.min()), "total_size": int(sizes.sum())}
+    local = {"local_size": int(sizes.min()), "total_size": int(sizes.sum()), "largest_size": int(sizes.max())}
     ctx = ArmContext(cfg=cfg, arm=arm, n=n, **local)
     steps = protocol.steps(ctx)
     if mode == "m2" and steps.server is not None:
@@ -73,7 +73,9 @@ def setup_arm(
             f"arm {arm}: its server step needs a plain model, and an M2 server never holds one (code 2 stays "
             "on); give the arm coding m1 or plain, or move the step to the clients or the aggregator"
         )
-    state = ArmState(arm, mode, n_tilde, bounds, server_step=steps.server is not None)
+    state = ArmState(
+        arm, mode, n_tilde, bounds, server_step=steps.server is not None, secure=steps.secagg is not None
+    )
     out = ArmSetup(state=state, setup={})
     if mode != "plain":
         # Refuse (or warn) before any work if float64 cannot carry this configuration (SPEC "Precision").
@@ -110,6 +112,7 @@ def setup_arm(
             "key_epoch": 0,
             "step": steps.client,
             "uniform_weights": protocol.uniform_weights,
+            "secagg": steps.secagg,
         }
     )
     views = (server_view, agg_view)

@@ -9,6 +9,7 @@ keys and broadcasts it held are restored by :class:`~sifl_ray.runner.state.Check
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import sys
@@ -22,6 +23,7 @@ from actors.client_worker import ClientWorkerActor
 from actors.evaluator import EvaluatorActor
 from actors.server import ServerActor
 from sifl_ray.backend import Backend
+from sifl_ray.config import ConfigError
 from sifl_ray.faults import FaultJournal, FaultPlan
 from sifl_ray.round import Parties
 from sifl_ray.specs import ModelSpec, TrainSpec
@@ -43,14 +45,42 @@ def make_backend(cfg: DictConfig, **ray_kwargs: Any) -> Backend:
 
 
 def worker_count(cfg: DictConfig, backend: Backend) -> int:
-    """How many client workers: ``ray.num_workers``, else as many as the cluster's CPUs allow."""
+    """How many client workers: ``ray.num_workers``, else as many as the cluster's CPUs allow (and, with
+    ``ray.gpus_per_worker``, its GPUs beside the evaluator's ``ray.evaluator_gpus``).
+
+    Raises:
+        ConfigError: the workers and the evaluator ask Ray for more GPUs than the cluster has (they would
+            wait for them for ever).
+    """
     if cfg.ray.num_workers:
-        return min(cfg.ray.num_workers, cfg.clients.num_clients)
-    if backend.name == "sequential":
-        return min(2, cfg.clients.num_clients)
-    cpus = backend.cluster().get("CPU", 1.0)
-    per = cfg.ray.cpus_per_worker or 1.0
-    return max(1, min(int(cpus // per) or 1, cfg.clients.num_clients))
+        workers = min(cfg.ray.num_workers, cfg.clients.num_clients)
+    elif backend.name == "sequential":
+        workers = min(2, cfg.clients.num_clients)
+    else:
+        cpus = backend.cluster().get("CPU", 1.0)
+        per = cfg.ray.cpus_per_worker or 1.0
+        workers = max(1, min(int(cpus // per) or 1, cfg.clients.num_clients))
+        if cfg.ray.gpus_per_worker:
+            gpus = backend.cluster().get("GPU", 0.0) - cfg.ray.evaluator_gpus
+            workers = max(1, min(workers, math.floor(round(gpus / cfg.ray.gpus_per_worker, 6))))
+    if backend.name == "ray":
+        check_gpus(cfg, workers, backend.cluster().get("GPU", 0.0))
+    return workers
+
+
+def check_gpus(cfg: DictConfig, workers: int, cluster_gpus: float) -> None:
+    """Refuse a run whose workers and evaluator ask for more GPUs than the cluster has (Ray would leave
+    them pending, and the run would wait without a word)."""
+    per, evaluator = float(cfg.ray.gpus_per_worker), float(cfg.ray.evaluator_gpus)
+    need = workers * per + evaluator
+    if need > cluster_gpus + 1e-9:
+        raise ConfigError(
+            [
+                f"ray.gpus_per_worker: {workers} workers × {per:g} GPU + ray.evaluator_gpus {evaluator:g} = "
+                f"{need:g} GPUs, but the Ray cluster has {cluster_gpus:g}; lower ray.gpus_per_worker, "
+                "ray.num_workers or ray.evaluator_gpus, or join a cluster with GPUs (ray.address)"
+            ]
+        )
 
 
 class PartyPool:
@@ -85,6 +115,18 @@ class PartyPool:
         self._threads = max(1, int(self.cfg.ray.cpus_per_worker)) if self.backend.name == "ray" else 1
         self.parties.workers = [self._spawn_worker(k) for k in range(len(partitions))]
         self.parties.evaluator = self._spawn_evaluator()
+        if self.backend.name == "ray" and (self.cfg.ray.gpus_per_worker or self.cfg.ray.evaluator_gpus):
+            self._say_fallbacks()
+
+    def _say_fallbacks(self) -> None:
+        """Say which parties Ray gave a GPU that CUDA cannot use there (they compute on the CPU)."""
+        parties = {f"worker {k}": w for k, w in enumerate(self.parties.workers)}
+        parties["evaluator"] = self.parties.evaluator
+        placed = self.backend.get([self.backend.call(h, "placement") for h in parties.values()])
+        fell = [(name, p["fallback"]) for name, p in zip(parties, placed, strict=True) if p["fallback"]]
+        if fell:
+            names = ", ".join(name for name, _ in fell)
+            say(f"{names}: {fell[0][1]}; computing on the CPU")
 
     def _spawn_worker(self, k: int):
         cfg = self.cfg
@@ -108,7 +150,12 @@ class PartyPool:
 
     def _spawn_evaluator(self):
         return self.backend.spawn(
-            EvaluatorActor, self._test_ref, self._model_spec, self.cfg.seed, self.cfg.train.eval_batch_size
+            EvaluatorActor,
+            self._test_ref,
+            self._model_spec,
+            self.cfg.seed,
+            self.cfg.train.eval_batch_size,
+            num_gpus=self.cfg.ray.evaluator_gpus,
         )
 
     def hand_arm(self, arm: str, *, mode: str, setup: dict, views: tuple, paired: bool) -> list:
@@ -131,6 +178,8 @@ class PartyPool:
             done.append(backend.call(parties.server, "set_step", arm, steps.server))
         if steps.aggregator is not None:
             done += [backend.call(a, "set_step", arm, steps.aggregator) for a in parties.aggregators[:shards]]
+        if steps.secagg is not None:
+            done += [backend.call(a, "set_secagg", arm, steps.secagg) for a in parties.aggregators[:shards]]
         return done
 
     # ---------------------------------------------------------------- Supervisor
@@ -197,13 +246,18 @@ class PartyPool:
         if party != "evaluator":  # the arms' steps are kept apart from the keys: hand them over again
             which = "server" if party == "server" else "aggregator"
             new = parties.server if party == "server" else parties.aggregators[index]
-            backend.get(
-                [
-                    backend.call(new, "set_step", a, getattr(s, which))
+            calls = [
+                backend.call(new, "set_step", a, getattr(s, which))
+                for a, s in self.steps.items()
+                if getattr(s, which) is not None
+            ]
+            if party == "aggregator":
+                calls += [
+                    backend.call(new, "set_secagg", a, s.secagg)
                     for a, s in self.steps.items()
-                    if getattr(s, which) is not None
+                    if s.secagg is not None
                 ]
-            )
+            backend.get(calls)
         if party == "evaluator":
             backend.get(
                 [

@@ -89,12 +89,17 @@ def round_incidents(arm: str, t: int, result: RoundResult) -> RoundIncidents | N
     if result.retried:
         entry["retried"] = result.retried
     if result.skipped:
-        entry["skipped"] = "no update was accepted: the model stays, the broadcast is reused"
+        entry["skipped"] = (
+            result.skip_reason or "no update was accepted"
+        ) + ": the model stays, the broadcast is reused"
     incidents = [
         {"round": t, "arm": arm, "what": f"client {c} upload rejected: {why}", "action": "dropped"}
         for c, why in sorted(result.rejected.items())
     ]
     messages = []
+    if result.skip_reason:
+        incidents.append({"round": t, "arm": arm, "what": result.skip_reason, "action": "round skipped"})
+        messages.append(f"round {t} {arm}: skipped, nothing revealed: {result.skip_reason}")
     for d in result.dropped:
         incidents.append(
             {
@@ -189,6 +194,8 @@ def summarise(
             "clip_key": protocols[arm].clip_key,
             "clips": protocols[arm].clips,
         }
+        if any("secagg/quantisation_bound" in r for r in rows):
+            arms[arm]["secure_aggregation"] = secure_aggregation_summary(rows)
     estimate = max((p["deviation_estimate"] for p in precision.values()), default=None)
     round_bound = max(
         (p["round_bound"] for p in precision.values() if p.get("round_bound") is not None),
@@ -229,6 +236,35 @@ def summarise(
     }
 
 
+def secure_aggregation_summary(rows: list[dict[str, float]]) -> dict[str, Any]:
+    """A secure arm's protocol over the run: its quantisation error measured (by the simulation-only
+    evaluator) against the ring's bound, in the mean update's units, and its costs per round (medians)."""
+    measured = [r["secagg/quantisation_error"] for r in rows if "secagg/quantisation_error" in r]
+    bounds = [r["secagg/quantisation_bound"] for r in rows if "secagg/quantisation_bound" in r]
+    pairs = [
+        (r["secagg/quantisation_error"], r["secagg/quantisation_bound"])
+        for r in rows
+        if "secagg/quantisation_error" in r and "secagg/quantisation_bound" in r
+    ]
+
+    def median(key: str) -> float | None:
+        got = [r[key] for r in rows if key in r]
+        return float(np.median(got)) if got else None
+
+    return {
+        "quantisation_error_max": max(measured) if measured else None,
+        "quantisation_bound_max": max(bounds) if bounds else None,
+        "within_bound": all(e <= b for e, b in pairs) if pairs else None,
+        "bytes_per_client_per_round": median("secagg/bytes_per_client"),
+        "client_s_per_round": median("secagg/client_s"),
+        "server_s_per_round": median("secagg/server_s"),
+        "messages_per_round": median("secagg/messages"),
+        "clients_recovered": int(sum(r.get("secagg/recovered", 0) for r in rows)),
+        "clients_unanswered": int(sum(r.get("secagg/unanswered", 0) for r in rows)),
+        "coordinates_clipped": int(sum(r.get("secagg/clipped_coordinates", 0) for r in rows)),
+    }
+
+
 def end_of_run_messages(summary: dict[str, Any], precision: dict[str, dict[str, Any]]) -> list[str]:
     """What the driver says after the last round: a deviation beyond its estimate, clipped client models."""
     messages = []
@@ -241,6 +277,19 @@ def end_of_run_messages(summary: dict[str, Any], precision: dict[str, dict[str, 
                 "rounds): local training amplified the coding error from round to round, or this CPU "
                 "rounded less kindly than the estimate assumes. Neither is a failure of the coding: the "
                 "rigorous per-round bound is round_bound in summary.json"
+            )
+    for arm, a in summary["arms"].items():
+        secure = a.get("secure_aggregation") or {}
+        if secure.get("within_bound") is False:
+            messages.append(
+                f"{arm}: the ring's quantisation error ({secure['quantisation_error_max']:.2e}) exceeded its "
+                f"bound ({secure['quantisation_bound_max']:.2e}): a bug in the fixed-point codec or the "
+                "unmasking; the aggregate of those rounds is not what the clients uploaded"
+            )
+        if secure.get("coordinates_clipped"):
+            messages.append(
+                f"{arm}: the fixed-point codec clipped {secure['coordinates_clipped']} coordinates of the "
+                "uploads to the ring's range (secagg.clip, or secagg.noise_margin under distributed noise)"
             )
     for arm, a in summary["arms"].items():
         if a["clipped"]:

@@ -260,14 +260,20 @@ def test_sifl_attack_takes_the_arms_to_attack(tmp_path, capsys):
     m = RESULT.match(lines[-1])
     assert m and m.group(1) == "none" and m.group(3) == "none"
     at = lines.index("arms attacked:")
-    view = "the aggregator's direct view (each upload read as the client's model, or its update)"
+    from sifl_ray.attacks.suite import ATTACKED_AS
+
+    view = ATTACKED_AS["plain"]
+    assert view.startswith("the aggregator's direct view (each upload read as the client's model, or its")
     assert lines[at + 1 : at + 4] == [f"  {arm}: {view}" for arm in ("fl", "nbafl_eps1", "nbafl_eps5")]
     data = json.loads((tmp_path / "result.json").read_text())
     plain = {p["arm"]: p for p in data["plain"]}
     assert set(plain) == {"fl", "nbafl_eps1", "nbafl_eps5"}
     assert plain["fl"]["error"] == 0.0
     assert plain["nbafl_eps1"]["median_error"] > plain["nbafl_eps5"]["median_error"] > 0.1
-    assert "## Plain arms: the aggregator's direct view" in (tmp_path / "report.md").read_text()
+    assert (
+        "## Plain and secure-aggregation arms: the aggregator's direct view"
+        in (tmp_path / "report.md").read_text()
+    )
 
 
 def test_an_arm_that_uploads_updates_is_read_as_updates(tmp_path, capsys):
@@ -315,3 +321,36 @@ def test_every_arm_is_audited_beside_the_epsilon_it_reports(tmp_path, capsys):
     assert lines[-1].startswith("RESULT attacks ")
     data = json.loads((tmp_path / "result.json").read_text())
     assert [a["arm"] for a in data["audits"]] == ["fl", "nbafl_eps1", "dp_fedavg_eps5", "sifl_m1"]
+
+
+def test_secure_aggregation_hides_each_upload_and_only_dp_noise_protects_the_aggregate(tmp_path, capsys):
+    """The same adversaries on the secure arms and on M2: a masked upload read by the aggregator is at
+    chance (its correlation with the client's update, and an audit that reports 0 and measures 0); the
+    unmasked aggregate is exact under ``secagg`` (told apart every trial: no DP claimed) and noisy under
+    ``dp_fedavg_secagg`` (the audit stays under its ε); M2's broadcast, read by a client, refutes its
+    per-element ε."""
+    from sifl_ray.cli import main
+
+    small = ["model.features=49", "data.clients=4", "data.samples_per_client=40", "training.batch_size=8"]
+    one_design = ["designs=[fast-oblique]", "primary=fast-oblique", "contrast.designs=[]", "m2.enabled=false"]
+    args = ["attack", "arms=[secagg,dp_fedavg_secagg,sifl_m2]", *small, *one_design, "training.rounds=4"]
+    assert main([*args, "audit.trials=1000", f"out_dir={tmp_path}"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    audit = next(line for line in lines if line.startswith("RESULT audit "))
+    fields = {k: float(v) for k, v in (f.split("=") for f in audit.split()[2:])}
+    assert fields["secagg_upload_eps"] == 0 and fields["secagg_upload_audit_lb"] == 0
+    assert fields["dp_fedavg_secagg_eps5_upload_audit_lb"] == 0
+    assert fields["secagg_eps"] == float("inf") and fields["secagg_audit_lb"] > 5  # 1000 trials: ≤ 5.6
+    assert fields["dp_fedavg_secagg_eps5_audit_lb"] <= fields["dp_fedavg_secagg_eps5_eps"]
+    assert fields["sifl_m2_audit_lb"] > 1e6 * fields["sifl_m2_eps"]
+    plain = {p["arm"]: p for p in json.loads((tmp_path / "result.json").read_text())["plain"]}
+    n = 50
+    for arm in ("secagg", "dp_fedavg_secagg_eps5"):
+        p = plain[arm]
+        assert p["masked"] and p["correlation_chance"] == pytest.approx(0.6745 / n**0.5)
+        # 16 uploads: the median |corr| of independent vectors stays within 3× its expected value
+        assert p["correlation"] < 3 * p["correlation_chance"], arm
+        assert p["median_error"] > 10  # a masked upload read as numbers is noise, not the update
+        assert p["server_error"] < 1e-3  # the server learns the aggregate (within the ring's rounding)
+    report = (tmp_path / "report.md").read_text()
+    assert "## DP audit of every arm" in report and "| secagg_upload |" in report

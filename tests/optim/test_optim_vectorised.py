@@ -18,8 +18,9 @@ from torch import nn
 from training_roundoff import reference
 
 from sifl_ray.data import client_batches
+from sifl_ray.device import SampleStore
 from sifl_ray.models import MLP, flatten_params
-from sifl_ray.optim import TorchTrainer
+from sifl_ray.optim import TorchTrainer, loss_values
 from sifl_ray.optim import vectorised as V
 from sifl_ray.seeding import torch_generator
 
@@ -62,13 +63,14 @@ def loop(trainer: TorchTrainer, w0: torch.Tensor, x, y, batches: list[np.ndarray
     trainer.reset(w0)
     dtype = trainer._params[0].dtype
     losses = [trainer.step((torch.from_numpy(x[b]).to(dtype), torch.from_numpy(y[b]))) for b in batches]
-    return trainer.params(), float(np.mean(losses))
+    return trainer.params(), float(np.mean(loss_values(losses)))
 
 
 def vectorised(trainer: TorchTrainer, w0: torch.Tensor, x, y, idx, chunk_bytes: int | None = None):
     stacked = V.StackedTrainer(trainer)
     dtype = trainer._params[0].dtype
-    rnd = V.ClientRound(stacked, x, y, idx, w0=w0, start=w0.to(dtype), chunk_bytes=chunk_bytes)
+    samples = SampleStore(x, y, idx.values(), device=torch.device("cpu"), dtype=dtype)
+    rnd = V.ClientRound(stacked, samples, idx, w0=w0, start=w0.to(dtype), chunk_bytes=chunk_bytes)
     out = {c: rnd.local(c, torch.empty_like(w0)) for c in rnd.order}
     return {c: (w.clone(), loss) for c, (w, loss) in out.items()}, rnd
 

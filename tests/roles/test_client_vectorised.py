@@ -92,7 +92,7 @@ class Setting:
         }
         self.roles = {on: self._role(on) for on in (True, False)}
 
-    def _role(self, vectorise: bool) -> ClientWorkerRole:
+    def _role(self, vectorise: bool, stage_data: bool | None = None) -> ClientWorkerRole:
         training = LocalTraining(
             batch_size=BATCH, local_epochs=1, local_steps=self.steps, seed=3, vectorise=vectorise
         )
@@ -104,6 +104,7 @@ class Setting:
             trainer=TorchTrainer(model(self.dtype), self.optimizer, lr=self.lr),
             training=training,
             device=torch.device("cpu"),
+            stage_data=stage_data,
         )
         for arm, setup in self.setups.items():
             role.set_arm(arm, setup)
@@ -249,3 +250,16 @@ def test_the_vectorised_worker_is_not_the_loop_in_disguise():
     vec, _ = s.play(True, "fl")
     loop, _ = s.play(False, "fl")
     assert not torch.equal(vec.weighted_sum, loop.weighted_sum)
+
+
+@pytest.mark.parametrize("arm", ["fl", "m1_stepwise"])
+def test_samples_staged_on_the_device_give_the_same_bits(arm):
+    """The minibatches of a step are gathered in one call, from the host arrays or from the samples staged
+    on the device (:class:`sifl_ray.device.SampleStore`, staged here on the CPU): the same tensors, so the
+    same partial sums to the bit."""
+    s = Setting(torch.float32, "momentum", False)
+    s.roles = {True: s._role(True, stage_data=True)}
+    staged, _ = s.play(True, arm)
+    s.roles = {True: s._role(True, stage_data=False)}
+    host, _ = s.play(True, arm)
+    assert torch.equal(staged.weighted_sum, host.weighted_sum)

@@ -9,14 +9,15 @@
 * :mod:`.protocol`: the client and server roles.
 * :mod:`.simulate`: one round played in process, with dropouts at any step.
 
-Not integrated into the runner: an arm calls :func:`secure_sum` (or drives the roles itself, one actor per
-party) with updates already clipped and, for distributed DP, noised (:mod:`sifl_ray.privacy.dp_fedavg`).
+The platform's arms use it through :mod:`sifl_ray.roles.secure` (the client workers play the clients, the
+aggregator plays the server); :func:`secure_sum` is the in-process reference the tests compare against.
 """
 
 from sifl_ray.privacy.secagg.crypto import KeySeed, party_seed, prg_ring
 from sifl_ray.privacy.secagg.graph import NeighbourGraph, complete_graph, default_threshold, harary_graph
 from sifl_ray.privacy.secagg.protocol import (
     MaskedInput,
+    MaskPlan,
     PartyStats,
     PublicKeys,
     SecAggClient,
@@ -33,6 +34,7 @@ __all__ = [
     "Dropouts",
     "FixedPointCodec",
     "KeySeed",
+    "MaskPlan",
     "MaskedInput",
     "NeighbourGraph",
     "PartyStats",

@@ -34,6 +34,7 @@ PUBLIC_KEY_BYTES = 32
 GCM_TAG_BYTES = 16
 _SALT = b"sifl-ray/secagg/v1"
 _ZERO_CHACHA_NONCE = bytes(16)
+_CHACHA_BLOCK_BYTES = 64
 _ZERO_GCM_NONCE = bytes(12)
 
 KeySeed = bytes | int | None
@@ -86,16 +87,24 @@ def agree(key: X25519PrivateKey, peer_public: bytes, label: str) -> bytes:
     return derive(shared, label)
 
 
-def prg_ring(seed: bytes, length: int, ring_bits: int) -> np.ndarray:
-    """``length`` uniform elements of ``Z_(2^k)`` (``uint64``) expanded from a 32-byte ``seed`` by ChaCha20.
+def prg_ring(seed: bytes, length: int, ring_bits: int, *, offset: int = 0) -> np.ndarray:
+    """Elements ``offset .. offset + length`` of the uniform ``Z_(2^k)`` stream (``uint64``) that ChaCha20
+    expands from a 32-byte ``seed``.
 
     For k ≤ 32 each element takes 4 keystream bytes, for k > 32 it takes 8; the bits above k are masked off.
+    ``offset`` seeks with ChaCha20's block counter (the first 4 bytes of the 16-byte nonce, little-endian,
+    RFC 7539), so an aggregator shard expands only its rows of a mask: ``prg_ring(s, b - a, k, offset=a)``
+    equals ``prg_ring(s, b, k)[a:]``.
     """
     if len(seed) != SEED_BYTES:
         raise ValueError(f"a mask seed has {SEED_BYTES} bytes, got {len(seed)}")
+    if int(offset) != offset or offset < 0:
+        raise ValueError(f"offset must be an integer >= 0, got {offset!r}")
     width = 4 if ring_bits <= 32 else 8
-    encryptor = Cipher(algorithms.ChaCha20(seed, _ZERO_CHACHA_NONCE), mode=None).encryptor()
-    stream = encryptor.update(bytes(width * int(length)))
+    block, skip = divmod(width * int(offset), _CHACHA_BLOCK_BYTES)
+    nonce = block.to_bytes(4, "little") + _ZERO_CHACHA_NONCE[4:]
+    encryptor = Cipher(algorithms.ChaCha20(seed, nonce), mode=None).encryptor()
+    stream = encryptor.update(bytes(skip + width * int(length)))[skip:]
     words = np.frombuffer(stream, dtype="<u4" if width == 4 else "<u8").astype(np.uint64)
     if ring_bits < 64:
         np.bitwise_and(words, np.uint64((1 << ring_bits) - 1), out=words)

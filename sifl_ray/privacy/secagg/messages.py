@@ -34,11 +34,13 @@ class PartyStats:
     messages_sent: int = 0
     messages_received: int = 0
     compute_s: float = 0.0
+    sent_by: dict[str, int] = field(default_factory=dict)  # bytes sent per step: keys, shares, masked, unmask
 
-    def sent(self, nbytes: int, messages: int = 1) -> None:
-        """Count an outgoing message (or ``messages`` of them) of ``nbytes`` in total."""
+    def sent(self, nbytes: int, messages: int = 1, *, step: str = "other") -> None:
+        """Count an outgoing message (or ``messages`` of them) of ``nbytes`` in total, sent in ``step``."""
         self.bytes_sent += int(nbytes)
         self.messages_sent += messages
+        self.sent_by[step] = self.sent_by.get(step, 0) + int(nbytes)
 
     def received(self, nbytes: int, messages: int = 1) -> None:
         """Count an incoming message (or ``messages`` of them) of ``nbytes`` in total."""

@@ -57,6 +57,7 @@ from sifl_ray.privacy.secagg.ring import FixedPointCodec, ring_reduce_, ring_sum
 
 __all__ = [
     "ID_BYTES",
+    "MaskPlan",
     "MaskedInput",
     "PartyStats",
     "PublicKeys",
@@ -188,7 +189,7 @@ class SecAggClient:
                 crypto.public_bytes(self._encryption_key),
                 crypto.public_bytes(self._mask_key),
             )
-        self.stats.sent(PublicKeys.NBYTES)
+        self.stats.sent(PublicKeys.NBYTES, step="keys")
         return msg
 
     # 1. -----------------------------------------------------------------------------------------------------
@@ -238,7 +239,7 @@ class SecAggClient:
                 )
                 key = _share_key(self._encryption_key, neighbour_keys[j].encryption_key, r, i, j)
                 outbox[j] = crypto.seal(key, plaintext, _share_header(r, i, j))
-        self.stats.sent(sum(2 * ID_BYTES + len(c) for c in outbox.values()))
+        self.stats.sent(sum(2 * ID_BYTES + len(c) for c in outbox.values()), step="shares")
         return outbox
 
     # 2. -----------------------------------------------------------------------------------------------------
@@ -284,7 +285,7 @@ class SecAggClient:
                 mask = crypto.prg_ring(seed, y.size, k)
                 (np.add if i < j else np.subtract)(y, mask, out=y)
             ring_reduce_(y, k)
-        self.stats.sent(codec.packed_bytes(y.size))
+        self.stats.sent(codec.packed_bytes(y.size), step="masked")
         return MaskedInput(i, y)
 
     # 3. -----------------------------------------------------------------------------------------------------
@@ -310,7 +311,7 @@ class SecAggClient:
             key_shares = {j: s for j, (s, _) in self._held.items() if j not in survivors}
             mask_shares = {j: b for j, (_, b) in self._held.items() if j in survivors}
             response = UnmaskResponse(i, key_shares, mask_shares)
-        self.stats.sent(response.nbytes)
+        self.stats.sent(response.nbytes, step="unmask")
         return response
 
 
@@ -414,29 +415,40 @@ class SecAggServer:
     def collect_masked(self, inputs: Mapping[int, MaskedInput]) -> frozenset[int]:
         """Step 2: store the masked vectors; return U3, to announce to each client in it."""
         codec = self.params.codec
-        self.stats.received(codec.packed_bytes(self.params.vector_len) * len(inputs), len(inputs))
         with self.stats.timing():
             for i, msg in inputs.items():
                 if msg.client_id != i or i not in self.shared:
                     raise SecAggError(f"a masked input from client {i}, which did not share its keys")
                 if msg.masked.dtype != np.uint64 or msg.masked.shape != (self.params.vector_len,):
                     raise SecAggError(f"the masked input of client {i} is not a uint64 vector of the round")
-            self._require(inputs, "masked input")
-            self._masked = {i: msg.masked for i, msg in inputs.items()}
-            self.survivors = frozenset(inputs)
+        survivors = self.announce(inputs, nbytes=codec.packed_bytes(self.params.vector_len) * len(inputs))
+        self._masked = {i: msg.masked for i, msg in inputs.items()}
+        return survivors
+
+    def announce(self, survivors: Collection[int], *, nbytes: int = 0) -> frozenset[int]:
+        """Step 2 where the masked vectors are summed elsewhere (the platform's client workers add up their
+        clients' masked inputs, and each aggregator shard sums its rows): record U3, the clients whose masked
+        input arrived (``nbytes`` of them, for the counters), and return it for announcing."""
+        self.stats.received(nbytes, len(survivors))
+        with self.stats.timing():
+            strangers = set(survivors) - self.shared
+            if strangers:
+                raise SecAggError(f"masked inputs from clients {sorted(strangers)}, which did not share keys")
+            self._require(survivors, "masked input")
+            self.survivors = frozenset(survivors)
         self.stats.sent(ID_BYTES * len(self.survivors) * len(self.survivors), len(self.survivors))
         return self.survivors
 
     # 3. -----------------------------------------------------------------------------------------------------
-    def unmask(self, responses: Mapping[int, UnmaskResponse]) -> np.ndarray:
-        """Step 3: reconstruct the secrets, remove every mask left in the sum, return ``Σ_{U3} x_i mod 2^k``.
+    def mask_plan(self, responses: Mapping[int, UnmaskResponse]) -> MaskPlan:
+        """Step 3, first half: reconstruct from the shares every mask left in the sum of U3's inputs.
 
         Raises:
             SecAggError: fewer than t responders overall or in a neighbourhood that matters (all such places
                 named), or reconstructed keys that do not match their advertised public keys.
         """
         p, t = self.params, self.params.t
-        k, r = p.codec.ring_bits, p.round_index
+        r = p.round_index
         self.stats.received(sum(resp.nbytes for resp in responses.values()), len(responses))
         with self.stats.timing():
             if not set(responses) <= self.survivors:
@@ -454,15 +466,14 @@ class SecAggServer:
                     "the round cannot be unmasked (too many dropouts for threshold t = "
                     f"{t}; no input was revealed): " + "; ".join(problems)
                 )
-            total = ring_sum((self._masked[i] for i in sorted(self.survivors)), k)
+            terms: list[tuple[bytes, int]] = []
             for j in sorted(self.survivors):
                 shares = {
                     _holder_x(h): responses[h].self_mask_shares[j]
                     for h in self.graph.closed(j) & self.responders
                     if j in responses[h].self_mask_shares
                 }
-                b_j = shamir.int_to_secret(shamir.reconstruct(shares, t))
-                np.subtract(total, crypto.prg_ring(b_j, total.size, k), out=total)
+                terms.append((shamir.int_to_secret(shamir.reconstruct(shares, t)), -1))
             for j in sorted(self.shared - self.survivors):
                 partners = sorted(self.graph.neighbours[j] & self.survivors)
                 if not partners:
@@ -476,9 +487,44 @@ class SecAggServer:
                 if crypto.public_bytes(key_j) != self._public_keys[j].mask_key:
                     raise SecAggError(f"the key shares of dropped client {j} do not match its public key")
                 for h in partners:
+                    # h added +PRG(s_hj) if h < j, −PRG(s_hj) if h > j: take it back out.
                     seed = crypto.agree(key_j, self._public_keys[h].mask_key, _pair_label(r, j, h))
-                    mask = crypto.prg_ring(seed, total.size, k)
-                    (np.subtract if h < j else np.add)(total, mask, out=total)
+                    terms.append((seed, -1 if h < j else 1))
                 del key_j
-            ring_reduce_(total, k)
+        return MaskPlan(tuple(terms), p.codec.ring_bits)
+
+    def unmask(self, responses: Mapping[int, UnmaskResponse]) -> np.ndarray:
+        """Step 3: reconstruct the secrets, remove every mask left in the sum, return ``Σ_{U3} x_i mod 2^k``.
+
+        Raises:
+            SecAggError: as :meth:`mask_plan`.
+        """
+        plan = self.mask_plan(responses)
+        with self.stats.timing():
+            total = ring_sum((self._masked[i] for i in sorted(self.survivors)), plan.ring_bits)
+            plan.apply_(total)
         return total
+
+
+@dataclass(frozen=True)
+class MaskPlan:
+    """The masks left in the sum of the survivors' masked inputs, reconstructed in step 3: the self-mask
+    seed of every survivor and the pairwise seed of every (dropped, surviving neighbour) pair, each with the
+    sign that removes it. Seeds only, so it is small, and any rows of the sum can be unmasked on their own
+    (:meth:`apply_` with ``offset``): the platform's aggregator shards each unmask their rows.
+
+    Secret: whoever holds it and one masked input learns nothing more than the sum (the self masks and the
+    masks towards dropped clients are the only ones it removes), but it must stay with the aggregator.
+    """
+
+    terms: tuple[tuple[bytes, int], ...]  # (seed, sign): add sign·PRG(seed)
+    ring_bits: int
+
+    def apply_(self, total: np.ndarray, *, offset: int = 0) -> np.ndarray:
+        """Remove the masks from ``total`` (``uint64``; rows ``offset .. offset + len(total)`` of the sum) in
+        place, reduce modulo ``2^k`` and return it."""
+        k = self.ring_bits
+        for seed, sign in self.terms:
+            mask = crypto.prg_ring(seed, total.size, k, offset=offset)
+            (np.add if sign > 0 else np.subtract)(total, mask, out=total)
+        return ring_reduce_(total, k)

@@ -1,0 +1,287 @@
+"""``secagg`` and ``dp_fedavg_secagg``: FedAvg and DP-FedAvg with the uploads under secure aggregation.
+
+Both are compositions of steps the platform already has (STYLE habit 11), around the masking of
+:mod:`sifl_ray.roles.secure` (Bonawitz et al., CCS 2017; SecAgg+ graph of Bell et al., CCS 2020):
+
+=====================  ====================================  ===================================  ========
+arm                    client step, then mask                the aggregator, on the unmasked sum  server
+=====================  ====================================  ===================================  ========
+``secagg``             clip the update to C (secagg.clip)    the FedAvg mean (weights |D_i|)      add it
+``dp_fedavg_secagg``   clip to C, add this client's share    the fixed-denominator mean Σ/(qN)    add it
+                       of the noise, N(0, (zC)²/t)           (no noise: the clients added it)
+=====================  ====================================  ===================================  ========
+
+``secagg`` hides each update from the aggregator exactly, and its model equals ``fl``'s within the
+fixed-point quantisation bound (it is paired with ``fl``, which the evaluator checks each round); it claims no
+differential privacy: the sum itself is released in the clear to the aggregator and the server.
+``dp_fedavg_secagg`` is distributed DP (Kairouz et al., ICML 2021, with continuous noise): every client adds
+a share of the Gaussian noise before masking, so the aggregator sees only the noisy sum and no party ever
+holds an update with less noise than the accountant's. Its (ε, δ) is DP-FedAvg's, from the same accountant
+and calibration (:class:`~sifl_ray.arms.dp_fedavg.DpFedAvg`), under the assumptions the noise split states
+(:func:`sifl_ray.privacy.dp_fedavg.distributed_noise_std`): at least t clients add their share in a round,
+and the rounding of each noised update to the ring is not accounted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from sifl_ray.arms.base import Arm, ArmContext, PartySteps, Release
+from sifl_ray.arms.dp_fedavg import AddUpdate, ClipUpdate, DpFedAvg
+from sifl_ray.arms.nbafl import eps_label
+
+if TYPE_CHECKING:
+    import torch
+
+
+def arm_codec(cfg: Mapping, clip: float):
+    """The fixed-point ring of a secure arm whose coordinates are clipped to ``clip``: ``secagg.ring_bits``,
+    and ``secagg.frac_bits`` or the most that keep a sum of every client's encoding from wrapping (reads
+    the validated configuration or the raw mapping being validated).
+
+    Raises:
+        ValueError: no precision fits the ring (the message says the ring size that would).
+    """
+    from sifl_ray.roles.secure import fit_codec
+
+    sa = cfg.get("secagg") or {}
+    frac_bits = sa.get("frac_bits")
+    return fit_codec(
+        clip=clip,
+        num_summands=int((cfg.get("clients") or {}).get("num_clients", 10)),
+        ring_bits=int(sa.get("ring_bits", 32)),
+        frac_bits=None if frac_bits is None else int(frac_bits),
+    )
+
+
+def secagg_spec(cfg: Any, *, n: int, clip: float, weight_ref: float, min_survivors: int = 0):
+    """The public parameters every party of a secure arm agrees on (:class:`~sifl_ray.roles.secure.
+    SecAggSpec`): a ring sized so that the sum of every client's encoding cannot wrap."""
+    from sifl_ray.roles.secure import SecAggSpec
+
+    sa = cfg.secagg
+    return SecAggSpec(
+        codec=arm_codec(cfg, clip),
+        vector_len=n,
+        degree=None if sa.degree is None else int(sa.degree),
+        threshold=None if sa.threshold is None else int(sa.threshold),
+        weight_ref=weight_ref,
+        key_seed=cfg.coding.key_seed,
+        min_survivors=min_survivors,
+    )
+
+
+def _ring_problems(cfg: Mapping, clip: float) -> list[str]:
+    """The ring must hold a sum of every client's encoding at some precision (checked up front)."""
+    try:
+        arm_codec(cfg, clip)
+    except ValueError as err:
+        return [f"secagg.ring_bits: {err}"]
+    return []
+
+
+def _graph_problems(cfg: Mapping) -> list[str]:
+    """A configured threshold must fit the closed neighbourhoods of a full round."""
+    from sifl_ray.privacy.secagg import default_threshold
+
+    sa = cfg.get("secagg") or {}
+    num_clients = int((cfg.get("clients") or {}).get("num_clients", 10))
+    if num_clients < 2:
+        return ["clients.num_clients: secure aggregation needs at least 2 clients a round, got 1"]
+    degree = sa.get("degree")
+    closed = (num_clients - 1 if degree is None else min(int(degree), num_clients - 1)) + 1
+    t = sa.get("threshold")
+    if t is not None and not closed // 2 + 1 <= int(t) <= closed:
+        return [
+            f"secagg.threshold: expected an integer in [{closed // 2 + 1}, {closed}] for closed "
+            f"neighbourhoods of {closed} clients (degree {closed - 1}), got {t}; a majority stops the "
+            "aggregator from rebuilding both secrets of one client. Set it, or null for "
+            f"{default_threshold(closed)}"
+        ]
+    return []
+
+
+class SecAgg(Arm):
+    kind: ClassVar[str] = "secagg"
+    coding: ClassVar[str] = "plain"
+    secure_aggregation: ClassVar[bool] = True
+    paired_with_fl: ClassVar[bool] = True  # equal to fl within the fixed-point quantisation
+    clip_key: ClassVar[str | None] = "secagg.clip"
+    clips: ClassVar[str] = "updates to ‖w_i − w^t‖"
+    uploads: ClassVar[str] = "update"
+    summary: ClassVar[str] = (
+        "secure aggregation (SecAgg/SecAgg+): masked fixed-point updates, the aggregator unmasks only the sum"
+    )
+
+    def problems(self, cfg: Mapping) -> list[str]:
+        clip = float((cfg.get("secagg") or {}).get("clip", 10.0))
+        return _ring_problems(cfg, clip) + _graph_problems(cfg)
+
+    def steps(self, ctx: ArmContext) -> PartySteps:
+        clip = float(ctx.cfg.secagg.clip)
+        # the largest |D_i| of any client: public (it bounds the weights), from the partition the driver made
+        spec = secagg_spec(ctx.cfg, n=ctx.n, clip=clip, weight_ref=float(ctx.largest_size or ctx.local_size))
+        return PartySteps(client=ClipUpdate(clip), server=AddUpdate(), secagg=spec)
+
+    def releases(self) -> tuple[Release, ...]:
+        return secure_releases("clip_C(w_i - w^t)", "the FedAvg mean of the clipped updates")
+
+    def privacy(self, ctx: ArmContext) -> dict[str, Any] | None:
+        return {
+            "mechanism": "secure-aggregation",
+            "guarantee": "the aggregator learns the sum of the surviving clients' updates and nothing else "
+            "(semi-honest parties, Bonawitz et al. 2017); no differential privacy: the sum is exact",
+            "scope": "each upload is hidden from the aggregator and the server; the aggregate is not",
+            **ring_report(ctx.cfg, clip=float(ctx.cfg.secagg.clip)),
+        }
+
+
+@dataclass(frozen=True)
+class ClipAndNoiseShare:
+    """Client step of distributed DP: clip the update to C, then add this client's share ``N(0, σ²)``,
+    ``σ = zC/√t``, of the round's noise, from the client's own secret stream (made in the worker, like
+    NbAFL's: :class:`sifl_ray.keys.ClientNoiseSeeds`)."""
+
+    clip: float
+    noise_multiplier: float
+    num_noisers: int
+    seeds: Any  # sifl_ray.keys.ClientNoiseSeeds
+
+    def __call__(
+        self, w: torch.Tensor, *, start: torch.Tensor, arm: str, client: int, t: int
+    ) -> tuple[torch.Tensor, bool]:
+        from sifl_ray.privacy.dp_fedavg import add_distributed_noise_
+
+        update, clipped = ClipUpdate(self.clip)(w, start=start, arm=arm, client=client, t=t)
+        noisy = update.cpu()  # the client's noise stream is a CPU generator (the same draws on any device)
+        add_distributed_noise_(
+            noisy,
+            noise_multiplier=self.noise_multiplier,
+            clip=self.clip,
+            num_noisers=self.num_noisers,
+            generator=self.seeds.generator(arm, client, t),
+        )
+        return noisy.to(update.device), clipped
+
+
+@dataclass(frozen=True)
+class FixedDenominator:
+    """Aggregator step of distributed DP: the mean over the k clients in the sum, rescaled to the fixed
+    denominator m = qN the accountant assumes (the noise is already in the sum)."""
+
+    expected_clients: float
+
+    def __call__(
+        self, average: torch.Tensor, *, arm: str, t: int, shard: int, bounds: tuple[int, int], weight: float
+    ) -> torch.Tensor:
+        return average * (weight / self.expected_clients)
+
+
+class DpFedAvgSecAgg(DpFedAvg):
+    """DP-FedAvg with the noise split over the clients and the uploads under secure aggregation."""
+
+    kind: ClassVar[str] = "dp_fedavg_secagg"
+    secure_aggregation: ClassVar[bool] = True
+    summary: ClassVar[str] = (
+        "DP-FedAvg, distributed: each client adds its share of the noise, uploads masked (secure aggregation)"
+    )
+
+    def instances(self, cfg: Mapping) -> list[str]:
+        return [f"{self.kind}_eps{eps_label(e)}" for e in _epsilons(cfg)]
+
+    def epsilon(self, cfg: Mapping, arm: str) -> float:
+        for eps in _epsilons(cfg):
+            if f"{self.kind}_eps{eps_label(eps)}" == arm:
+                return float(eps)
+        raise KeyError(arm)
+
+    def problems(self, cfg: Mapping) -> list[str]:
+        dp = cfg.get("dp_fedavg") or {}
+        clip = float(dp.get("clip", 1.0))
+        # the ring must hold C plus the noise margin; the noise multiplier is known only after calibration,
+        # so the up-front check uses C alone and the set-up reports the precision actually fitted
+        return super().problems(cfg) + _ring_problems(cfg, clip) + _graph_problems(cfg)
+
+    def num_noisers(self, cfg: Any) -> int:
+        """t: the fewest clients whose masked inputs a round can unmask, and so the fewest noise shares a
+        round that completes can carry (each client adds ``1/t`` of the variance: a round with more survivors
+        carries more noise than the accountant needs, never less)."""
+        from sifl_ray.privacy.secagg import default_threshold
+
+        sa = cfg.secagg
+        expected = max(2, math.floor(float(cfg.clients.fraction) * int(cfg.clients.num_clients)))
+        closed = (expected - 1 if sa.degree is None else min(int(sa.degree), expected - 1)) + 1
+        return int(sa.threshold) if sa.threshold is not None else default_threshold(closed)
+
+    def steps(self, ctx: ArmContext) -> PartySteps:
+        from sifl_ray.keys import ClientNoiseSeeds
+        from sifl_ray.privacy.dp_fedavg import distributed_noise_std
+
+        cfg, clip = ctx.cfg, float(ctx.cfg.dp_fedavg.clip)
+        z = self.accounting(ctx)["noise_multiplier"]
+        t = self.num_noisers(cfg)
+        sigma = distributed_noise_std(noise_multiplier=z, clip=clip, num_noisers=t)
+        bound = clip + float(cfg.secagg.noise_margin) * sigma
+        spec = secagg_spec(cfg, n=ctx.n, clip=bound, weight_ref=1.0, min_survivors=t)
+        seeds = ClientNoiseSeeds(key_seed=cfg.coding.key_seed)
+        expected = float(cfg.clients.fraction) * int(cfg.clients.num_clients)
+        return PartySteps(
+            client=ClipAndNoiseShare(clip, z, t, seeds),
+            aggregator=FixedDenominator(expected),
+            server=AddUpdate(),
+            secagg=spec,
+        )
+
+    def releases(self) -> tuple[Release, ...]:
+        return secure_releases(
+            "clip_C(w_i - w^t) + N(0, (zC)^2/t) (the client's share of the noise)",
+            "sum_i (clipped update + noise share)/(qN): DP-FedAvg's noisy mean",
+        )
+
+    def privacy(self, ctx: ArmContext) -> dict[str, Any] | None:
+        out = dict(super().privacy(ctx) or {})
+        cfg = ctx.cfg
+        t = self.num_noisers(cfg)
+        out.update(
+            mechanism="dp-fedavg-distributed-gaussian",
+            num_noisers=t,
+            guarantee=out["guarantee"] + "; the noise is added by the clients, 1/t of the variance each, "
+            f"t = {t}: it holds when at least t honest clients add their share in every round (a round with "
+            "fewer survivors is not unmasked), for the continuous mechanism (the ring's rounding of each "
+            "noised update is not accounted; Kairouz et al. 2021 discretise it)",
+            scope="every global model released, all rounds together; the aggregator sees only the noisy sum",
+        )
+        sigma = out["noise_multiplier"] * float(cfg.dp_fedavg.clip) / math.sqrt(t)
+        out.update(ring_report(cfg, clip=float(cfg.dp_fedavg.clip) + float(cfg.secagg.noise_margin) * sigma))
+        return out
+
+
+def secure_releases(upload: str, aggregate: str) -> tuple[Release, ...]:
+    """The channels of an arm under secure aggregation."""
+    return (
+        Release("client", "aggregator", "upload", f"{upload}, fixed-point, masked: uniform in Z_(2^k)"),
+        Release("aggregator", "server", "aggregate", aggregate + " (unmasked sum of the survivors only)"),
+        Release("server", "clients", "broadcast", "w^t + the mean update"),
+    )
+
+
+def ring_report(cfg: Any, *, clip: float) -> dict[str, Any]:
+    """The ring's public parameters and its quantisation bound, for the privacy report and the summary."""
+    sa = cfg.secagg
+    codec = arm_codec(cfg, clip)
+    degree = int(cfg.clients.num_clients) - 1 if sa.degree is None else int(sa.degree)
+    return {
+        "ring_bits": codec.ring_bits,
+        "frac_bits": codec.frac_bits,
+        "coordinate_clip": codec.clip,
+        "graph_degree": min(degree, int(cfg.clients.num_clients) - 1),
+        "sum_error_bound_per_client": codec.sum_error_bound(1),
+    }
+
+
+def _epsilons(cfg: Mapping) -> list[float]:
+    section = cfg.get("dp_fedavg") or {}
+    return list(section.get("epsilons", [5.0]))
