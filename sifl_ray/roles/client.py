@@ -1,9 +1,11 @@
 """Clients: local training on the encoded global model (the target optimizer), hosted many per worker.
 
-A client worker hosts many virtual clients and trains them one after the other on one model object. For a
-SIFL arm each client starts from the encoded broadcast ``w~^t`` (in M2 after stripping code 2 with ``P2R``),
-runs the target optimizer (fused: decode once, K ordinary steps, encode the change once; stepwise: the
-paper's per-step form) and uploads ``w~_i^{t+1}``. The worker then plays the first, keyless half of the
+A client worker hosts many virtual clients and trains them one after the other on one model object, or,
+where it can, all together on stacked parameters (:mod:`sifl_ray.optim.vectorised`: the same minibatches,
+optimizer states and uploads, equal to round-off; ``train.vectorise``). For a SIFL arm each client starts
+from the encoded broadcast ``w~^t`` (in M2 after stripping code 2 with ``P2R``), runs the target optimizer
+(fused: decode once, K ordinary steps, encode the change once; stepwise: the paper's per-step form) and
+uploads ``w~_i^{t+1}``. The worker then plays the first, keyless half of the
 aggregator: it validates every upload and adds it to a weighted running sum (the leaves of the summation
 tree, see :mod:`sifl_ray.roles.aggregator`).
 
