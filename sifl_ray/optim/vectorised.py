@@ -49,14 +49,22 @@ from torch.func import functional_call, grad_and_value, vmap
 from sifl_ray.coding.base import CODING_DTYPE, ClientServerKey
 from sifl_ray.device import SampleStore
 from sifl_ray.models import CNN, CNN2, MLP
-from sifl_ray.optim.target import ModelStep, fused_tail, stepwise_tail
-from sifl_ray.optim.trainer import TorchTrainer
+from sifl_ray.optim.target import ModelStep, fused_tail, fused_update, stepwise_tail, stepwise_update
+from sifl_ray.optim.trainer import TorchTrainer, loss_values
 
 #: The stacked state one chunk of clients may hold (parameters, gradients, optimizer state, and for the
 #: stepwise form the encoded and decoded vectors). Measured on the reference workload (the paper's MLP,
 #: 500 clients of 60 samples a worker, 1 thread): a round is fastest from 64 to 128 MiB (21–42 clients a
 #: chunk); 16 MiB costs ~30 % more (each vmap call has ~2 ms of overhead), 256 MiB ~20 % more (cache).
 CHUNK_BYTES = 64 << 20
+
+#: The fewest clients a chunk trains together; a smaller chunk trains them one at a time, as the loop does.
+#: Why: a stacked step has a fixed cost (the vmap call, ~1.5 ms here) that the clients it replaces must pay
+#: for. Measured against the loop (MLP, 1 thread, CPU time): 4 clients of one minibatch 0.90×, but of 10
+#: minibatches 1.16× and of 47 1.22× (8 clients of 47: 1.06×); a per-step model fitted to those figures puts
+#: the break-even near 11 clients for long local training. At N = 10 (5 clients a worker, 94 minibatches
+#: each) the stacked clients were 1.20× slower in ``python -m bench overhead``.
+MIN_TOGETHER = 12
 
 #: Layers with no state and no randomness, whose forward vmap batches: the only leaves a vectorised model
 #: may have. Containers must be :data:`CONTAINERS` (their forward only composes their children).
@@ -235,6 +243,7 @@ class StackedTrainer:
         optimizer = stacked_optimizer(trainer.optimizer)
         if isinstance(optimizer, str):
             raise ValueError(optimizer)
+        self.trainer = trainer
         self.model = trainer.model
         self.optimizer = optimizer
         named = dict(trainer.model.named_parameters())
@@ -369,7 +378,8 @@ class ClientRound:
     The worker walks :attr:`order` and asks each client's result once: :meth:`local` (the local model, for
     plain arms and the fused shortcut) or :meth:`update` (the upload and the target optimizer's stats, for
     coded arms that build each upload). The first request of a chunk trains the whole chunk; a chunk's
-    state is dropped when the next one trains.
+    state is dropped when the next one trains. A chunk of fewer than :data:`MIN_TOGETHER` clients trains
+    each of them alone, on the worker's own trainer, exactly as the loop does.
 
     Args:
         stacked: the worker's stacked trainer.
@@ -399,6 +409,7 @@ class ClientRound:
             extra = CODING_DTYPE.itemsize * (coded[1].numel() + 2 * stacked.n)
         capacity = stacked.capacity(extra_bytes=extra, chunk_bytes=chunk_bytes or CHUNK_BYTES)
         self.chunks = chunks({c: len(b) for c, b in indices.items()}, capacity)
+        self.together = any(len(chunk) >= MIN_TOGETHER for chunk in self.chunks)
         self.order = [c for chunk in self.chunks for c in chunk]
         self._chunk_of = {c: i for i, chunk in enumerate(self.chunks) for c in chunk}
         self._trained = -1
@@ -449,8 +460,19 @@ class ClientRound:
         self._encoded = dict(zip(members, encoded, strict=True))
         return torch.stack(losses) if losses else torch.zeros((0, len(members)))
 
+    def _alone(self, client: int) -> bool:
+        return len(self.chunks[self._chunk_of[client]]) < MIN_TOGETHER
+
+    def _batches(self, client: int):
+        return self.samples.batches(self.indices[client])
+
     def local(self, client: int, out: torch.Tensor) -> tuple[torch.Tensor, float]:
         """``client``'s local model (in ``out``, float64) and its mean loss, as the loop's ``_train``."""
+        if self._alone(client):
+            trainer = self.stacked.trainer
+            trainer.reset(self.start)
+            losses = loss_values([trainer.step(b) for b in self._batches(client)])
+            return trainer.params(out), float(np.mean(losses)) if losses else 0.0
         row = self._train(client)
         losses = self._losses[client]
         return out.copy_(self._flat[row]), float(np.mean(losses)) if losses else 0.0
@@ -459,6 +481,9 @@ class ClientRound:
         """``client``'s upload and stats, as :func:`~sifl_ray.optim.target.fused_update` or
         :func:`~sifl_ray.optim.target.stepwise_update` (by :attr:`form`) give them."""
         view, w_tilde = self.coded
+        if self._alone(client):
+            form = stepwise_update if self.stepwise else fused_update
+            return form(view, w_tilde, self.stacked.trainer, self._batches(client), step=step)
         row = self._train(client)
         losses = self._losses[client]
         if self.stepwise:
@@ -475,6 +500,8 @@ def client_round(
     batches: Callable[[int], list[np.ndarray]],
     clients: Iterable[int],
     **kwargs: Any,
-) -> ClientRound:
-    """A :class:`ClientRound` over ``clients``, with each one's minibatches from ``batches(client)``."""
-    return ClientRound(stacked, samples, {c: batches(c) for c in clients}, **kwargs)
+) -> ClientRound | None:
+    """A :class:`ClientRound` over ``clients``, with each one's minibatches from ``batches(client)``;
+    ``None`` when no chunk would have :data:`MIN_TOGETHER` clients (the loop is then as fast or faster)."""
+    rnd = ClientRound(stacked, samples, {c: batches(c) for c in clients}, **kwargs)
+    return rnd if rnd.together else None

@@ -33,6 +33,13 @@ UNEQUAL = [24, 17, 40, 9, 24, 31, 9]  # 3, 3, 5, 2, 3, 4, 2 minibatches an epoch
 OPTIMIZERS = [("sgd", 0.1, 0), ("momentum", 0.1, 0), ("adam", 0.01, 2)]
 
 
+@pytest.fixture(autouse=True)
+def every_chunk_together(monkeypatch):
+    """These workers host a handful of clients: train every chunk together, however small (the threshold
+    is tested on its own below)."""
+    monkeypatch.setattr(V, "MIN_TOGETHER", 1)
+
+
 def data(sizes: list[int]) -> tuple[np.ndarray, np.ndarray, dict[int, np.ndarray]]:
     rng = np.random.default_rng(0)
     x = rng.standard_normal((sum(sizes), 1, 4, 4)).astype(np.float32)
@@ -169,3 +176,28 @@ def test_a_fallback_is_said_once(capsys, monkeypatch):
         V.say_fallback("optimizer RMSprop has no vectorised form (sgd, momentum and adam have)")
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("[sifl] client workers train their clients one at a time")
+
+
+def test_chunks_below_the_threshold_train_one_client_at_a_time(monkeypatch):
+    """A chunk of fewer than MIN_TOGETHER clients trains each alone on the worker's own trainer: the loop's
+    bits; a round with no chunk that large is the loop's altogether (``client_round`` declines it)."""
+    x, y, parts = data(UNEQUAL)  # groups of 3, 1, 2 and 1 clients
+    net = model(torch.float32)
+    w0 = flatten_params(net)
+    trainer = TorchTrainer(net, "momentum", lr=0.1)
+    idx = indices(parts, 0)
+    monkeypatch.setattr(V, "MIN_TOGETHER", 3)  # the group of three together, the others alone
+    stacked_steps = []
+    step = V.StackedTrainer.step
+    monkeypatch.setattr(V.StackedTrainer, "step", lambda self, *a: stacked_steps.append(1) or step(self, *a))
+    got, rnd = vectorised(trainer, w0, x, y, idx)
+    assert rnd.together and rnd.order == [0, 1, 4, 2, 3, 6, 5]
+    assert len(stacked_steps) == 3  # the three minibatches of clients 0, 1 and 4, each taken once by all
+    for c, batches in idx.items():
+        if c not in (0, 1, 4):  # alone: the loop's bits
+            w_loop, loss_loop = loop(trainer, w0, x, y, batches)
+            assert torch.equal(got[c][0], w_loop) and got[c][1] == loss_loop, c
+    monkeypatch.setattr(V, "MIN_TOGETHER", 4)
+    samples = SampleStore(x, y, idx.values(), device=torch.device("cpu"), dtype=torch.float32)
+    stacked = V.StackedTrainer(trainer)
+    assert V.client_round(stacked, samples, idx.get, idx, w0=w0, start=w0.float()) is None

@@ -33,7 +33,7 @@ from sifl_ray.arms.steps import ClipAndNoise
 from sifl_ray.coding import NoiseSpec, make_aggregator_key, make_server_key
 from sifl_ray.keys import ClientNoiseSeeds
 from sifl_ray.models import MLP, flatten_params
-from sifl_ray.optim import TorchTrainer
+from sifl_ray.optim import TorchTrainer, vectorised
 from sifl_ray.roles.client import ArmSetup, ClientWorkerRole, LocalTraining
 from sifl_ray.seeding import torch_generator
 
@@ -42,6 +42,12 @@ ROUND, BATCH = 2, 8
 ARMS = ["fl", "nbafl", "dp_fedavg", "m1", "m1_materialised", "m1_stepwise", "m2"]
 OPTIMIZERS = {"sgd": (0.1, 0), "momentum": (0.1, 0), "adam": (0.01, 2)}  # lr, local steps (0: an epoch)
 POISONED = 2
+
+
+@pytest.fixture(autouse=True)
+def every_chunk_together(monkeypatch):
+    """This worker hosts seven clients in four groups: train every chunk together, however small."""
+    monkeypatch.setattr(vectorised, "MIN_TOGETHER", 1)
 
 
 def model(dtype: torch.dtype) -> nn.Module:
