@@ -23,7 +23,9 @@ model agrees with the loop to round-off and a float32 one within a bound that th
 figure read off this CPU). Clients with different data set sizes run different numbers of minibatches:
 they are grouped by that number, and within a group a shorter last minibatch is padded and masked (the
 loss is the mean over the real samples, as in the loop). A round's clients are trained group by group, a
-chunk at a time (:data:`CHUNK_BYTES` of stacked state), so memory does not grow with the client count.
+chunk at a time (:data:`CHUNK_BYTES` of stacked state), so memory does not grow with the client count. A
+chunk of fewer than :data:`MIN_TOGETHER` clients is trained one client at a time, as the loop trains it:
+stacking a handful of clients costs more than it saves (measured; see there).
 
 What is not vectorised falls back to the loop, said once per process (:func:`fallback_reason`): a
 ``torch.optim`` class or option this module does not implement, a loss other than cross-entropy, a layer
@@ -357,16 +359,20 @@ class Batches:
 # A round of one worker's clients.
 
 
-def chunks(steps: dict[int, int], capacity: int) -> list[list[int]]:
+def chunks(steps: dict[int, int], capacity: int, minimum: int = 1) -> list[list[int]]:
     """The clients in training order: grouped by their number of minibatches (groups in the order of their
-    smallest client, clients sorted within), each group cut into near-equal chunks of at most ``capacity``.
-    When every client has as many minibatches (same-size clients), that is the sorted order."""
+    smallest client, clients sorted within), each group cut into near-equal chunks of at most ``capacity``,
+    but never below ``minimum`` because of the cut (a group of ``minimum`` or more then has chunks a little
+    over ``capacity``). When every client has as many minibatches (same-size clients), that is the sorted
+    order."""
     groups: dict[int, list[int]] = {}
     for client in sorted(steps):
         groups.setdefault(steps[client], []).append(client)
     out = []
     for members in groups.values():
         pieces = -(-len(members) // capacity)
+        if len(members) >= minimum:
+            pieces = min(pieces, len(members) // minimum)
         bounds = np.linspace(0, len(members), pieces + 1).round().astype(int)
         out += [members[a:b] for a, b in itertools.pairwise(bounds)]
     return out
@@ -408,7 +414,7 @@ class ClientRound:
         if self.stepwise:  # each client's encoded and decoded vectors (float64)
             extra = CODING_DTYPE.itemsize * (coded[1].numel() + 2 * stacked.n)
         capacity = stacked.capacity(extra_bytes=extra, chunk_bytes=chunk_bytes or CHUNK_BYTES)
-        self.chunks = chunks({c: len(b) for c, b in indices.items()}, capacity)
+        self.chunks = chunks({c: len(b) for c, b in indices.items()}, capacity, MIN_TOGETHER)
         self.together = any(len(chunk) >= MIN_TOGETHER for chunk in self.chunks)
         self.order = [c for chunk in self.chunks for c in chunk]
         self._chunk_of = {c: i for i, chunk in enumerate(self.chunks) for c in chunk}

@@ -139,6 +139,9 @@ def test_a_chunk_is_one_minibatch_count_and_fits_the_budget():
     steps = {0: 3, 1: 2, 2: 3, 3: 3, 4: 2, 5: 3, 6: 3}
     assert V.chunks(steps, 3) == [[0, 2], [3, 5, 6], [1, 4]]  # 5 clients of 3 steps: two near-equal chunks
     assert V.chunks(dict.fromkeys(range(5), 1), 10) == [[0, 1, 2, 3, 4]]  # equal sizes: the sorted order
+    # 22 clients, 21 a chunk, 12 at least together: one chunk of 22 rather than two of 11 trained alone
+    assert V.chunks(dict.fromkeys(range(22), 1), 21, 12) == [list(range(22))]
+    assert [len(c) for c in V.chunks(dict.fromkeys(range(50), 1), 21, 12)] == [17, 16, 17]
 
 
 @pytest.mark.parametrize(
