@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from actors.process import prepare_process
+from actors.process import node_id, prepare_process
 from sifl_ray.checkpoint import CheckpointError, load_party_key, save_party_key
 from sifl_ray.keys import aggregator_from_state, key_inventory, make_party_aggregator_state
 from sifl_ray.roles.aggregator import Aggregator
@@ -77,6 +77,10 @@ class AggregatorActor:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def node(self) -> str | None:
+        """The Ray node this party runs on (:func:`actors.process.node_id`)."""
+        return node_id()
 
     def key_inventory(self) -> list[str]:
         """Which kinds of key material this actor holds (see :func:`sifl_ray.keys.key_inventory`)."""

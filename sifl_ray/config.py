@@ -143,6 +143,9 @@ class RayConfig:
     cpus_per_worker: float = 1.0
     gpus_per_worker: float = 0.0  # fractional GPUs per worker when GPUs exist
     num_shards: int = 2  # aggregator actors, each reducing one shard of the encoded vector
+    # spread the client workers over the cluster's nodes (Ray's SPREAD strategy) instead of Ray's default,
+    # which fills the driver's node first; on one machine it changes nothing
+    spread_workers: bool = False
     materialize_uploads: bool = False  # encode every client's upload separately (slower; for transcripts)
 
 

@@ -100,6 +100,7 @@ class PartyPool:
             cfg.ray.materialize_uploads,
             num_cpus=cfg.ray.cpus_per_worker,
             num_gpus=cfg.ray.gpus_per_worker,
+            spread=cfg.ray.spread_workers,
         )
         events = self.plan.for_worker(k, sorted(self._partitions[k]))
         if events:
@@ -220,6 +221,17 @@ class PartyPool:
         out.update({f"aggregator{i}": a for i, a in enumerate(p.aggregators)})
         out.update({f"worker{i}": w for i, w in enumerate(p.workers)})
         return out
+
+    def placement(self) -> dict[str, Any] | None:
+        """Where every party runs: ``{"nodes": [node ids], "parties": {party: node id}}`` (Ray only; ``None``
+        in-process). A cluster run reports it in ``summary.json``, so that a user sees which nodes hosted
+        the client workers (``ray.spread_workers``)."""
+        if self.backend.name != "ray":
+            return None
+        actors = self.actors()
+        nodes = self.backend.get([self.backend.call(h, "node") for h in actors.values()])
+        parties = dict(zip(actors, nodes, strict=True))
+        return {"nodes": sorted({n for n in nodes if n}), "parties": parties}
 
     def stop(self, *, quiet: bool = False) -> None:
         """Kill every actor (their CPUs go back to Ray; nothing to do in-process). ``quiet``: ignore

@@ -373,6 +373,7 @@ class Simulation:
             backend=self.backend.name,
             injected=[ev.describe() for ev in self.plan.events],
             checkpoint_dir=str(self.checkpoints.store.root),
+            placement=self.pool.placement(),
         )
 
     def stop_actors(self) -> None:

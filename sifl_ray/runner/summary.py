@@ -143,6 +143,7 @@ def summarise(
     restored: list[dict],
     checkpoint_dir: str,
     checkpoint_s: list[float],
+    placement: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``summary.json``: per arm (in ``history``'s order) the final figures, timings and incidents; the
     run's sizes, precision claims, privacy scope, faults, restores and checkpoints.
@@ -151,6 +152,7 @@ def summarise(
         accountant: the accountant's summary (``None``: it recorded nothing).
         injected: the configured faults, described; ``journal``: the fault journal's path if written.
         checkpoint_dir: where checkpoints go (reported only when ``checkpoint.every`` is set).
+        placement: the node of every party (Ray; ``None`` in-process).
     """
     fl_final = history["fl"][-1]["test_accuracy"] if "fl" in history else None
     arms: dict[str, Any] = {}
@@ -204,6 +206,7 @@ def summarise(
         "num_workers": num_workers,
         "rounds": cfg.train.rounds,
         "backend": backend,
+        "placement": placement,
         "deviation_estimate": estimate,
         "round_bound": round_bound,
         "evaluator": "simulation device holding both decoding keys; no real deployment has it",
