@@ -1,4 +1,5 @@
-"""Ray shell around the aggregator role: one actor per shard of the encoded vector, all arms."""
+"""Ray shell around the aggregator role: an actor hosts one or several shards of the encoded vector, all
+arms (``ray.aggregator_actors`` says how many actors share the ``ray.num_shards`` shards)."""
 
 from __future__ import annotations
 
@@ -13,14 +14,18 @@ from sifl_ray.specs import CodingSpec
 
 
 class AggregatorActor:
-    """Shard ``shard`` of the aggregator party. Shard 0 creates key 2 (and saves it to the aggregator's key
-    file); the other shards receive it by ObjectRef, or read that file on a restore (the driver never reads
-    either)."""
+    """The aggregator party, or part of it: the shards set up here (``shard``: the one a call means when it
+    names none). The host of shard 0 creates key 2 (and saves it to the aggregator's key file); the other
+    shards receive it by ObjectRef, or read that file on a restore (the driver never reads either).
 
-    def __init__(self, shard: int) -> None:
+    Several shards in one actor reduce one after the other, each with its own rows and noise stream, so
+    the numbers depend on ``ray.num_shards`` only, never on how many actors host the shards.
+    """
+
+    def __init__(self, shard: int = 0) -> None:
         prepare_process()
         self.shard = shard
-        self.roles: dict[str, Aggregator] = {}
+        self.roles: dict[str, dict[int, Aggregator]] = {}  # arm → shard → its role
         self.steps: dict[str, object] = {}  # arm → its aggregator step (sifl_ray.arms.AggregatorStep), if any
 
     def create_key(
@@ -32,14 +37,29 @@ class AggregatorActor:
         return state
 
     def setup_arm(
-        self, arm: str, *, mode: str, coding: CodingSpec, state: dict | None, bounds: tuple[int, int]
+        self,
+        arm: str,
+        *,
+        mode: str,
+        coding: CodingSpec,
+        state: dict | None,
+        bounds: tuple[int, int],
+        shard: int | None = None,
     ) -> None:
-        self.roles[arm] = aggregator_from_state(
-            mode=mode, coding=coding, state=state, bounds=bounds, shard=self.shard
+        shard = self.shard if shard is None else shard
+        self.roles.setdefault(arm, {})[shard] = aggregator_from_state(
+            mode=mode, coding=coding, state=state, bounds=bounds, shard=shard
         )
 
     def restore_arm(
-        self, arm: str, *, mode: str, coding: CodingSpec, key_path: str | None, bounds: tuple[int, int]
+        self,
+        arm: str,
+        *,
+        mode: str,
+        coding: CodingSpec,
+        key_path: str | None,
+        bounds: tuple[int, int],
+        shard: int | None = None,
     ) -> None:
         """Take key 2 back from the aggregator's own key file (a restarted shard, or a resume)."""
         state = None
@@ -52,28 +72,32 @@ class AggregatorActor:
             if saved.get("mode") != mode:
                 raise CheckpointError(f"{key_path}: a key for mode {saved.get('mode')}, expected {mode}")
             state = saved["state"]
-        self.setup_arm(arm, mode=mode, coding=coding, state=state, bounds=bounds)
+        self.setup_arm(arm, mode=mode, coding=coding, state=state, bounds=bounds, shard=shard)
+
+    def _key(self, arm: str):
+        """Key 2 of ``arm`` (every shard of this actor holds the same one; ``None`` unless M2)."""
+        return next(iter(self.roles[arm].values())).key
 
     def client_view(self, arm: str):
-        key = self.roles[arm].key
+        key = self._key(arm)
         return None if key is None else key.client_view()
 
     def key_norms(self, arm: str):
-        key = self.roles[arm].key
+        key = self._key(arm)
         return None if key is None else key.norms()
 
     def roundoff(self, arm: str):
         """Key 2's float64 error constants (public scalars; see :mod:`sifl_ray.coding.roundoff`)."""
-        key = self.roles[arm].key
+        key = self._key(arm)
         return None if key is None else key.roundoff()
 
     def set_step(self, arm: str, step) -> None:
         """The arm's aggregator step (kept apart from key 2: a restored key finds it here)."""
         self.steps[arm] = step
 
-    def reduce(self, arm: str, t: int, key_epoch: int, *partials: Partial):
-        step = self.steps.get(arm)
-        return self.roles[arm].reduce(t, key_epoch, list(partials), allow_empty=True, step=step, arm=arm)
+    def reduce(self, arm: str, t: int, key_epoch: int, *partials: Partial, shard: int | None = None):
+        role = self.roles[arm][self.shard if shard is None else shard]
+        return role.reduce(t, key_epoch, list(partials), allow_empty=True, step=self.steps.get(arm), arm=arm)
 
     def pid(self) -> int:
         return os.getpid()

@@ -142,7 +142,10 @@ class RayConfig:
     num_workers: int = 0  # client workers; 0 → one per available CPU (at most the number of clients)
     cpus_per_worker: float = 1.0
     gpus_per_worker: float = 0.0  # fractional GPUs per worker when GPUs exist
-    num_shards: int = 2  # aggregator actors, each reducing one shard of the encoded vector
+    num_shards: int = 2  # shards of the encoded vector, each reduced on its own (and with its own R2 noise)
+    # actors hosting the shards (at most num_shards; the numbers do not depend on it); 0: auto, one per
+    # 2^19 rows of the encoded vector (sifl_ray.runner.parties.aggregator_actor_count)
+    aggregator_actors: int = 0
     # spread the client workers over the cluster's nodes (Ray's SPREAD strategy) instead of Ray's default,
     # which fills the driver's node first; on one machine it changes nothing
     spread_workers: bool = False
@@ -314,6 +317,7 @@ _RANGES: dict[str, Range] = {
     "ray.cpus_per_worker": _NONNEG,
     "ray.gpus_per_worker": _NONNEG,
     "ray.num_shards": _AT_LEAST_1,
+    "ray.aggregator_actors": _NONNEG,
     "faults.deadline_s": Range(lambda v: v > 0, "a number of seconds > 0 (or null: no deadline)"),
     "faults.max_retries": _NONNEG,
     "faults.max_restores": _NONNEG,

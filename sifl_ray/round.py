@@ -134,6 +134,7 @@ def run_round(
                 arm.key_epoch,
                 *[trained.outs[k][s] for k in sources],
                 num_returns=2,
+                shard=s,
             )
             for s, aggregator in enumerate(parties.aggregators[:num_shards])
         ]

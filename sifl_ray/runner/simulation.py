@@ -118,6 +118,7 @@ class Simulation:
         work = load_workload(cfg, self.num_workers)
         self.dataset, self.sizes, self.owner = work.dataset, work.sizes, work.owner
         self.model_spec, self.w0, self.n = work.model_spec, work.w0, work.n
+        self.pool.host_shards(self.n + cfg.coding.n_extra)  # the largest encoded vector of any arm
         for ev in self.plan.events:
             if ev.worker is not None and ev.worker >= self.num_workers:
                 raise ConfigError(
@@ -335,9 +336,8 @@ class Simulation:
             }
         )
         try:
-            self.pool.respawn(lost.party, lost.index)
-            if lost.party != "evaluator":
-                which = ("server",) if lost.party == "server" else (f"aggregator{lost.index}",)
+            which = self.pool.respawn(lost.party, lost.index)
+            if which:
                 self.checkpoints.restore_keys(self.backend, self.parties, self.n, which)
             ckpt = self.checkpoints.store.latest()
             self.checkpoints.load_broadcasts(self.backend, self.parties.server, self.states, self.w0, ckpt)
@@ -348,7 +348,7 @@ class Simulation:
             raise RuntimeError(f"{lost}; it could not be restored: {describe_error(err)}") from err
         resume_at = self.next_round
         record = {
-            "party": lost.party if lost.party != "aggregator" else f"aggregator{lost.index}",
+            "party": lost.party if lost.party != "aggregator" else self.pool.aggregator_name(lost.index),
             "died_in_round": lost.round,
             "arm": lost.arm,
             "from_checkpoint": ckpt.dir.name if ckpt else "start",
