@@ -8,6 +8,8 @@ any other party, and its reports contain metrics only.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -29,8 +31,12 @@ class EvaluatorRole:
         device: torch.device,
     ):
         self.model = model.to(device).eval()
-        self.x = torch.tensor(np.asarray(x_test))  # a private copy: Ray's zero-copy arrays are read-only
-        self.y = torch.tensor(np.asarray(y_test))
+        # The test set as it came (on Ray: the object store's shared pages, not a copy of its own). Ray's
+        # zero-copy arrays are read-only, which torch warns about: this role only reads them.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            self.x = torch.from_numpy(np.asarray(x_test))
+            self.y = torch.from_numpy(np.asarray(y_test))
         self.batch_size = batch_size
         self.device = device
         self.views: dict[str, tuple[str, ClientServerKey | None, AggregatorKey | None]] = {}
