@@ -11,6 +11,7 @@ COMMANDS = {
     "coding-overhead": "bench.coding_overhead",
     "memory": "bench.memory",
     "reliability": "bench.reliability",
+    "startup": "bench.startup",
 }
 
 

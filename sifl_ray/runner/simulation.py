@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -80,17 +81,22 @@ class Simulation:
             deadline_s=cfg.faults.deadline_s,
             max_retries=cfg.faults.max_retries,
         )
+        # Where a run's fixed cost goes (summary.json "startup"): wall-clock marks from the driver's start.
+        self.marks: dict[str, float] = {"process": _process_start(), "simulation": time.time()}
         if backend is None:
             backend = make_backend(cfg)
             # The first line a run prints: a private Ray instance or a joined cluster, and its size.
             if backend.description:
                 print(backend.description, flush=True)
+        self.marks["backend"] = time.time()
         self.backend = backend
         self.driver = DriverState(self.arms)
         self.recorder = Recorder(cfg, run_dir=self.run_dir, driver=self.driver, journal=self.journal)
         self.restores = 0
+        self._closed = False
         try:
             self._build()
+            self.marks["parties"] = time.time()
         except BaseException:
             if getattr(self, "pool", None) is not None:  # undo a failed set-up: the actors spawned so far
                 self.pool.stop(quiet=True)
@@ -263,14 +269,21 @@ class Simulation:
         state.broadcast = self.backend.put(w)
 
     # ---------------------------------------------------------------- the run
-    def run(self, *, on_round_end: Callable[[Simulation, int], None] | None = None) -> RunResult:
+    def run(
+        self, *, on_round_end: Callable[[Simulation, int], None] | None = None, close: bool = False
+    ) -> RunResult:
         """Play the remaining rounds (all of them, or those after the restored checkpoint), then summarise.
 
         Args:
             on_round_end: called as ``on_round_end(sim, t)`` after round ``t`` (and its checkpoint).
+            close: :meth:`close` once the last round is played, while the summary, TensorBoard and the
+                plots are written (they need nothing of the parties): Ray takes ~1.4 s to stop, a second of
+                it waiting for its autoscaler monitor, and the plots ~0.8 s. For callers done with the
+                simulation when ``run`` returns (``sifl run``).
         """
         rounds = self.cfg.train.rounds
         t = self._start()
+        self.marks["first_round"] = time.time()
         progress = Progress(rounds, self.cfg.output.progress)
         while t < rounds:
             try:
@@ -296,7 +309,8 @@ class Simulation:
             if on_round_end is not None:
                 on_round_end(self, t)
             t += 1
-        return self._finish()
+        self.marks["rounds_done"] = time.time()
+        return self._finish(close=close)
 
     def _start(self) -> int:
         """Open the records at the first round to play; log a resume, or (a fresh run) each arm's privacy."""
@@ -369,18 +383,56 @@ class Simulation:
         )
         return resume_at
 
-    def _finish(self) -> RunResult:
-        return self.recorder.finish(
-            precision=self.precision,
-            privacy=self.privacy,
-            coded_arms=list(self.releases),
-            n=self.n,
-            num_workers=self.num_workers,
-            backend=self.backend.name,
-            injected=[ev.describe() for ev in self.plan.events],
-            checkpoint_dir=str(self.checkpoints.store.root),
-            placement=self.pool.placement(),
-        )
+    def _finish(self, *, close: bool = False) -> RunResult:
+        placement = self.pool.placement()  # the last thing asked of the parties
+        errors: list[BaseException] = []
+
+        def stop() -> None:
+            try:
+                self.close()
+            except BaseException as err:  # raised below, once the outputs are written
+                errors.append(err)
+
+        closing = threading.Thread(target=stop, name="sifl-close") if close else None
+        if closing is not None:
+            closing.start()
+        try:
+            result = self.recorder.finish(
+                precision=self.precision,
+                privacy=self.privacy,
+                coded_arms=list(self.releases),
+                n=self.n,
+                num_workers=self.num_workers,
+                backend=self.backend.name,
+                injected=[ev.describe() for ev in self.plan.events],
+                checkpoint_dir=str(self.checkpoints.store.root),
+                placement=placement,
+                startup=self.startup(),
+            )
+        finally:
+            if closing is not None:
+                closing.join()
+        if errors:
+            raise errors[0]
+        return result
+
+    def startup(self) -> dict[str, float | None]:
+        """Seconds of this run's start, from the driver process's start (``None`` where not reached):
+        ``imports_s`` (interpreter, imports, configuration), ``backend_s`` (starting or joining Ray),
+        ``parties_s`` (data set, actors, keys), ``to_first_round_s`` (all of it, and the records opened),
+        ``rounds_s`` (every round played). ``bench/startup.py`` adds what follows: the end of the run."""
+        m = self.marks
+
+        def span(a: str, b: str) -> float | None:
+            return round(m[b] - m[a], 3) if a in m and b in m and m[a] is not None else None
+
+        return {
+            "imports_s": span("process", "simulation"),
+            "backend_s": span("simulation", "backend"),
+            "parties_s": span("backend", "parties"),
+            "to_first_round_s": span("process", "first_round"),
+            "rounds_s": span("first_round", "rounds_done"),
+        }
 
     def stop_actors(self) -> None:
         """Stop this simulation's actors (their CPUs go back to Ray) and leave Ray running (a bench then
@@ -388,7 +440,11 @@ class Simulation:
         self.pool.stop()
 
     def close(self) -> None:
-        """Stop this simulation's actors (their CPUs go back to Ray); shut Ray down if we started it."""
+        """Stop this simulation's actors (their CPUs go back to Ray); shut Ray down if we started it. Once:
+        a second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
         self.pool.stop()
         self.backend.shutdown()
 
@@ -398,10 +454,20 @@ def run_scenario(
 ) -> RunResult:
     sim = Simulation(cfg, backend=backend, run_dir=run_dir)
     try:
-        return sim.run()
+        return sim.run(close=True)
     finally:
         sim.close()
 
 
 def cpu_count() -> int:
     return os.cpu_count() or 1
+
+
+def _process_start() -> float | None:
+    """When this process started (epoch seconds; ``None`` where the OS does not say)."""
+    try:
+        import psutil  # a dependency of Ray
+
+        return float(psutil.Process().create_time())
+    except Exception:
+        return None

@@ -144,6 +144,7 @@ def summarise(
     checkpoint_dir: str,
     checkpoint_s: list[float],
     placement: dict[str, Any] | None = None,
+    startup: dict[str, float | None] | None = None,
 ) -> dict[str, Any]:
     """``summary.json``: per arm (in ``history``'s order) the final figures, timings and incidents; the
     run's sizes, precision claims, privacy scope, faults, restores and checkpoints.
@@ -153,6 +154,7 @@ def summarise(
         injected: the configured faults, described; ``journal``: the fault journal's path if written.
         checkpoint_dir: where checkpoints go (reported only when ``checkpoint.every`` is set).
         placement: the node of every party (Ray; ``None`` in-process).
+        startup: where the run's start went (:meth:`~sifl_ray.runner.Simulation.startup`).
     """
     fl_final = history["fl"][-1]["test_accuracy"] if "fl" in history else None
     arms: dict[str, Any] = {}
@@ -207,6 +209,7 @@ def summarise(
         "rounds": cfg.train.rounds,
         "backend": backend,
         "placement": placement,
+        "startup": startup,
         "deviation_estimate": estimate,
         "round_bound": round_bound,
         "evaluator": "simulation device holding both decoding keys; no real deployment has it",
