@@ -464,7 +464,17 @@ def cpu_count() -> int:
 
 
 def _process_start() -> float | None:
-    """When this process started (epoch seconds; ``None`` where the OS does not say)."""
+    """When this process started (epoch seconds; ``None`` where the OS does not say).
+
+    On Linux from the process's start in clock ticks since boot and the seconds since boot (both to 10 ms),
+    not from psutil's ``create_time``, whose boot time is a whole second (a run seemed to reach its first
+    round after it had ended)."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        pass
     try:
         import psutil  # a dependency of Ray
 
