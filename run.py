@@ -2,7 +2,7 @@
 
 import sys
 
-from sifl_ray.cli import main
+from sifl_ray.cli import entry
 
 if __name__ == "__main__":
-    sys.exit(main(["run", *sys.argv[1:]]))
+    sys.exit(entry(["run", *sys.argv[1:]]))

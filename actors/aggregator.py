@@ -1,4 +1,5 @@
-"""Ray shell around the aggregator role: one actor per shard of the encoded vector, all arms."""
+"""Ray shell around the aggregator role: an actor hosts one or several shards of the encoded vector, all
+arms (``ray.aggregator_actors`` says how many actors share the ``ray.num_shards`` shards)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import os
 
 import torch
 
-from actors.process import placement, prepare_process
+from actors.process import node_id, placement, prepare_process
 from sifl_ray.checkpoint import CheckpointError, load_party_key, save_party_key
 from sifl_ray.keys import aggregator_from_state, key_inventory, make_party_aggregator_state
 from sifl_ray.roles.aggregator import Aggregator
@@ -16,17 +17,21 @@ from sifl_ray.specs import CodingSpec
 
 
 class AggregatorActor:
-    """Shard ``shard`` of the aggregator party. Shard 0 creates key 2 (and saves it to the aggregator's key
-    file); the other shards receive it by ObjectRef, or read that file on a restore (the driver never reads
-    either)."""
+    """The aggregator party, or part of it: the shards set up here (``shard``: the one a call means when it
+    names none). The host of shard 0 creates key 2 (and saves it to the aggregator's key file); the other
+    shards receive it by ObjectRef, or read that file on a restore (the driver never reads either).
 
-    def __init__(self, shard: int) -> None:
+    Several shards in one actor reduce one after the other, each with its own rows and noise stream, so
+    the numbers depend on ``ray.num_shards`` only, never on how many actors host the shards.
+    """
+
+    def __init__(self, shard: int = 0) -> None:
         prepare_process()
         self.shard = shard
-        self.roles: dict[str, Aggregator] = {}
+        self.roles: dict[str, dict[int, Aggregator]] = {}  # arm → shard → its role
         self.steps: dict[str, object] = {}  # arm → its aggregator step (sifl_ray.arms.AggregatorStep), if any
         self.secagg: dict[str, SecAggSpec] = {}  # arm → its secure aggregation's public parameters
-        self.secagg_rounds: dict[str, AggregatorSecAgg] = {}  # shard 0: SecAgg's server, per arm
+        self.secagg_rounds: dict[str, AggregatorSecAgg] = {}  # host of shard 0: SecAgg's server, per arm
 
     def create_key(
         self, arm: str, *, mode: str, coding: CodingSpec, run_seed: int, key_path: str | None = None
@@ -37,14 +42,29 @@ class AggregatorActor:
         return state
 
     def setup_arm(
-        self, arm: str, *, mode: str, coding: CodingSpec, state: dict | None, bounds: tuple[int, int]
+        self,
+        arm: str,
+        *,
+        mode: str,
+        coding: CodingSpec,
+        state: dict | None,
+        bounds: tuple[int, int],
+        shard: int | None = None,
     ) -> None:
-        self.roles[arm] = aggregator_from_state(
-            mode=mode, coding=coding, state=state, bounds=bounds, shard=self.shard
+        shard = self.shard if shard is None else shard
+        self.roles.setdefault(arm, {})[shard] = aggregator_from_state(
+            mode=mode, coding=coding, state=state, bounds=bounds, shard=shard
         )
 
     def restore_arm(
-        self, arm: str, *, mode: str, coding: CodingSpec, key_path: str | None, bounds: tuple[int, int]
+        self,
+        arm: str,
+        *,
+        mode: str,
+        coding: CodingSpec,
+        key_path: str | None,
+        bounds: tuple[int, int],
+        shard: int | None = None,
     ) -> None:
         """Take key 2 back from the aggregator's own key file (a restarted shard, or a resume)."""
         state = None
@@ -57,19 +77,23 @@ class AggregatorActor:
             if saved.get("mode") != mode:
                 raise CheckpointError(f"{key_path}: a key for mode {saved.get('mode')}, expected {mode}")
             state = saved["state"]
-        self.setup_arm(arm, mode=mode, coding=coding, state=state, bounds=bounds)
+        self.setup_arm(arm, mode=mode, coding=coding, state=state, bounds=bounds, shard=shard)
+
+    def _key(self, arm: str):
+        """Key 2 of ``arm`` (every shard of this actor holds the same one; ``None`` unless M2)."""
+        return next(iter(self.roles[arm].values())).key
 
     def client_view(self, arm: str):
-        key = self.roles[arm].key
+        key = self._key(arm)
         return None if key is None else key.client_view()
 
     def key_norms(self, arm: str):
-        key = self.roles[arm].key
+        key = self._key(arm)
         return None if key is None else key.norms()
 
     def roundoff(self, arm: str):
         """Key 2's float64 error constants (public scalars; see :mod:`sifl_ray.coding.roundoff`)."""
-        key = self.roles[arm].key
+        key = self._key(arm)
         return None if key is None else key.roundoff()
 
     def set_step(self, arm: str, step) -> None:
@@ -81,19 +105,20 @@ class AggregatorActor:
         self.secagg[arm] = spec
         self.secagg_rounds[arm] = AggregatorSecAgg(spec, arm)
 
-    def reduce(self, arm: str, t: int, key_epoch: int, *partials: Partial, plan=None):
-        """Step 3 on this shard; a secure arm's (``plan``: the masks to remove) returns a third value, the
+    def reduce(
+        self, arm: str, t: int, key_epoch: int, *partials: Partial, shard: int | None = None, plan=None
+    ):
+        """Step 3 on one shard; a secure arm's (``plan``: the masks to remove) returns a third value, the
         decoded sum, which only the evaluator receives."""
+        role = self.roles[arm][self.shard if shard is None else shard]
         step = self.steps.get(arm)
         if plan is not None:
-            return self.roles[arm].reduce_masked(
-                t, list(partials), plan=plan, spec=self.secagg[arm], step=step, arm=arm
-            )
-        return self.roles[arm].reduce(t, key_epoch, list(partials), allow_empty=True, step=step, arm=arm)
+            return role.reduce_masked(t, list(partials), plan=plan, spec=self.secagg[arm], step=step, arm=arm)
+        return role.reduce(t, key_epoch, list(partials), allow_empty=True, step=step, arm=arm)
 
-    # Secure aggregation: shard 0 plays SecAgg's server; every shard checks and unmasks its own rows. Each
-    # step of shard 0 returns its result and a status (None, or why the round cannot go on: it then
-    # reveals nothing, and the driver skips it).
+    # Secure aggregation: the host of shard 0 plays SecAgg's server; every shard checks and unmasks its own
+    # rows. Each step of SecAgg's server returns its result and a status (None, or why the round cannot go
+    # on: it then reveals nothing, and the driver skips it).
     def secagg_open(self, arm: str, t: int, roster: list[int]):
         return self._secagg_step(lambda: self.secagg_rounds[arm].open(t, roster))
 
@@ -107,8 +132,9 @@ class AggregatorActor:
         survivors = {c for p in partials for c in p.clients}
         return self._secagg_step(lambda: self.secagg_rounds[arm].announce(t, survivors))
 
-    def check_masked(self, arm: str, t: int, key_epoch: int, *partials) -> dict[int, str]:
-        return self.roles[arm].check_masked(t, key_epoch, list(partials))
+    def check_masked(self, arm: str, t: int, key_epoch: int, *partials, shard: int | None = None):
+        role = self.roles[arm][self.shard if shard is None else shard]
+        return role.check_masked(t, key_epoch, list(partials))
 
     @staticmethod
     def _secagg_step(step):
@@ -141,10 +167,15 @@ class AggregatorActor:
 
     def placement(self) -> dict:
         """Where this actor runs (the CPU: :mod:`sifl_ray.device` says why) and what it holds."""
-        return placement(torch.device("cpu"), [role.key for role in self.roles.values()])
+        keys = [role.key for shards in self.roles.values() for role in shards.values()]
+        return placement(torch.device("cpu"), keys)
 
     def pid(self) -> int:
         return os.getpid()
+
+    def node(self) -> str | None:
+        """The Ray node this party runs on (:func:`actors.process.node_id`)."""
+        return node_id()
 
     def key_inventory(self) -> list[str]:
         """Which kinds of key material this actor holds (see :func:`sifl_ray.keys.key_inventory`)."""

@@ -48,11 +48,22 @@ class RayBackend:
     def cluster(self) -> dict[str, float]:
         return dict(ray.cluster_resources())
 
-    def spawn(self, cls: type, *args: Any, num_cpus: float = 0, num_gpus: float = 0, **kwargs: Any):
+    def spawn(
+        self,
+        cls: type,
+        *args: Any,
+        num_cpus: float = 0,
+        num_gpus: float = 0,
+        spread: bool = False,
+        **kwargs: Any,
+    ):
         remote_cls = ray.remote(cls)
-        return remote_cls.options(num_cpus=num_cpus, num_gpus=num_gpus or None, max_restarts=0).remote(
-            *args, **kwargs
-        )
+        options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus or None, "max_restarts": 0}
+        if spread:
+            # Ray's SPREAD: each request goes to the next node (in turn) that has the resources free, so
+            # the client workers of a cluster share its nodes rather than filling the driver's first.
+            options["scheduling_strategy"] = "SPREAD"
+        return remote_cls.options(**options).remote(*args, **kwargs)
 
     def call(self, handle, method: str, *args: Any, num_returns: int = 1, **kwargs: Any):
         return getattr(handle, method).options(num_returns=num_returns).remote(*args, **kwargs)

@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from actors.process import memory, pick_device, placement, prepare_process, reset_peak_memory
+from actors.process import memory, node_id, pick_device, placement, prepare_process, reset_peak_memory
 from sifl_ray.faults import WorkerFaults
 from sifl_ray.keys import key_inventory
 from sifl_ray.models import build_model
@@ -73,6 +73,10 @@ class ClientWorkerActor:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def node(self) -> str | None:
+        """The Ray node this party runs on (:func:`actors.process.node_id`)."""
+        return node_id()
 
     def placement(self) -> dict:
         """Where this worker runs: its GPU ids as Ray assigned them, what CUDA sees, its device, the devices

@@ -10,7 +10,7 @@ import os
 import numpy as np
 import torch
 
-from actors.process import memory, pick_device, placement, prepare_process
+from actors.process import memory, node_id, pick_device, placement, prepare_process
 from sifl_ray.keys import key_inventory
 from sifl_ray.models import build_model
 from sifl_ray.roles.evaluator import EvaluatorRole
@@ -63,6 +63,10 @@ class EvaluatorActor:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def node(self) -> str | None:
+        """The Ray node this party runs on (:func:`actors.process.node_id`)."""
+        return node_id()
 
     def key_inventory(self) -> list[str]:
         """Which kinds of key material this actor holds (see :func:`sifl_ray.keys.key_inventory`)."""

@@ -55,6 +55,15 @@ def in_ray_actor() -> bool:
     return bool(ray is not None and ray.is_initialized() and ray.get_runtime_context().get_actor_id())
 
 
+def node_id() -> str | None:
+    """The id of the Ray node this actor runs on (``None`` outside a Ray actor): where a party landed."""
+    if not in_ray_actor():
+        return None
+    import ray
+
+    return ray.get_runtime_context().get_node_id()
+
+
 def prepare_process(threads: int | None = None) -> None:
     """What every actor does first: its torch thread count (if given) and, in its own process only,
     :func:`keep_freed_memory`."""

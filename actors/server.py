@@ -10,7 +10,7 @@ import os
 
 import torch
 
-from actors.process import placement, prepare_process
+from actors.process import node_id, placement, prepare_process
 from sifl_ray.checkpoint import (
     CheckpointError,
     load_party_key,
@@ -117,6 +117,10 @@ class ServerActor:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def node(self) -> str | None:
+        """The Ray node this party runs on (:func:`actors.process.node_id`)."""
+        return node_id()
 
     def key_inventory(self) -> list[str]:
         """Which kinds of key material this actor holds (see :func:`sifl_ray.keys.key_inventory`)."""

@@ -13,6 +13,7 @@ COMMANDS = {
     "reliability": "bench.reliability",
     "privacy-cost": "bench.privacy_cost",
     "gpu": "bench.gpu",
+    "startup": "bench.startup",
 }
 
 

@@ -83,16 +83,18 @@ def _kind(pid: int) -> str:
 
 
 class MemorySampler:
-    """Samples the summed PSS of this process and all its descendants every ``interval`` seconds."""
+    """Samples the summed PSS of a process (``root``: default this one) and all its descendants every
+    ``interval`` seconds."""
 
-    def __init__(self, interval: float = 0.1):
+    def __init__(self, interval: float = 0.1, root: int | None = None):
         self.interval = interval
+        self.root = root
         self.samples: list[tuple[float, int, dict[str, int]]] = []  # (time, total, by kind)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def sample(self) -> tuple[int, dict[str, int]]:
-        me = os.getpid()
+        me = self.root or os.getpid()
         by_kind: dict[str, int] = defaultdict(int)
         total = 0
         for pid in [me, *_children(me)]:

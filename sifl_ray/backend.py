@@ -35,10 +35,20 @@ class Backend(Protocol):
     def cluster(self) -> dict[str, float]:
         """Resources of the whole cluster: the runner sizes the number of client workers from its CPUs."""
 
-    def spawn(self, cls: type, *args: Any, num_cpus: float = 0, num_gpus: float = 0, **kwargs: Any) -> Any:
+    def spawn(
+        self,
+        cls: type,
+        *args: Any,
+        num_cpus: float = 0,
+        num_gpus: float = 0,
+        spread: bool = False,
+        **kwargs: Any,
+    ) -> Any:
         """Start one party, ``cls(*args, **kwargs)``, with the resources it reserves; return its handle.
 
-        The constructor is the trust boundary: it receives only that party's key material.
+        The constructor is the trust boundary: it receives only that party's key material. ``spread``: place
+        the parties spawned with it on different nodes of a cluster where resources allow (client workers
+        with ``ray.spread_workers``); a backend with one machine ignores it.
         """
 
     def call(self, handle: Any, method: str, *args: Any, num_returns: int = 1, **kwargs: Any) -> Any:

@@ -162,7 +162,13 @@ class RayConfig:
     cpus_per_worker: float = 1.0
     gpus_per_worker: float = 0.0  # fractional GPUs per client worker (0: the workers train on CPUs)
     evaluator_gpus: float = 0.0  # fractional GPU for the evaluator (simulation only; 0: on a CPU)
-    num_shards: int = 2  # aggregator actors, each reducing one shard of the encoded vector
+    num_shards: int = 2  # shards of the encoded vector, each reduced on its own (and with its own R2 noise)
+    # actors hosting the shards (at most num_shards; the numbers do not depend on it); 0: auto, one per
+    # 2^19 rows of the encoded vector (sifl_ray.runner.parties.aggregator_actor_count)
+    aggregator_actors: int = 0
+    # spread the client workers over the cluster's nodes (Ray's SPREAD strategy) instead of Ray's default,
+    # which fills the driver's node first; on one machine it changes nothing
+    spread_workers: bool = False
     materialize_uploads: bool = False  # encode every client's upload separately (slower; for transcripts)
 
 
@@ -340,6 +346,7 @@ _RANGES: dict[str, Range] = {
     "ray.gpus_per_worker": _NONNEG,
     "ray.evaluator_gpus": _NONNEG,
     "ray.num_shards": _AT_LEAST_1,
+    "ray.aggregator_actors": _NONNEG,
     "faults.deadline_s": Range(lambda v: v > 0, "a number of seconds > 0 (or null: no deadline)"),
     "faults.max_retries": _NONNEG,
     "faults.max_restores": _NONNEG,

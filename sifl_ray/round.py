@@ -498,7 +498,7 @@ def _reduce_masked(
     while sources:
         checks = [
             backend.call(
-                a, "check_masked", arm.name, t, arm.key_epoch, *[trained.outs[k][s] for k in sources]
+                a, "check_masked", arm.name, t, arm.key_epoch, *[trained.outs[k][s] for k in sources], shard=s
             )
             for s, a in enumerate(aggregators)
         ]
@@ -543,6 +543,7 @@ def _reduce_masked(
             arm.key_epoch,
             *[trained.outs[k][s] for k in sources],
             plan=plan,
+            shard=s,
             num_returns=3,
         )
         for s, a in enumerate(aggregators)

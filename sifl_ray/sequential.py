@@ -35,7 +35,15 @@ class SequentialBackend:
     def cluster(self) -> dict[str, float]:
         return {"CPU": 1.0}
 
-    def spawn(self, cls: type, *args: Any, num_cpus: float = 0, num_gpus: float = 0, **kwargs: Any):
+    def spawn(
+        self,
+        cls: type,
+        *args: Any,
+        num_cpus: float = 0,
+        num_gpus: float = 0,
+        spread: bool = False,
+        **kwargs: Any,
+    ):
         return cls(*[_resolve(a) for a in args], **{k: _resolve(v) for k, v in kwargs.items()})
 
     def call(self, handle, method: str, *args: Any, num_returns: int = 1, **kwargs: Any):

@@ -458,7 +458,7 @@ class TaskParties:
         (the scorer's; the actors never send them anywhere)."""
         server_role = self.parties.server.roles[arm]
         key = None if server_role.mode == "plain" else server_role.key
-        return key, self.parties.aggregators[0].roles[arm].key
+        return key, self.parties.aggregators[0].roles[arm][0].key
 
     def global_model(self, arm: str, broadcast) -> torch.Tensor:
         """Simulation only: the evaluator's decoding of ``broadcast`` (what every client decodes)."""

@@ -11,6 +11,8 @@ test set is copied there once, and an evaluation reads its figures back once.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -35,10 +37,13 @@ class EvaluatorRole:
     ):
         self.device = resolve_device(device)
         self.model = model.to(self.device).eval()
-        # A private copy (Ray's zero-copy arrays are read-only), on the evaluator's device once: no test
-        # batch crosses from the host per evaluation.
-        self.x = torch.tensor(np.asarray(x_test)).to(self.device)
-        self.y = torch.tensor(np.asarray(y_test)).to(self.device)
+        # The test set as it came (on Ray: the object store's shared pages, not a copy of its own), moved to
+        # the evaluator's device once (a no-op on the CPU): no test batch crosses from the host per
+        # evaluation. Ray's zero-copy arrays are read-only, which torch warns about: this role only reads.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            self.x = torch.from_numpy(np.asarray(x_test)).to(self.device)
+            self.y = torch.from_numpy(np.asarray(y_test)).to(self.device)
         self.batch_size = batch_size
         self.views: dict[str, tuple[str, ClientServerKey | None, AggregatorKey | None]] = {}
         self.reference: dict[int, torch.Tensor] = {}  # plain fl model per round (paired deviation)

@@ -97,7 +97,9 @@ def setup_arm(
             key_path=checkpoints.key_path("aggregator", arm),
         )
         done = [
-            backend.call(a, "setup_arm", arm, mode=mode, coding=coding, state=agg_state, bounds=bounds[s])
+            backend.call(
+                a, "setup_arm", arm, mode=mode, coding=coding, state=agg_state, bounds=bounds[s], shard=s
+            )
             for s, a in enumerate(parties.aggregators[: len(bounds)])
         ]
     done += pool.hand_steps(arm, steps, shards=len(bounds))

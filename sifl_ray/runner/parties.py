@@ -44,6 +44,20 @@ def make_backend(cfg: DictConfig, **ray_kwargs: Any) -> Backend:
     return RayBackend(address=cfg.ray.address, **ray_kwargs)
 
 
+#: With ``ray.aggregator_actors=0`` (auto), one aggregator actor per this many rows of the encoded vector (at
+#: most one per shard): a shard's reduce takes milliseconds below it, less than a process costs (~1.5 s of
+#: CPU to start, ~180 MiB), while the paper's CNNs (582,539 and 1,200,011 rows) keep an actor per shard.
+ROWS_PER_AGGREGATOR_ACTOR = 1 << 19
+
+
+def aggregator_actor_count(cfg: DictConfig, n_tilde: int) -> int:
+    """How many actors host the ``ray.num_shards`` aggregator shards of an ``n_tilde``-row vector."""
+    shards = cfg.ray.num_shards
+    if cfg.ray.aggregator_actors:
+        return min(cfg.ray.aggregator_actors, shards)
+    return max(1, min(shards, -(-n_tilde // ROWS_PER_AGGREGATOR_ACTOR)))
+
+
 def worker_count(cfg: DictConfig, backend: Backend) -> int:
     """How many client workers: ``ray.num_workers``, else as many as the cluster's CPUs allow (and, with
     ``ray.gpus_per_worker``, its GPUs beside the evaluator's ``ray.evaluator_gpus``).
@@ -86,8 +100,12 @@ def check_gpus(cfg: DictConfig, workers: int, cluster_gpus: float) -> None:
 class PartyPool:
     """Every party's actor, shared by all arms, and what it takes to replace one.
 
-    Built in two steps: the server and the aggregator shards at once (they need nothing of the data),
-    the client workers and the evaluator with :meth:`spawn_clients` once the data set is loaded.
+    Built in steps: the server and the first aggregator actor at once (they need nothing of the data),
+    the other aggregator actors with :meth:`host_shards` once the model's size is known, the client workers
+    and the evaluator with :meth:`spawn_clients`.
+
+    ``parties.aggregators`` has one handle per shard; an actor may host several shards (then its handle is
+    there several times): :attr:`aggregator_actors` lists each actor once.
     """
 
     def __init__(self, cfg: DictConfig, backend, *, plan: FaultPlan, journal: FaultJournal, fired_once: set):
@@ -95,17 +113,38 @@ class PartyPool:
         self.plan, self.journal, self.fired_once = plan, journal, fired_once
         # The server and the aggregator need nothing of the data: spawned first, their processes boot
         # (each imports torch, ~1-1.5 s of CPU) while this driver loads the data set.
-        self.parties = Parties(
-            server=backend.spawn(ServerActor),
-            aggregators=[backend.spawn(AggregatorActor, s) for s in range(cfg.ray.num_shards)],
-            workers=[],
-            evaluator=None,
-        )
+        self.parties = Parties(server=backend.spawn(ServerActor), aggregators=[], workers=[], evaluator=None)
+        self.aggregator_actors: list[Any] = []
+        self._spawn_aggregators(min(cfg.ray.aggregator_actors, cfg.ray.num_shards) or 1)
         self.setups: dict[str, dict] = {}
         self.steps: dict[str, Any] = {}  # arm → its PartySteps (the server's and aggregator's, for respawns)
         self.views: dict[str, tuple] = {}  # arm → refs of the clients' key views (made by their owners)
         self.modes: dict[str, str] = {}
         self.paired: dict[str, bool] = {}
+
+    def _spawn_aggregators(self, count: int) -> None:
+        """``count`` aggregator actors (missing ones spawned); shard ``s`` on actor ``s·count // shards``."""
+        shards = self.cfg.ray.num_shards
+        host = [s * count // shards for s in range(shards)]
+        while len(self.aggregator_actors) < count:
+            j = len(self.aggregator_actors)
+            self.aggregator_actors.append(self.backend.spawn(AggregatorActor, host.index(j)))
+        self.parties.aggregators = [self.aggregator_actors[j] for j in host]
+
+    def host_shards(self, n_tilde: int) -> None:
+        """Spawn the aggregator actors an ``n_tilde``-row vector needs (``ray.aggregator_actors``, or auto:
+        :func:`aggregator_actor_count`), before any arm is set up."""
+        self._spawn_aggregators(aggregator_actor_count(self.cfg, n_tilde))
+
+    def shards_of(self, shard: int) -> list[int]:
+        """The shards hosted by the actor that hosts ``shard``."""
+        handle = self.parties.aggregators[shard]
+        return [s for s, h in enumerate(self.parties.aggregators) if h is handle]
+
+    def aggregator_name(self, shard: int) -> str:
+        """``aggregator<j>``: the name of the actor that hosts ``shard`` (as in :meth:`actors`)."""
+        handle = self.parties.aggregators[shard]
+        return f"aggregator{next(j for j, h in enumerate(self.aggregator_actors) if h is handle)}"
 
     def spawn_clients(self, *, data_ref, test_ref, partitions: list[dict], model_spec: ModelSpec) -> None:
         """The client workers (worker ``k`` owns ``partitions[k]``) and the evaluator."""
@@ -142,6 +181,7 @@ class PartyPool:
             cfg.ray.materialize_uploads,
             num_cpus=cfg.ray.cpus_per_worker,
             num_gpus=cfg.ray.gpus_per_worker,
+            spread=cfg.ray.spread_workers,
         )
         events = self.plan.for_worker(k, sorted(self._partitions[k]))
         if events:
@@ -176,10 +216,11 @@ class PartyPool:
         done = []
         if steps.server is not None:
             done.append(backend.call(parties.server, "set_step", arm, steps.server))
+        hosts = {id(a): a for a in parties.aggregators[:shards]}.values()  # each actor once
         if steps.aggregator is not None:
-            done += [backend.call(a, "set_step", arm, steps.aggregator) for a in parties.aggregators[:shards]]
+            done += [backend.call(a, "set_step", arm, steps.aggregator) for a in hosts]
         if steps.secagg is not None:
-            done += [backend.call(a, "set_secagg", arm, steps.secagg) for a in parties.aggregators[:shards]]
+            done += [backend.call(a, "set_secagg", arm, steps.secagg) for a in hosts]
         return done
 
     # ---------------------------------------------------------------- Supervisor
@@ -229,16 +270,25 @@ class PartyPool:
         self.journal.append({"event": "fired", "fault": ev.index, "kind": ev.kind, "round": t, "arm": arm})
 
     # ---------------------------------------------------------------- failures
-    def respawn(self, party: str, index: int) -> None:
-        """A fresh ``party`` (``server``, ``aggregator`` shard ``index``, ``evaluator``) in place of the old
-        one. The evaluator gets every arm again here; a server or aggregator still has to take its keys
-        back (:meth:`~sifl_ray.runner.state.Checkpoints.restore_keys`)."""
+    def respawn(self, party: str, index: int) -> tuple[str, ...]:
+        """A fresh ``party`` (``server``, the ``aggregator`` actor hosting shard ``index``, ``evaluator``) in
+        place of the old one. The evaluator gets every arm again here; a server or aggregator still has to
+        take its keys back (:meth:`~sifl_ray.runner.state.Checkpoints.restore_keys`): returns who
+        (``("server",)``, or ``aggregator<s>`` for every shard the new actor hosts; ``()``: nobody)."""
         backend, parties = self.backend, self.parties
+        restore: tuple[str, ...] = ()
         if party == "server":
             old, parties.server = parties.server, backend.spawn(ServerActor)
+            restore = ("server",)
         elif party == "aggregator":
+            shards = self.shards_of(index)
             old = parties.aggregators[index]
-            parties.aggregators[index] = backend.spawn(AggregatorActor, index)
+            new = backend.spawn(AggregatorActor, shards[0])
+            j = next(j for j, h in enumerate(self.aggregator_actors) if h is old)
+            self.aggregator_actors[j] = new
+            for s in shards:
+                parties.aggregators[s] = new
+            restore = tuple(f"aggregator{s}" for s in shards)
         else:
             old, parties.evaluator = parties.evaluator, self._spawn_evaluator()
         with contextlib.suppress(Exception):  # already gone
@@ -267,13 +317,25 @@ class PartyPool:
                     for a in self.modes
                 ]
             )
+        return restore
 
     def actors(self) -> dict[str, Any]:
         p = self.parties
         out = {"server": p.server} if p.evaluator is None else {"server": p.server, "evaluator": p.evaluator}
-        out.update({f"aggregator{i}": a for i, a in enumerate(p.aggregators)})
+        out.update({f"aggregator{j}": a for j, a in enumerate(self.aggregator_actors)})
         out.update({f"worker{i}": w for i, w in enumerate(p.workers)})
         return out
+
+    def placement(self) -> dict[str, Any] | None:
+        """Where every party runs: ``{"nodes": [node ids], "parties": {party: node id}}`` (Ray only; ``None``
+        in-process). A cluster run reports it in ``summary.json``, so that a user sees which nodes hosted
+        the client workers (``ray.spread_workers``)."""
+        if self.backend.name != "ray":
+            return None
+        actors = self.actors()
+        nodes = self.backend.get([self.backend.call(h, "node") for h in actors.values()])
+        parties = dict(zip(actors, nodes, strict=True))
+        return {"nodes": sorted({n for n in nodes if n}), "parties": parties}
 
     def stop(self, *, quiet: bool = False) -> None:
         """Kill every actor (their CPUs go back to Ray; nothing to do in-process). ``quiet``: ignore

@@ -7,8 +7,10 @@ differ only by what the arm does: nothing (fl), SIFL coding (sifl_m1, sifl_m2) o
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -79,17 +81,22 @@ class Simulation:
             deadline_s=cfg.faults.deadline_s,
             max_retries=cfg.faults.max_retries,
         )
+        # Where a run's fixed cost goes (summary.json "startup"): wall-clock marks from the driver's start.
+        self.marks: dict[str, float] = {"process": _process_start(), "simulation": time.time()}
         if backend is None:
             backend = make_backend(cfg)
             # The first line a run prints: a private Ray instance or a joined cluster, and its size.
             if backend.description:
                 print(backend.description, flush=True)
+        self.marks["backend"] = time.time()
         self.backend = backend
         self.driver = DriverState(self.arms)
         self.recorder = Recorder(cfg, run_dir=self.run_dir, driver=self.driver, journal=self.journal)
         self.restores = 0
+        self._closed = False
         try:
             self._build()
+            self.marks["parties"] = time.time()
         except BaseException:
             if getattr(self, "pool", None) is not None:  # undo a failed set-up: the actors spawned so far
                 self.pool.stop(quiet=True)
@@ -118,6 +125,7 @@ class Simulation:
         work = load_workload(cfg, self.num_workers)
         self.dataset, self.sizes, self.owner = work.dataset, work.sizes, work.owner
         self.model_spec, self.w0, self.n = work.model_spec, work.w0, work.n
+        self.pool.host_shards(self.n + cfg.coding.n_extra)  # the largest encoded vector of any arm
         for ev in self.plan.events:
             if ev.worker is not None and ev.worker >= self.num_workers:
                 raise ConfigError(
@@ -132,6 +140,11 @@ class Simulation:
         test_ref = backend.put(
             {"x_test": np.asarray(self.dataset.x_test), "y_test": np.asarray(self.dataset.y_test)}
         )
+        # From here the driver reads the stored arrays (on Ray: the object store's shared, read-only pages)
+        # and lets its own copy go: it held the whole data set a second time for the run's length (219 MiB
+        # of the 60,000-sample reference workload).
+        train, test = backend.get([data_ref, test_ref])
+        self.dataset = work.dataset = dataclasses.replace(self.dataset, **train, **test)
         self.checkpoints.make_key_dir()
         self.states: dict[str, ArmState] = {}
         self.precision: dict[str, dict[str, Any]] = {}
@@ -256,14 +269,21 @@ class Simulation:
         state.broadcast = self.backend.put(w)
 
     # ---------------------------------------------------------------- the run
-    def run(self, *, on_round_end: Callable[[Simulation, int], None] | None = None) -> RunResult:
+    def run(
+        self, *, on_round_end: Callable[[Simulation, int], None] | None = None, close: bool = False
+    ) -> RunResult:
         """Play the remaining rounds (all of them, or those after the restored checkpoint), then summarise.
 
         Args:
             on_round_end: called as ``on_round_end(sim, t)`` after round ``t`` (and its checkpoint).
+            close: :meth:`close` once the last round is played, while the summary, TensorBoard and the
+                plots are written (they need nothing of the parties): Ray takes ~1.4 s to stop, a second of
+                it waiting for its autoscaler monitor, and the plots ~0.8 s. For callers done with the
+                simulation when ``run`` returns (``sifl run``).
         """
         rounds = self.cfg.train.rounds
         t = self._start()
+        self.marks["first_round"] = time.time()
         progress = Progress(rounds, self.cfg.output.progress)
         while t < rounds:
             try:
@@ -289,7 +309,8 @@ class Simulation:
             if on_round_end is not None:
                 on_round_end(self, t)
             t += 1
-        return self._finish()
+        self.marks["rounds_done"] = time.time()
+        return self._finish(close=close)
 
     def _start(self) -> int:
         """Open the records at the first round to play; log a resume, or (a fresh run) each arm's privacy."""
@@ -335,9 +356,8 @@ class Simulation:
             }
         )
         try:
-            self.pool.respawn(lost.party, lost.index)
-            if lost.party != "evaluator":
-                which = ("server",) if lost.party == "server" else (f"aggregator{lost.index}",)
+            which = self.pool.respawn(lost.party, lost.index)
+            if which:
                 self.checkpoints.restore_keys(self.backend, self.parties, self.n, which)
             ckpt = self.checkpoints.store.latest()
             self.checkpoints.load_broadcasts(self.backend, self.parties.server, self.states, self.w0, ckpt)
@@ -348,7 +368,7 @@ class Simulation:
             raise RuntimeError(f"{lost}; it could not be restored: {describe_error(err)}") from err
         resume_at = self.next_round
         record = {
-            "party": lost.party if lost.party != "aggregator" else f"aggregator{lost.index}",
+            "party": lost.party if lost.party != "aggregator" else self.pool.aggregator_name(lost.index),
             "died_in_round": lost.round,
             "arm": lost.arm,
             "from_checkpoint": ckpt.dir.name if ckpt else "start",
@@ -363,17 +383,56 @@ class Simulation:
         )
         return resume_at
 
-    def _finish(self) -> RunResult:
-        return self.recorder.finish(
-            precision=self.precision,
-            privacy=self.privacy,
-            coded_arms=list(self.releases),
-            n=self.n,
-            num_workers=self.num_workers,
-            backend=self.backend.name,
-            injected=[ev.describe() for ev in self.plan.events],
-            checkpoint_dir=str(self.checkpoints.store.root),
-        )
+    def _finish(self, *, close: bool = False) -> RunResult:
+        placement = self.pool.placement()  # the last thing asked of the parties
+        errors: list[BaseException] = []
+
+        def stop() -> None:
+            try:
+                self.close()
+            except BaseException as err:  # raised below, once the outputs are written
+                errors.append(err)
+
+        closing = threading.Thread(target=stop, name="sifl-close") if close else None
+        if closing is not None:
+            closing.start()
+        try:
+            result = self.recorder.finish(
+                precision=self.precision,
+                privacy=self.privacy,
+                coded_arms=list(self.releases),
+                n=self.n,
+                num_workers=self.num_workers,
+                backend=self.backend.name,
+                injected=[ev.describe() for ev in self.plan.events],
+                checkpoint_dir=str(self.checkpoints.store.root),
+                placement=placement,
+                startup=self.startup(),
+            )
+        finally:
+            if closing is not None:
+                closing.join()
+        if errors:
+            raise errors[0]
+        return result
+
+    def startup(self) -> dict[str, float | None]:
+        """Seconds of this run's start, from the driver process's start (``None`` where not reached):
+        ``imports_s`` (interpreter, imports, configuration), ``backend_s`` (starting or joining Ray),
+        ``parties_s`` (data set, actors, keys), ``to_first_round_s`` (all of it, and the records opened),
+        ``rounds_s`` (every round played). ``bench/startup.py`` adds what follows: the end of the run."""
+        m = self.marks
+
+        def span(a: str, b: str) -> float | None:
+            return round(m[b] - m[a], 3) if a in m and b in m and m[a] is not None else None
+
+        return {
+            "imports_s": span("process", "simulation"),
+            "backend_s": span("simulation", "backend"),
+            "parties_s": span("backend", "parties"),
+            "to_first_round_s": span("process", "first_round"),
+            "rounds_s": span("first_round", "rounds_done"),
+        }
 
     def stop_actors(self) -> None:
         """Stop this simulation's actors (their CPUs go back to Ray) and leave Ray running (a bench then
@@ -381,7 +440,11 @@ class Simulation:
         self.pool.stop()
 
     def close(self) -> None:
-        """Stop this simulation's actors (their CPUs go back to Ray); shut Ray down if we started it."""
+        """Stop this simulation's actors (their CPUs go back to Ray); shut Ray down if we started it. Once:
+        a second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
         self.pool.stop()
         self.backend.shutdown()
 
@@ -391,10 +454,30 @@ def run_scenario(
 ) -> RunResult:
     sim = Simulation(cfg, backend=backend, run_dir=run_dir)
     try:
-        return sim.run()
+        return sim.run(close=True)
     finally:
         sim.close()
 
 
 def cpu_count() -> int:
     return os.cpu_count() or 1
+
+
+def _process_start() -> float | None:
+    """When this process started (epoch seconds; ``None`` where the OS does not say).
+
+    On Linux from the process's start in clock ticks since boot and the seconds since boot (both to 10 ms),
+    not from psutil's ``create_time``, whose boot time is a whole second (a run seemed to reach its first
+    round after it had ended)."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        pass
+    try:
+        import psutil  # a dependency of Ray
+
+        return float(psutil.Process().create_time())
+    except Exception:
+        return None

@@ -249,6 +249,7 @@ class Checkpoints:
                             coding=self.coding,
                             key_path=self.key_path("aggregator", arm),
                             bounds=bounds[s],
+                            shard=s,
                         )
                     )
         backend.get(done)

@@ -148,6 +148,8 @@ def summarise(
     restored: list[dict],
     checkpoint_dir: str,
     checkpoint_s: list[float],
+    placement: dict[str, Any] | None = None,
+    startup: dict[str, float | None] | None = None,
 ) -> dict[str, Any]:
     """``summary.json``: per arm (in ``history``'s order) the final figures, timings and incidents; the
     run's sizes, precision claims, privacy scope, faults, restores and checkpoints.
@@ -156,6 +158,8 @@ def summarise(
         accountant: the accountant's summary (``None``: it recorded nothing).
         injected: the configured faults, described; ``journal``: the fault journal's path if written.
         checkpoint_dir: where checkpoints go (reported only when ``checkpoint.every`` is set).
+        placement: the node of every party (Ray; ``None`` in-process).
+        startup: where the run's start went (:meth:`~sifl_ray.runner.Simulation.startup`).
     """
     fl_final = history["fl"][-1]["test_accuracy"] if "fl" in history else None
     arms: dict[str, Any] = {}
@@ -211,6 +215,8 @@ def summarise(
         "num_workers": num_workers,
         "rounds": cfg.train.rounds,
         "backend": backend,
+        "placement": placement,
+        "startup": startup,
         "deviation_estimate": estimate,
         "round_bound": round_bound,
         "evaluator": "simulation device holding both decoding keys; no real deployment has it",

@@ -79,6 +79,25 @@ def test_memory_bench(ray_session, tmp_path, capsys):
         assert "driver" in run["peak_by_process"] and "ClientWorkerActor" in run["peak_by_process"]
 
 
+def test_startup_bench(tmp_path, capsys):
+    """``python run.py`` launched for real (a tiny in-process run): wall time, the run's own start-up marks,
+    the end of the run and the peak PSS of its process tree."""
+    out = tmp_path / "startup.json"
+    run = ["train.rounds=1", "clients.num_clients=2", "arms=[fl]", "ray.backend=sequential"]
+    run.append("output.plot=false")
+    assert bench_main(["startup", "--runs", "1", "--out", str(out), *run]) == 0
+    lines, name, ratio, target = _result(capsys)
+    assert (name, target) == ("startup", 1.0)
+    data = json.loads(out.read_text())
+    (r,) = data["runs"]
+    assert r["result_line"].startswith("RESULT quickstart fl=")
+    assert 0 < r["imports_s"] < r["to_first_round_s"] < r["wall_s"] and r["rounds_s"] > 0
+    assert r["end_s"] == pytest.approx(r["wall_s"] - r["to_first_round_s"] - r["rounds_s"]) and r["end_s"] > 0
+    assert ratio == pytest.approx(r["wall_s"] / 12, abs=5e-4)
+    assert r["peak_pss_bytes"] > 50 * 2**20 and "driver" in r["peak_by_process"]  # run.py's process
+    assert any(line.startswith("CHECK first_round_s=") for line in lines)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
 @pytest.mark.parametrize(
     ("command", "name", "target"),

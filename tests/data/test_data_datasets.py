@@ -38,6 +38,31 @@ def test_digits_split_is_stratified_deterministic_and_standardised() -> None:
     assert raw.x_train.min() == 0.0 and raw.x_train.max() == 1.0 and raw.std == 1.0
 
 
+def test_digits_are_read_without_scikit_learn_and_equal_load_digits(monkeypatch) -> None:
+    """The digits come from scikit-learn's bundled file without importing scikit-learn (~1 s), and are
+    exactly what ``load_digits`` returns; if the file is not there, ``load_digits`` itself is used."""
+    import subprocess
+    import sys
+
+    from sklearn.datasets import load_digits
+
+    from sifl_ray.data import datasets
+
+    pixels, target = datasets._digits_arrays()
+    bunch = load_digits()
+    assert pixels.dtype == bunch.images.dtype and np.array_equal(pixels, bunch.images)
+    assert target.dtype == bunch.target.dtype and np.array_equal(target, bunch.target)
+    code = (
+        "import sys; from sifl_ray.data import load_digits_dataset; from sifl_ray.seeding import "
+        "numpy_generator as g; load_digits_dataset(generator=g(0, 'd')); print('sklearn' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False"]
+    monkeypatch.setattr(datasets.importlib.util, "find_spec", lambda name: None)
+    fallback_pixels, fallback_target = datasets._digits_arrays()
+    assert np.array_equal(fallback_pixels, pixels) and np.array_equal(fallback_target, target)
+
+
 def test_synthetic_is_deterministic_balanced_and_image_like() -> None:
     a = make_synthetic(n_train=200, n_test=50, generator=np.random.default_rng(3), standardize=False)
     b = make_synthetic(n_train=200, n_test=50, generator=np.random.default_rng(3), standardize=False)

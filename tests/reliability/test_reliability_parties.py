@@ -6,20 +6,31 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from reliability_helpers import ARMS, BASE, max_deviation, run_sim, scalars
 
 
-def test_dead_parties_are_restored_from_the_last_checkpoint(reference, tmp_path):
+@pytest.mark.parametrize(
+    ("actors", "killed"),
+    [(1, "aggregator0"), (2, "aggregator1")],
+    ids=["one aggregator actor hosts both shards", "an actor per shard"],
+)
+def test_dead_parties_are_restored_from_the_last_checkpoint(reference, tmp_path, actors, killed):
+    """The reference runs with the default (one aggregator actor for this small vector): with an actor per
+    shard the numbers are the same, and the actor that hosts shard 1 is the one killed and restored."""
     faults = (
         "{kind: server_kill, round: 1, arm: sifl_m1}, "
         "{kind: aggregator_kill, round: 2, arm: sifl_m2, shard: 1}, "
         "{kind: evaluator_kill, round: 3, arm: fl}"
     )
-    run = run_sim([*BASE, f"faults.inject=[{faults}]"], tmp_path / "run")
+    run = run_sim([*BASE, f"ray.aggregator_actors={actors}", f"faults.inject=[{faults}]"], tmp_path / "run")
 
     assert max_deviation(run.models, reference.models) <= 1e-12
+    assert sorted(name for name in run.inventory if name.startswith("aggregator")) == [
+        f"aggregator{j}" for j in range(actors)
+    ]
     restored = run.summary["restored"]
-    assert [r["party"] for r in restored] == ["server", "aggregator1", "evaluator"]
+    assert [r["party"] for r in restored] == ["server", killed, "evaluator"]
     for r, planned in zip(restored, (1, 2, 3), strict=True):
         # ray.kill is asynchronous: the death is noticed at the party's next call (this round or the next)
         assert planned <= r["died_in_round"] <= planned + 1

@@ -1,0 +1,133 @@
+"""``python -m bench startup``: where the fixed cost of ``python run.py`` goes, measured from outside.
+
+Runs ``python run.py`` (the quickstart unless overrides say otherwise; ``output.progress=false``) as a
+fresh process ``--runs`` times. For each run: its wall time (launch to exit), the start-up marks the run
+writes into ``summary.json`` (``startup``: imports, Ray, the parties, the time to the first round, the
+rounds; :meth:`sifl_ray.runner.Simulation.startup`), the end of the run (exit minus the end of the last
+round: summary, TensorBoard, plots, Ray's shutdown, the interpreter's exit), and the peak PSS of the run's
+whole process tree (the driver, Ray's processes, every actor; :class:`bench.memory.MemorySampler`).
+
+Targets (issue 12, on a 2-core machine): first round ≤ 5 s after the launch, ``python run.py`` ≤ 12 s.
+The machine is shared and noisy: the load average before and after each run is printed and written.
+
+The last line is ``RESULT startup ratio=<median wall ÷ 12 s> target=1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench._common import publish, result_line, table
+from bench.memory import MIB, MemorySampler
+
+ROOT = Path(__file__).resolve().parent.parent
+FIRST_ROUND_TARGET_S = 5.0
+WALL_TARGET_S = 12.0
+PHASES = ("imports_s", "backend_s", "parties_s", "to_first_round_s", "rounds_s")
+
+
+def run_once(overrides: list[str], interval: float) -> dict[str, Any]:
+    """One ``python run.py`` in a fresh process; its wall time, start-up record and peak PSS."""
+    with tempfile.TemporaryDirectory(prefix="sifl-startup-") as out:
+        load = os.getloadavg()[0]
+        start = time.perf_counter()
+        proc = subprocess.Popen(
+            [sys.executable, "run.py", "output.progress=false", f"output.dir={out}", *overrides],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        with MemorySampler(interval, root=proc.pid) as sampler:
+            output, _ = proc.communicate()
+        wall = time.perf_counter() - start
+        if proc.returncode != 0:
+            raise RuntimeError(f"python run.py failed ({proc.returncode}):\n{output[-4000:]}")
+        (summary_path,) = Path(out).rglob("summary.json")
+        startup = json.loads(summary_path.read_text())["startup"]
+    peak, by_kind = sampler.peak()
+    first, rounds = startup["to_first_round_s"], startup["rounds_s"]
+    return {
+        "wall_s": wall,
+        **startup,
+        "end_s": wall - first - rounds if first is not None and rounds is not None else None,
+        "peak_pss_bytes": peak,
+        "peak_by_process": by_kind,
+        "load_before": load,
+        "load_after": os.getloadavg()[0],
+        "result_line": next((ln for ln in output.splitlines() if ln.startswith("RESULT ")), ""),
+    }
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    runs = [run_once(args.overrides, args.interval) for _ in range(args.runs)]
+    keys = ("wall_s", *PHASES, "end_s")
+    median = {k: statistics.median(r[k] for r in runs) for k in keys if all(r[k] is not None for r in runs)}
+    median["peak_pss_mib"] = statistics.median(r["peak_pss_bytes"] for r in runs) / MIB
+    return {"name": "startup", "args": vars(args), "runs": runs, "median": median}
+
+
+def report(res: dict[str, Any]) -> str:
+    header = ["run", "wall s", "imports", "Ray", "parties", "→ 1st round", "rounds", "end", "peak PSS MiB"]
+    header.append("load")
+    rows = []
+    for i, r in enumerate(res["runs"]):
+        rows.append(
+            [
+                str(i + 1),
+                f"{r['wall_s']:.2f}",
+                *(f"{r[k]:.2f}" if r[k] is not None else "—" for k in (*PHASES, "end_s")),
+                f"{r['peak_pss_bytes'] / MIB:.0f}",
+                f"{r['load_before']:.1f}→{r['load_after']:.1f}",
+            ]
+        )
+    m = res["median"]
+    rows.append(
+        [
+            "median",
+            f"{m['wall_s']:.2f}",
+            *(f"{m[k]:.2f}" if k in m else "—" for k in (*PHASES, "end_s")),
+            f"{m['peak_pss_mib']:.0f}",
+            "",
+        ]
+    )
+    last = res["runs"][-1]
+    where = sorted(last["peak_by_process"].items(), key=lambda kv: -kv[1])[:6]
+    lines = [
+        f"startup: python run.py {' '.join(res['args']['overrides'])} ({len(res['runs'])} runs); "
+        "seconds from the launch (imports: interpreter, imports, configuration; end: summary, TensorBoard, "
+        "plots, Ray's shutdown, exit)",
+        "",
+        table(rows, header),
+        "",
+        "largest at the peak (MiB, last run): " + ", ".join(f"{k} {v / MIB:.0f}" for k, v in where),
+        f"CHECK first_round_s={m['to_first_round_s']:.2f} target={FIRST_ROUND_TARGET_S:g}",
+        f"CHECK run_py_wall_s={m['wall_s']:.2f} target={WALL_TARGET_S:g}",
+        result_line(res["name"], m["wall_s"] / WALL_TARGET_S, 1.0),
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench startup", description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3, help="runs of python run.py (default 3)")
+    parser.add_argument("--interval", type=float, default=0.1, help="seconds between PSS samples")
+    parser.add_argument("--out", default="bench_results/startup.json", help="JSON path")
+    parser.add_argument("overrides", nargs="*", help="run.py overrides (key=value), e.g. scenario=quickstart")
+    args = parser.parse_args(argv)
+    res = measure(args)
+    res["targets"] = {"first_round_s": FIRST_ROUND_TARGET_S, "wall_s": WALL_TARGET_S}
+    return publish(args.out, res, report(res))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
