@@ -460,6 +460,7 @@ def _reduce(
                 arm.key_epoch,
                 *[trained.outs[k][s] for k in sources],
                 num_returns=2,
+                shard=s,
             )
             for s, aggregator in enumerate(parties.aggregators[: len(arm.bounds)])
         ]
