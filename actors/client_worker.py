@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -42,6 +43,7 @@ class ClientWorkerActor:
             local_steps=train.local_steps,
             seed=seed,
             skip_training=train.skip_training,
+            vectorise=train.vectorise,
         )
         self.role = ClientWorkerRole(
             worker=worker,
@@ -63,6 +65,11 @@ class ClientWorkerActor:
         """
         self.faults = WorkerFaults(events)
         self.role.upload_hook = self.faults.upload_hook if self.faults.has_upload_faults() else None
+
+    def set_vectorise(self, on: bool) -> None:
+        """Benches only: ``train.vectorise`` from now on, without respawning the worker (``python -m bench
+        overhead`` measures the clients trained together and one at a time in one run)."""
+        self.role.training = replace(self.role.training, vectorise=bool(on))
 
     def pid(self) -> int:
         return os.getpid()

@@ -390,6 +390,9 @@ class GpuBench:
         s = self.sizes
         arms = ("fl", "sifl_m2")
         gpu = [f"ray.gpus_per_worker={ROUND_FRACTION}", f"ray.evaluator_gpus={ROUND_FRACTION}"]
+        switch = self.vectorised_switch()
+        if not isinstance(switch, str):  # clients one at a time, the bare loop's arithmetic (both: section 5)
+            gpu.append(f"{switch[0]}={switch[2]}")
         cfg = self.config(
             model,
             clients=s.round_clients,

@@ -67,6 +67,9 @@ class TrainConfig:
     eval_batch_size: int = 2048
     dtype: str = "float32"  # model/training dtype (coding is always float64); float64 isolates coding error
     skip_training: bool = False  # no-op clients (benchmarks of framework overhead)
+    # a client worker trains its clients together where that reproduces the loop, else one at a time, and
+    # says why once (sifl_ray.optim.vectorised); false (or off): always one at a time
+    vectorise: bool = True
 
 
 @dataclass

@@ -88,7 +88,7 @@ class TrainSpec:
     """A client worker's local training (``train.*``): the base optimizer and how long it runs per round.
 
     ``local_steps`` > 0 replaces ``local_epochs``; ``skip_training`` makes no-op clients (benchmarks of the
-    framework's overhead).
+    framework's overhead); ``vectorise`` is ``train.vectorise`` (:mod:`sifl_ray.optim.vectorised`).
     """
 
     optimizer: str
@@ -97,6 +97,7 @@ class TrainSpec:
     local_epochs: int = 1
     local_steps: int = 0
     skip_training: bool = False
+    vectorise: bool = True
 
     @classmethod
     def from_config(cls, cfg: Any) -> TrainSpec:
@@ -109,4 +110,5 @@ class TrainSpec:
             local_epochs=int(t.local_epochs),
             local_steps=int(t.local_steps),
             skip_training=bool(t.skip_training),
+            vectorise=bool(t.vectorise),
         )

@@ -228,3 +228,15 @@ def test_parties_receive_frozen_specs_built_from_the_configuration():
         with pytest.raises(dataclasses.FrozenInstanceError):
             spec.p = 3  # type: ignore[misc]
         assert pickle.loads(pickle.dumps(spec)) == spec  # crosses the process boundary intact
+
+
+def test_vectorised_clients_are_a_switch_on_by_default():
+    """``train.vectorise`` (sifl_ray.optim.vectorised): on unless turned off, as ``false`` or ``off`` (YAML
+    reads both as false); anything but a boolean is refused with the key named."""
+    from sifl_ray.specs import TrainSpec
+
+    assert load_config([]).train.vectorise is True and TrainSpec.from_config(load_config([])).vectorise
+    for off in ("false", "off", "no"):
+        assert TrainSpec.from_config(load_config([f"train.vectorise={off}"])).vectorise is False
+    with pytest.raises(ConfigError, match=r"train\.vectorise: expected bool, got 'auto'"):
+        load_config(["train.vectorise=auto"])

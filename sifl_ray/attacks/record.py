@@ -358,6 +358,7 @@ class TaskParties:
             local_epochs=1,
             local_steps=int(cfg.training.local_steps),
             seed=int(cfg.seed),
+            vectorise=False,  # one client a worker, and the recorder reads each upload as the loop makes it
         )
         workers = [
             backend.spawn(

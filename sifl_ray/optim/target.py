@@ -74,7 +74,22 @@ def fused_update(
     w0 = key_view.decode(w_tilde)
     trainer.reset(w0)
     losses = [trainer.step(batch) for batch in batches]
-    wK, clipped = _client_step(trainer.params().to(w0.device), clip, step)
+    return fused_tail(key_view, w_tilde, w0, trainer.params().to(w0.device), losses, clip=clip, step=step)
+
+
+def fused_tail(
+    key_view: ClientServerKey,
+    w_tilde: torch.Tensor,
+    w0: torch.Tensor,
+    wK: torch.Tensor,
+    losses: list[float],
+    *,
+    clip: float | None = None,
+    step: ModelStep | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """What :func:`fused_update` does once the K steps are taken (``wK``: the local model, float64, which
+    the client step may change in place); shared with :mod:`sifl_ray.optim.vectorised`."""
+    wK, clipped = _client_step(wK, clip, step)
     upload = w_tilde + key_view.apply_P1(wK - w0)
     return upload, {**_stats(losses, w0, wK), "clipped": float(clipped)}
 
@@ -113,6 +128,21 @@ def stepwise_update(
         g = w_k - trainer.params().to(w_k.device)
         w_tilde = w_tilde - key_view.apply_P1(g)
     wK = key_view.decode(w_tilde) if losses else w0.clone()
+    return stepwise_tail(key_view, w_tilde, w0, wK, losses, clip=clip, step=step)
+
+
+def stepwise_tail(
+    key_view: ClientServerKey,
+    w_tilde: torch.Tensor,
+    w0: torch.Tensor,
+    wK: torch.Tensor,
+    losses: list[float],
+    *,
+    clip: float | None = None,
+    step: ModelStep | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """What :func:`stepwise_update` does once the K encoded steps are taken (``w_tilde``: the encoded model,
+    ``wK``: its decoding); shared with :mod:`sifl_ray.optim.vectorised`."""
     clipped = False
     if clip is not None or step is not None:
         before = wK.clone()

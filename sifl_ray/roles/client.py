@@ -1,9 +1,11 @@
 """Clients: local training on the encoded global model (the target optimizer), hosted many per worker.
 
-A client worker hosts many virtual clients and trains them one after the other on one model object. For a
-SIFL arm each client starts from the encoded broadcast ``w~^t`` (in M2 after stripping code 2 with ``P2R``),
-runs the target optimizer (fused: decode once, K ordinary steps, encode the change once; stepwise: the
-paper's per-step form) and uploads ``w~_i^{t+1}``. The worker then plays the first, keyless half of the
+A client worker hosts many virtual clients and trains them one after the other on one model object, or,
+where it can, all together on stacked parameters (:mod:`sifl_ray.optim.vectorised`: the same minibatches,
+optimizer states and uploads, equal to round-off; ``train.vectorise``). For a SIFL arm each client starts
+from the encoded broadcast ``w~^t`` (in M2 after stripping code 2 with ``P2R``), runs the target optimizer
+(fused: decode once, K ordinary steps, encode the change once; stepwise: the paper's per-step form) and
+uploads ``w~_i^{t+1}``. The worker then plays the first, keyless half of the
 aggregator: it validates every upload and adds it to a weighted running sum (the leaves of the summation
 tree, see :mod:`sifl_ray.roles.aggregator`).
 
@@ -30,7 +32,7 @@ from sifl_ray.arms.base import ClientStep
 from sifl_ray.coding.base import CODING_DTYPE, AggregatorKey, ClientServerKey
 from sifl_ray.data import client_batches
 from sifl_ray.device import HostStaging, SampleStore, on_device, resolve_device
-from sifl_ray.optim import TorchTrainer, fused_update, loss_values, stepwise_update
+from sifl_ray.optim import TorchTrainer, fused_update, loss_values, stepwise_update, vectorised
 from sifl_ray.roles.aggregator import check_upload
 from sifl_ray.roles.messages import MaskedPartial, Partial, WorkerReport
 from sifl_ray.roles.secure import RoundPublic, SecAggSpec, WorkerSecAgg
@@ -74,6 +76,9 @@ class LocalTraining:
     local_steps: int
     seed: int
     skip_training: bool = False
+    # train the round's clients together where the loop's results can be reproduced (else one at a time:
+    # sifl_ray.optim.vectorised); False: always one at a time
+    vectorise: bool = True
 
 
 class ClientWorkerRole:
@@ -128,6 +133,7 @@ class ClientWorkerRole:
         self.upload_hook = None  # optional callable(arm, t, client, upload) -> upload (fault injection)
         self.recorder = None  # optional transcript recorder (what the aggregator sees)
         self.secure: dict[str, WorkerSecAgg] = {}  # arm → its hosted clients' SecAgg halves
+        self._stacked: vectorised.StackedTrainer | None = None
 
     def set_arm(self, arm: str, setup: ArmSetup) -> None:
         """Play ``arm``'s clients with ``setup``; its key views are moved to this worker's device once."""
@@ -150,10 +156,9 @@ class ClientWorkerRole:
         responses, costs = self.secure[arm].unmask(t, survivors)
         return responses, vars(costs)
 
-    def _batches(self, client: int, t: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """The client's minibatches for round ``t``, gathered one at a time as training consumes them
-        (a pre-gathered list would hold a copy of the client's whole data set)."""
-        idx = client_batches(
+    def _batch_indices(self, client: int, t: int) -> list[np.ndarray]:
+        """The client's minibatches (dataset indices) for round ``t``, from its own stream."""
+        return client_batches(
             self.partitions[client],
             batch_size=self.training.batch_size,
             epochs=self.training.local_epochs,
@@ -162,7 +167,11 @@ class ClientWorkerRole:
             client_id=client,
             round=t,
         )
-        return self.samples.batches(idx)
+
+    def _batches(self, client: int, t: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The client's minibatches for round ``t``, gathered one at a time as training consumes them
+        (a pre-gathered list would hold a copy of the client's whole data set)."""
+        return self.samples.batches(self._batch_indices(client, t))
 
     def _train(
         self, w0: torch.Tensor, start: torch.Tensor, client: int, t: int, out: torch.Tensor | None
@@ -174,6 +183,20 @@ class ClientWorkerRole:
         self.trainer.reset(start)
         losses = loss_values([self.trainer.step(b) for b in self._batches(client, t)])
         return self.trainer.params(out), float(np.mean(losses)) if losses else 0.0
+
+    def _together(self, t: int, clients: list[int], **kwargs) -> vectorised.ClientRound | None:
+        """The round's clients trained together (:mod:`sifl_ray.optim.vectorised`), or ``None``: one at a time
+        (``train.vectorise=false``, no-op clients, or what cannot be vectorised, said once)."""
+        if not self.training.vectorise or self.training.skip_training:
+            return None
+        why = vectorised.fallback_reason(self.trainer, recorder=self.recorder)
+        if why is not None:
+            vectorised.say_fallback(why)
+            return None
+        if self._stacked is None:
+            self._stacked = vectorised.StackedTrainer(self.trainer)
+        batches = partial(self._batch_indices, t=t)
+        return vectorised.client_round(self._stacked, self.samples, batches, clients, **kwargs)
 
     def train_round(
         self,
@@ -223,20 +246,27 @@ class ClientWorkerRole:
         start = w0.to(self.dtype)  # every client starts from w0: cast it once, not once per client
         # A direct upload is consumed before the next client trains, so one buffer serves them all.
         local = torch.empty_like(w0) if direct else None
-        for client in sorted(clients):
+        coded = None if w_tilde is None else (setup.server_view, w_tilde)
+        together = self._together(t, clients, w0=w0, start=start, coded=coded, form=setup.client_form)
+        for client in sorted(clients) if together is None else together.order:
             size = 1.0 if setup.uniform_weights else float(len(self.partitions[client]))
             t0 = time.perf_counter()
             step = None if setup.step is None else partial(setup.step, start=w0, arm=arm, client=client, t=t)
             if w_tilde is not None and not shortcut:
                 form = stepwise_update if setup.client_form == "stepwise" else fused_update
-                upload, stats = form(
-                    setup.server_view, w_tilde, self.trainer, self._batches(client, t), step=step
+                upload, stats = (
+                    form(setup.server_view, w_tilde, self.trainer, self._batches(client, t), step=step)
+                    if together is None
+                    else together.update(client, step=step)
                 )
                 loss = float(stats.get("loss", 0.0))
                 report.clipped += int(stats.get("clipped", 0.0))
                 report.train_s += time.perf_counter() - t0
             else:
-                w_k, loss = self._train(w0, start, client, t, local)
+                if together is None:
+                    w_k, loss = self._train(w0, start, client, t, local)
+                else:
+                    w_k, loss = together.local(client, torch.empty_like(w0) if local is None else local)
                 report.train_s += time.perf_counter() - t0
                 if step is not None:
                     w_k, clipped = step(w_k)
@@ -258,6 +288,7 @@ class ClientWorkerRole:
             report.accepted.append(client)
             report.weight += size
             report.train_loss_sum += size * loss
+        report.accepted.sort()  # trained together, clients come in groups of equal minibatch counts
         if shortcut and report.weight > 0:
             t0 = time.perf_counter()
             acc = w_tilde * report.weight + setup.server_view.apply_P1(delta_sum)
@@ -321,10 +352,14 @@ class ClientWorkerRole:
         ring = np.zeros(n, dtype=np.uint64)
         exact = np.zeros(n, dtype=np.float64)  # simulation only: Σ clip_B(x_i), the evaluator's truth
         protocol_ids: list[int] = []
-        for client in sorted(clients):
+        together = self._together(t, clients, w0=w0, start=start)
+        for client in sorted(clients) if together is None else together.order:
             size = 1.0 if setup.uniform_weights else float(len(self.partitions[client]))
             t0 = time.perf_counter()
-            w_k, loss = self._train(w0, start, client, t, None)
+            if together is None:
+                w_k, loss = self._train(w0, start, client, t, None)
+            else:
+                w_k, loss = together.local(client, torch.empty_like(w0))
             report.train_s += time.perf_counter() - t0
             upload = w_k.to(CODING_DTYPE)
             if setup.step is not None:
@@ -351,6 +386,7 @@ class ClientWorkerRole:
             report.accepted.append(client)
             report.weight += size
             report.train_loss_sum += size * loss
+        report.accepted.sort()  # trained together, clients come in groups of equal minibatch counts
         ring_reduce_(ring, codec.ring_bits)
         ids = tuple(protocol_ids)
         partials = [

@@ -138,7 +138,7 @@ def test_targets_and_result_lines():
 
 
 def test_the_vectorised_slot_is_found_at_run_time():
-    assert find_vectorised_switch(ScenarioConfig) == ()  # this platform has none yet
+    assert find_vectorised_switch(ScenarioConfig) == ("train.vectorise",)  # sifl_ray.optim.vectorised
 
     @dataclass
     class Train:
@@ -226,5 +226,8 @@ def test_a_rehearsal_runs_every_section_through_the_platform(ray_session, tmp_pa
     for key in ("rounds_mlp_fl_over_bare", "rounds_mlp_m2_over_fl"):
         assert figures[key]["status"] == "rehearsal" and figures[key]["value"] > 0
     assert figures["memory_rounds_mlp_worker_peak"]["value"] > 50  # MiB per worker (peak RSS here)
-    assert figures["vectorised_n1000_speedup"]["status"] == "not_available"
+    vectorised = data["sections"]["vectorised"]
+    assert vectorised["available"] and vectorised["switch"] == "train.vectorise=true (per-client: false)"
+    assert figures["vectorised_n1000_speedup"]["status"] == "rehearsal"
+    assert figures["vectorised_n1000_speedup"]["value"] > 0
     assert set(data["sections"]["memory"]) == {"agreement", "rounds_mlp"}
