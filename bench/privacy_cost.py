@@ -141,7 +141,7 @@ def report(res: dict[str, Any]) -> str:
                 extra = (
                     f"k = {run['degree']}{' (all pairs)' if run['degree'] == run['clients'] - 1 else ''}; "
                     f"protocol {1e3 * run['secagg_client_protocol_s']['median']:.2f} ms/client, "
-                    f"{1e3 * run['secagg_server_protocol_s']['median']:.0f} ms at the aggregator, "
+                    f"{1e3 * run['secagg_server_protocol_s']['median']:.1f} ms at the aggregator, "
                     f"{run['secagg_messages']['median']:.0f} messages"
                 )
             elif arm == "sifl_m2":
