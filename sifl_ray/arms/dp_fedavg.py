@@ -107,7 +107,7 @@ class DpFedAvg(Arm):
     )
 
     def instances(self, cfg: Mapping) -> list[str]:
-        return [f"dp_fedavg_eps{eps_label(e)}" for e in _epsilons(cfg)]
+        return [f"{self.kind}_eps{eps_label(e)}" for e in _epsilons(cfg)]
 
     def problems(self, cfg: Mapping) -> list[str]:
         out = [
@@ -127,7 +127,7 @@ class DpFedAvg(Arm):
     def epsilon(self, cfg: Mapping, arm: str) -> float:
         """The target ε of instance ``arm`` (``dp_fedavg_eps5`` → 5.0)."""
         for eps in _epsilons(cfg):
-            if f"dp_fedavg_eps{eps_label(eps)}" == arm:
+            if f"{self.kind}_eps{eps_label(eps)}" == arm:
                 return float(eps)
         raise KeyError(arm)
 

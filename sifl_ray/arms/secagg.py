@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from sifl_ray.arms.base import Arm, ArmContext, PartySteps, Release
 from sifl_ray.arms.dp_fedavg import AddUpdate, ClipUpdate, DpFedAvg
-from sifl_ray.arms.nbafl import eps_label
 
 if TYPE_CHECKING:
     import torch
@@ -189,15 +188,6 @@ class DpFedAvgSecAgg(DpFedAvg):
         "DP-FedAvg, distributed: each client adds its share of the noise, uploads masked (secure aggregation)"
     )
 
-    def instances(self, cfg: Mapping) -> list[str]:
-        return [f"{self.kind}_eps{eps_label(e)}" for e in _epsilons(cfg)]
-
-    def epsilon(self, cfg: Mapping, arm: str) -> float:
-        for eps in _epsilons(cfg):
-            if f"{self.kind}_eps{eps_label(eps)}" == arm:
-                return float(eps)
-        raise KeyError(arm)
-
     def problems(self, cfg: Mapping) -> list[str]:
         dp = cfg.get("dp_fedavg") or {}
         clip = float(dp.get("clip", 1.0))
@@ -280,8 +270,3 @@ def ring_report(cfg: Any, *, clip: float) -> dict[str, Any]:
         "graph_degree": min(degree, int(cfg.clients.num_clients) - 1),
         "sum_error_bound_per_client": codec.sum_error_bound(1),
     }
-
-
-def _epsilons(cfg: Mapping) -> list[float]:
-    section = cfg.get("dp_fedavg") or {}
-    return list(section.get("epsilons", [5.0]))

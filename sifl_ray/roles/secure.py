@@ -30,6 +30,7 @@ ids ``0..N-1``. Each round is a fresh protocol run: keys, graph and masks are ne
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -125,7 +126,12 @@ class RoundPublic:
     graph: NeighbourGraph
 
     def index(self, client: int) -> int:
-        return self.roster.index(client)
+        """The client's protocol id: its position in the sorted roster (a binary search, not a scan: a
+        worker asks once per client, a thousand clients a round)."""
+        i = bisect_left(self.roster, client)
+        if i == len(self.roster) or self.roster[i] != client:
+            raise SecAggError(f"client {client} is not in round {self.t}'s roster")
+        return i
 
 
 @dataclass
