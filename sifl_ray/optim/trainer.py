@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from sifl_ray.coding.base import CODING_DTYPE
+from sifl_ray.optim.rules import RuleOptimizer, UpdateRule, update_rule
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -74,23 +75,32 @@ def torch_optimizer_names() -> tuple[str, ...]:
 
 
 def make_optimizer_factory(optimizer: str | Callable[..., torch.optim.Optimizer], lr: float, **kwargs: Any):
-    """``params -> torch.optim.Optimizer`` for a name (``sgd``, ``momentum`` = SGD with momentum 0.9,
-    ``adam``, or any ``torch.optim`` class name such as ``"AdamW"``), or a callable
-    ``f(params, lr=..., **kwargs)``."""
+    """``params -> optimizer`` for a name (``sgd``, ``momentum`` = SGD with momentum 0.9, ``adam``, or any
+    ``torch.optim`` class name such as ``"AdamW"``), or a callable ``f(params, lr=..., **kwargs)``.
+
+    SGD and Adam with the options their rules implement are :class:`~sifl_ray.optim.rules.RuleOptimizer`
+    over :func:`~sifl_ray.optim.rules.update_rule` (``torch.optim``'s arithmetic without its class: see
+    there why); everything else is the ``torch.optim`` class itself.
+    """
     if callable(optimizer):
         return lambda params: optimizer(params, lr=lr, **kwargs)
     if optimizer in OPTIMIZERS:
         cls, defaults = OPTIMIZERS[optimizer]
-        return lambda params: cls(params, lr=lr, **{**defaults, **kwargs})
-    if optimizer not in torch_optimizer_names():
+        kwargs = {**defaults, **kwargs}
+    elif optimizer in torch_optimizer_names():
+        cls = getattr(torch.optim, optimizer)
+    else:
         known = ", ".join([*OPTIMIZERS, "or a torch.optim class name (e.g. 'AdamW', 'RMSprop')"])
         raise ValueError(f"unknown optimizer {optimizer!r}; expected {known}")
-    cls = getattr(torch.optim, optimizer)
+    rule = update_rule(cls, lr, **kwargs)
+    if isinstance(rule, UpdateRule):
+        return lambda params: RuleOptimizer(params, rule)
     return lambda params: cls(params, lr=lr, **kwargs)
 
 
 class TorchTrainer:
-    """A :class:`Trainer` over ``model`` (any ``nn.Module``) and a torch optimizer.
+    """A :class:`Trainer` over ``model`` (any ``nn.Module``) and an optimizer: ``torch.optim``'s SGD /
+    Momentum / Adam arithmetic as a rule (:mod:`sifl_ray.optim.rules`), or any ``torch.optim`` class.
 
     Args:
         model: the network; its parameters, in ``model.parameters()`` order, are the vector w.
@@ -99,6 +109,8 @@ class TorchTrainer:
         lr: learning rate.
         loss_fn: ``loss_fn(model(x), y)``; cross-entropy by default.
         **opt_kwargs: passed to the optimizer (e.g. ``weight_decay``).
+
+    ``optimizer`` (the attribute) is the current client's optimizer: a fresh one at every :meth:`reset`.
     """
 
     def __init__(

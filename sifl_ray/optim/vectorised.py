@@ -51,6 +51,7 @@ from torch.func import functional_call, grad_and_value, vmap
 from sifl_ray.coding.base import CODING_DTYPE, ClientServerKey
 from sifl_ray.device import SampleStore
 from sifl_ray.models import CNN, CNN2, MLP
+from sifl_ray.optim.rules import Params, RuleOptimizer, UpdateRule, update_rule
 from sifl_ray.optim.target import ModelStep, fused_tail, fused_update, stepwise_tail, stepwise_update
 from sifl_ray.optim.trainer import TorchTrainer, loss_values
 
@@ -84,100 +85,22 @@ STATELESS_LAYERS: tuple[type[nn.Module], ...] = (
 )
 CONTAINERS: tuple[type[nn.Module], ...] = (nn.Sequential, MLP, CNN, CNN2)
 
-Params = list[torch.Tensor]  # one tensor per parameter: (C, *shape) stacked, or (*shape) shared by all
-
-
 # ------------------------------------------------------------------------------------------------------------
-# The optimizers, on a stack of clients.
+# The optimizer, on a stack of clients.
 
 
-@dataclass(frozen=True)
-class StackedOptimizer:
-    """``torch.optim``'s update for C clients at once, each with its own state.
-
-    ``init()`` makes the fresh state (a new optimizer per client and round, as the loop has);
-    ``update(params, grads, state, out)`` writes the new parameters into ``out`` (one (C, *shape) tensor
-    per parameter). At step 0 ``params`` are shared by every client (no client axis: they all start from
-    the broadcast); later they are ``out`` itself, updated in place.
-    """
-
-    name: str
-    init: Callable[[], dict[str, Any]]
-    update: Callable[[Params, Params, dict[str, Any], Params], None]
-
-
-def sgd(*, lr: float, momentum: float = 0.0, dampening: float = 0.0) -> StackedOptimizer:
-    """``torch.optim.SGD`` (no weight decay, no Nesterov), ``_single_tensor_sgd`` operation for operation."""
-
-    def init() -> dict[str, Any]:
-        return {"buf": None}
-
-    def update(params: Params, grads: Params, state: dict[str, Any], out: Params) -> None:
-        first = state["buf"] is None
-        if momentum != 0 and first:
-            state["buf"] = [g.detach().clone() for g in grads]
-        for i, (p, g, o) in enumerate(zip(params, grads, out, strict=True)):
-            if momentum != 0:
-                buf = state["buf"][i]
-                if not first:
-                    buf.mul_(momentum).add_(g, alpha=1 - dampening)
-                g = buf
-            torch.add(p, g, alpha=-lr, out=o)
-
-    return StackedOptimizer("momentum" if momentum else "sgd", init, update)
-
-
-def adam(*, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> StackedOptimizer:
-    """``torch.optim.Adam`` (no weight decay, no AMSGrad), ``_single_tensor_adam`` operation for operation.
-
-    Every client of a chunk has taken the same number of steps (a chunk is one minibatch count), so the
-    step count, and with it the bias corrections, is one Python number, as torch computes it.
-    """
-    beta1, beta2 = betas
-
-    def init() -> dict[str, Any]:
-        return {"step": 0, "exp_avg": None, "exp_avg_sq": None}
-
-    def update(params: Params, grads: Params, state: dict[str, Any], out: Params) -> None:
-        if state["exp_avg"] is None:
-            state["exp_avg"] = [torch.zeros_like(g) for g in grads]
-            state["exp_avg_sq"] = [torch.zeros_like(g) for g in grads]
-        state["step"] += 1
-        step = float(state["step"])  # torch keeps the count as a float32 tensor and reads it with item()
-        bias_correction1 = 1 - beta1**step
-        bias_correction2 = 1 - beta2**step
-        step_size = lr / bias_correction1
-        bias_correction2_sqrt = bias_correction2**0.5
-        moments = zip(params, grads, state["exp_avg"], state["exp_avg_sq"], out, strict=True)
-        for p, g, exp_avg, exp_avg_sq, o in moments:
-            exp_avg.lerp_(g, 1 - beta1)
-            exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-            denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
-            torch.addcdiv(p, exp_avg, denom, value=-step_size, out=o)
-
-    return StackedOptimizer("adam", init, update)
-
-
-def stacked_optimizer(optimizer: torch.optim.Optimizer) -> StackedOptimizer | str:
-    """The stacked form of the trainer's own optimizer (its class and settings), or why there is none."""
-    group = optimizer.param_groups[0]
+def stacked_optimizer(optimizer: Any) -> UpdateRule | str:
+    """The update rule of the trainer's own optimizer (:mod:`sifl_ray.optim.rules`: the loop's arithmetic,
+    which updates a stack as it updates one client), or why there is none."""
+    if isinstance(optimizer, RuleOptimizer):
+        return optimizer.rule
     if len(optimizer.param_groups) != 1:
         return "the optimizer has several parameter groups"
-
-    def unsupported(**defaults: Any) -> str | None:
-        off = [f"{k}={group.get(k)!r}" for k, v in defaults.items() if group.get(k, v) != v]
-        return f"{type(optimizer).__name__} with {', '.join(off)} has no vectorised form" if off else None
-
-    common = {"weight_decay": 0, "maximize": False, "differentiable": False}
-    if type(optimizer) is torch.optim.SGD:
-        why = unsupported(**common, nesterov=False)
-        return why or sgd(lr=group["lr"], momentum=group["momentum"], dampening=group["dampening"])
-    if type(optimizer) is torch.optim.Adam:
-        why = unsupported(**common, amsgrad=False, capturable=False, decoupled_weight_decay=False)
-        if why is None and any(isinstance(v, torch.Tensor) for v in (group["lr"], *group["betas"])):
-            why = "Adam with tensor hyperparameters has no vectorised form"
-        return why or adam(lr=group["lr"], betas=tuple(group["betas"]), eps=group["eps"])
-    return f"optimizer {type(optimizer).__name__} has no vectorised form (sgd, momentum and adam have)"
+    settings = {k: v for k, v in optimizer.param_groups[0].items() if k not in ("params", "lr")}
+    rule = update_rule(type(optimizer), optimizer.param_groups[0]["lr"], **settings)
+    if isinstance(rule, UpdateRule):
+        return rule
+    return f"optimizer {rule} has no vectorised form (sgd, momentum and adam have)"
 
 
 # ------------------------------------------------------------------------------------------------------------
