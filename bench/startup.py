@@ -2,10 +2,16 @@
 
 Runs ``python run.py`` (the quickstart unless overrides say otherwise; ``output.progress=false``) as a
 fresh process ``--runs`` times. For each run: its wall time (launch to exit), the start-up marks the run
-writes into ``summary.json`` (``startup``: imports, Ray, the parties, the time to the first round, the
-rounds; :meth:`sifl_ray.runner.Simulation.startup`), the end of the run (exit minus the end of the last
-round: summary, TensorBoard, plots, Ray's shutdown, the interpreter's exit), and the peak PSS of the run's
-whole process tree (the driver, Ray's processes, every actor; :class:`bench.memory.MemorySampler`).
+writes into ``summary.json`` (``startup``, :meth:`sifl_ray.runner.Simulation.startup`: from the launch, the
+driver's imports done, the parties ready, the first round; durations: Ray's start, which overlaps the
+imports, and the rounds), the end of the run (exit minus the end of the last round: summary, TensorBoard,
+plots, Ray's shutdown, the interpreter's exit), and the peak PSS of the run's whole process tree (the
+driver, Ray's processes, every actor; :class:`bench.memory.MemorySampler`).
+
+Beside the runs, the floor of that start on this machine (``--floor-runs``, in turn with the runs): a
+script that starts Ray as the run does and then as many bare actors as the run had, each importing torch
+and nothing else. It is what one actor per party costs before any of this platform's code runs: the first
+round cannot come sooner than it.
 
 Targets (issue 12, on a 2-core machine): first round ≤ 5 s after the launch, ``python run.py`` ≤ 12 s.
 The machine is shared and noisy: the load average before and after each run is printed and written.
@@ -34,6 +40,28 @@ FIRST_ROUND_TARGET_S = 5.0
 WALL_TARGET_S = 12.0
 PHASES = ("imports_s", "backend_s", "parties_s", "to_first_round_s", "rounds_s")
 
+#: The floor: Ray started as ``sifl run`` starts it, then ACTORS bare actors that import torch. Prints the
+#: seconds from the launch to Ray up and to every actor ready.
+FLOOR_SCRIPT = """
+import sys, time
+import ray
+ray.init(address="local", include_dashboard=False, configure_logging=False, log_to_driver=True)
+up = time.time()
+
+@ray.remote(num_cpus=0)
+class Bare:
+    def __init__(self):
+        import torch  # noqa: F401
+
+    def ready(self):
+        return "torch" in sys.modules
+
+actors = [Bare.remote() for _ in range(int(sys.argv[1]))]
+assert all(ray.get([a.ready.remote() for a in actors]))
+print(up, time.time())
+ray.shutdown()
+"""
+
 
 def run_once(overrides: list[str], interval: float) -> dict[str, Any]:
     """One ``python run.py`` in a fresh process; its wall time, start-up record and peak PSS."""
@@ -53,7 +81,8 @@ def run_once(overrides: list[str], interval: float) -> dict[str, Any]:
         if proc.returncode != 0:
             raise RuntimeError(f"python run.py failed ({proc.returncode}):\n{output[-4000:]}")
         (summary_path,) = Path(out).rglob("summary.json")
-        startup = json.loads(summary_path.read_text())["startup"]
+        summary = json.loads(summary_path.read_text())
+        startup = summary["startup"]
     peak, by_kind = sampler.peak()
     first, rounds = startup["to_first_round_s"], startup["rounds_s"]
     return {
@@ -64,16 +93,45 @@ def run_once(overrides: list[str], interval: float) -> dict[str, Any]:
         "peak_by_process": by_kind,
         "load_before": load,
         "load_after": os.getloadavg()[0],
+        "actors": len((summary["placement"] or {}).get("parties", {})),  # none in-process (sequential)
         "result_line": next((ln for ln in output.splitlines() if ln.startswith("RESULT ")), ""),
     }
 
 
+def floor_once(actors: int) -> dict[str, float]:
+    """The floor script once (see the module docstring): seconds from its launch to Ray up and to the
+    ``actors`` bare actors ready."""
+    start = time.time()
+    proc = subprocess.run(
+        [sys.executable, "-c", FLOOR_SCRIPT, str(actors)], cwd=ROOT, capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"the floor script failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    up, ready = map(float, proc.stdout.split()[-2:])
+    return {"ray_up_s": up - start, "actors_ready_s": ready - start, "actors": actors}
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    runs = [run_once(args.overrides, args.interval) for _ in range(args.runs)]
+    runs, floors = [], []
+    for i in range(max(args.runs, args.floor_runs)):
+        if i < args.runs:
+            runs.append(run_once(args.overrides, args.interval))
+        if i < args.floor_runs and runs and runs[-1]["actors"]:
+            floors.append(floor_once(runs[-1]["actors"]))
     keys = ("wall_s", *PHASES, "end_s")
     median = {k: statistics.median(r[k] for r in runs) for k in keys if all(r[k] is not None for r in runs)}
     median["peak_pss_mib"] = statistics.median(r["peak_pss_bytes"] for r in runs) / MIB
-    return {"name": "startup", "args": vars(args), "runs": runs, "median": median}
+    floor = (
+        {k: statistics.median(f[k] for f in floors) for k in ("ray_up_s", "actors_ready_s")} if floors else {}
+    )
+    return {
+        "name": "startup",
+        "args": vars(args),
+        "runs": runs,
+        "median": median,
+        "floors": floors,
+        "floor": floor,
+    }
 
 
 def report(res: dict[str, Any]) -> str:
@@ -104,12 +162,14 @@ def report(res: dict[str, Any]) -> str:
     where = sorted(last["peak_by_process"].items(), key=lambda kv: -kv[1])[:6]
     lines = [
         f"startup: python run.py {' '.join(res['args']['overrides'])} ({len(res['runs'])} runs); "
-        "seconds from the launch (imports: interpreter, imports, configuration; end: summary, TensorBoard, "
-        "plots, Ray's shutdown, exit)",
+        "imports, parties, → 1st round: seconds from the launch (imports: interpreter, configuration, the "
+        "driver's imports); Ray, rounds, end: durations (Ray starts while the driver imports; end: summary, "
+        "TensorBoard, plots, Ray's shutdown, exit)",
         "",
         table(rows, header),
         "",
         "largest at the peak (MiB, last run): " + ", ".join(f"{k} {v / MIB:.0f}" for k, v in where),
+        *floor_lines(res),
         f"CHECK first_round_s={m['to_first_round_s']:.2f} target={FIRST_ROUND_TARGET_S:g}",
         f"CHECK run_py_wall_s={m['wall_s']:.2f} target={WALL_TARGET_S:g}",
         result_line(res["name"], m["wall_s"] / WALL_TARGET_S, 1.0),
@@ -117,9 +177,30 @@ def report(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def floor_lines(res: dict[str, Any]) -> list[str]:
+    """The floor, and how far above it the run's first round came."""
+    floor = res["floor"]
+    if not floor:
+        return []
+    actors = res["floors"][-1]["actors"]
+    first = res["median"]["to_first_round_s"]
+    return [
+        f"floor ({len(res['floors'])} runs, medians): Ray up {floor['ray_up_s']:.2f} s, then {actors} bare "
+        f"actors importing torch ready {floor['actors_ready_s']:.2f} s after the launch; the run's first "
+        f"round came {first - floor['actors_ready_s']:.2f} s after that",
+        f"CHECK floor_actors_ready_s={floor['actors_ready_s']:.2f} target={FIRST_ROUND_TARGET_S:g}",
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench startup", description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="runs of python run.py (default 3)")
+    parser.add_argument(
+        "--floor-runs",
+        type=int,
+        default=3,
+        help="runs of the floor script, in turn with the runs (default 3)",
+    )
     parser.add_argument("--interval", type=float, default=0.1, help="seconds between PSS samples")
     parser.add_argument("--out", default="bench_results/startup.json", help="JSON path")
     parser.add_argument("overrides", nargs="*", help="run.py overrides (key=value), e.g. scenario=quickstart")

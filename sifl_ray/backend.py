@@ -4,7 +4,8 @@ Two backends implement it: :class:`actors.backend.RayBackend` (each party a Ray 
 them) and :class:`sifl_ray.sequential.SequentialBackend` (the same role hosts called in-process, in order:
 the reference run). :func:`~sifl_ray.round.run_round` and the runner use nothing else, so a new backend (a
 process pool, another actor framework) is a class with these members, named in ``ray.backend`` and built by
-``sifl_ray.runner.make_backend``; ``tests/test_backend.py`` checks that each backend has them all.
+:func:`make_backend` (here, not in the runner: the CLI starts Ray before it imports torch and the runner);
+``tests/test_backend.py`` checks that each backend has them all.
 
 Two words. A *handle* is what :meth:`Backend.spawn` returns (an actor, or the object itself); a *ref* is
 what :meth:`Backend.call` and :meth:`Backend.put` return (an ObjectRef, or a resolved stand-in) and what
@@ -14,7 +15,10 @@ what :meth:`Backend.call` and :meth:`Backend.put` return (an ObjectRef, or a res
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 
 @runtime_checkable
@@ -78,3 +82,15 @@ class Backend(Protocol):
 
     def shutdown(self) -> None:
         """Release what the backend started (a private Ray instance); leave alone what it only joined."""
+
+
+def make_backend(cfg: DictConfig, **ray_kwargs: Any) -> Backend:
+    """The backend ``ray.backend`` names: in-process, or Ray (a private instance, or the cluster
+    ``ray.address`` names). Imports only what that backend needs (Ray, not torch)."""
+    if cfg.ray.backend == "sequential":
+        from sifl_ray.sequential import SequentialBackend
+
+        return SequentialBackend()
+    from actors.backend import RayBackend
+
+    return RayBackend(address=cfg.ray.address, **ray_kwargs)

@@ -34,16 +34,6 @@ def say(text: str) -> None:
     print(f"[sifl] {text}", file=sys.stderr, flush=True)
 
 
-def make_backend(cfg: DictConfig, **ray_kwargs: Any) -> Backend:
-    if cfg.ray.backend == "sequential":
-        from sifl_ray.sequential import SequentialBackend
-
-        return SequentialBackend()
-    from actors.backend import RayBackend
-
-    return RayBackend(address=cfg.ray.address, **ray_kwargs)
-
-
 #: With ``ray.aggregator_actors=0`` (auto), one aggregator actor per this many rows of the encoded vector (at
 #: most one per shard): a shard's reduce takes milliseconds below it, less than a process costs (~1.5 s of
 #: CPU to start, ~180 MiB), while the paper's CNNs (582,539 and 1,200,011 rows) keep an actor per shard.

@@ -20,14 +20,14 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from sifl_ray.backend import Backend
+from sifl_ray.backend import Backend, make_backend
 from sifl_ray.checkpoint import CheckpointError, describe_error
 from sifl_ray.config import ConfigError, arm_names
 from sifl_ray.data import sample_clients
 from sifl_ray.faults import FaultJournal, FaultPlan
 from sifl_ray.round import ArmState, Parties, PartyLost, RoundPolicy, RoundResult, run_round
 from sifl_ray.runner.arms import setup_arm
-from sifl_ray.runner.parties import PartyPool, make_backend, say, worker_count
+from sifl_ray.runner.parties import PartyPool, say, worker_count
 from sifl_ray.runner.recorder import Progress, Recorder
 from sifl_ray.runner.state import (
     Checkpoints,
@@ -63,6 +63,7 @@ class Simulation:
         *,
         backend: Backend | None = None,
         run_dir: Path | None = None,
+        startup_marks: dict[str, float] | None = None,
         _resume: ResumePoint | None = None,
     ):
         self.cfg = cfg
@@ -81,14 +82,17 @@ class Simulation:
             deadline_s=cfg.faults.deadline_s,
             max_retries=cfg.faults.max_retries,
         )
-        # Where a run's fixed cost goes (summary.json "startup"): wall-clock marks from the driver's start.
-        self.marks: dict[str, float] = {"process": _process_start(), "simulation": time.time()}
+        # Where a run's fixed cost goes (summary.json "startup"): wall-clock marks from the driver's start. A
+        # caller that started the backend itself passes its marks (the CLI starts Ray while it imports).
+        self.marks: dict[str, float | None] = {"process": _process_start(), **(startup_marks or {})}
+        self.marks.setdefault("imports", time.time())
         if backend is None:
+            self.marks["backend_start"] = time.time()
             backend = make_backend(cfg)
+            self.marks["backend"] = time.time()
             # The first line a run prints: a private Ray instance or a joined cluster, and its size.
             if backend.description:
                 print(backend.description, flush=True)
-        self.marks["backend"] = time.time()
         self.backend = backend
         self.driver = DriverState(self.arms)
         self.recorder = Recorder(cfg, run_dir=self.run_dir, driver=self.driver, journal=self.journal)
@@ -417,19 +421,20 @@ class Simulation:
         return result
 
     def startup(self) -> dict[str, float | None]:
-        """Seconds of this run's start, from the driver process's start (``None`` where not reached):
-        ``imports_s`` (interpreter, imports, configuration), ``backend_s`` (starting or joining Ray),
-        ``parties_s`` (data set, actors, keys), ``to_first_round_s`` (all of it, and the records opened),
-        ``rounds_s`` (every round played). ``bench/startup.py`` adds what follows: the end of the run."""
+        """Seconds of this run's start (``None`` where not reached or not measured). From the driver
+        process's start: ``imports_s`` (interpreter, configuration, the driver's imports), ``parties_s``
+        (and the data set, actors, keys), ``to_first_round_s`` (and the records opened). Durations:
+        ``backend_s`` (starting or joining Ray; under ``sifl run`` it overlaps the imports), ``rounds_s``
+        (every round played). ``bench/startup.py`` adds what follows: the end of the run."""
         m = self.marks
 
         def span(a: str, b: str) -> float | None:
-            return round(m[b] - m[a], 3) if a in m and b in m and m[a] is not None else None
+            return round(m[b] - m[a], 3) if m.get(a) is not None and m.get(b) is not None else None
 
         return {
-            "imports_s": span("process", "simulation"),
-            "backend_s": span("simulation", "backend"),
-            "parties_s": span("backend", "parties"),
+            "imports_s": span("process", "imports"),
+            "backend_s": span("backend_start", "backend"),
+            "parties_s": span("process", "parties"),
             "to_first_round_s": span("process", "first_round"),
             "rounds_s": span("first_round", "rounds_done"),
         }
@@ -450,9 +455,13 @@ class Simulation:
 
 
 def run_scenario(
-    cfg: DictConfig, *, backend: Backend | None = None, run_dir: Path | None = None
+    cfg: DictConfig,
+    *,
+    backend: Backend | None = None,
+    run_dir: Path | None = None,
+    startup_marks: dict[str, float] | None = None,
 ) -> RunResult:
-    sim = Simulation(cfg, backend=backend, run_dir=run_dir)
+    sim = Simulation(cfg, backend=backend, run_dir=run_dir, startup_marks=startup_marks)
     try:
         return sim.run(close=True)
     finally:

@@ -11,6 +11,7 @@ import re
 import pytest
 import torch
 
+from bench import startup as startup_bench
 from bench.__main__ import main as bench_main
 
 TINY = ["--n-train", "480", "--n-test", "100", "--rounds", "2", "--warmup", "1"]
@@ -96,6 +97,14 @@ def test_startup_bench(tmp_path, capsys):
     assert ratio == pytest.approx(r["wall_s"] / 12, abs=5e-4)
     assert r["peak_pss_bytes"] > 50 * 2**20 and "driver" in r["peak_by_process"]  # run.py's process
     assert any(line.startswith("CHECK first_round_s=") for line in lines)
+    assert r["actors"] == 0 and data["floors"] == []  # in-process: no actors, so no floor to compare with
+
+
+def test_startup_floor_is_ray_then_bare_torch_actors():
+    """The floor script for real: its own private Ray (beside the tests' session), two actors that import
+    torch (the script asserts they did)."""
+    floor = startup_bench.floor_once(2)
+    assert floor["actors"] == 2 and 0 < floor["ray_up_s"] < floor["actors_ready_s"] < 120
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
