@@ -57,8 +57,12 @@ class Bare:
         return "torch" in sys.modules
 
 actors = [Bare.remote() for _ in range(int(sys.argv[1]))]
+import torch  # noqa: E402,F401  (the driver's own, as a run's driver has it, while the actors start)
+
 assert all(ray.get([a.ready.remote() for a in actors]))
-print(up, time.time())
+ready = time.time()
+time.sleep(0.5)  # a few samples of the steady state for the caller's PSS sampler
+print(up, ready)
 ray.shutdown()
 """
 
@@ -98,17 +102,25 @@ def run_once(overrides: list[str], interval: float) -> dict[str, Any]:
     }
 
 
-def floor_once(actors: int) -> dict[str, float]:
+def floor_once(actors: int, interval: float) -> dict[str, float]:
     """The floor script once (see the module docstring): seconds from its launch to Ray up and to the
-    ``actors`` bare actors ready."""
+    ``actors`` bare actors ready, and the peak PSS of its process tree (Ray, a driver and the actors with
+    torch imported: what the run's processes hold before any data set or model)."""
     start = time.time()
-    proc = subprocess.run(
-        [sys.executable, "-c", FLOOR_SCRIPT, str(actors)], cwd=ROOT, capture_output=True, text=True
+    proc = subprocess.Popen(
+        [sys.executable, "-c", FLOOR_SCRIPT, str(actors)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
+    with MemorySampler(interval, root=proc.pid) as sampler:
+        out, err = proc.communicate()
     if proc.returncode != 0:
-        raise RuntimeError(f"the floor script failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    up, ready = map(float, proc.stdout.split()[-2:])
-    return {"ray_up_s": up - start, "actors_ready_s": ready - start, "actors": actors}
+        raise RuntimeError(f"the floor script failed ({proc.returncode}):\n{err[-4000:]}")
+    up, ready = map(float, out.split()[-2:])
+    peak, _ = sampler.peak()
+    return {"ray_up_s": up - start, "actors_ready_s": ready - start, "actors": actors, "peak_pss_bytes": peak}
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
@@ -117,13 +129,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         if i < args.runs:
             runs.append(run_once(args.overrides, args.interval))
         if i < args.floor_runs and runs and runs[-1]["actors"]:
-            floors.append(floor_once(runs[-1]["actors"]))
+            floors.append(floor_once(runs[-1]["actors"], args.interval))
     keys = ("wall_s", *PHASES, "end_s")
     median = {k: statistics.median(r[k] for r in runs) for k in keys if all(r[k] is not None for r in runs)}
     median["peak_pss_mib"] = statistics.median(r["peak_pss_bytes"] for r in runs) / MIB
-    floor = (
-        {k: statistics.median(f[k] for f in floors) for k in ("ray_up_s", "actors_ready_s")} if floors else {}
-    )
+    floor_keys = ("ray_up_s", "actors_ready_s", "peak_pss_bytes")
+    floor = {k: statistics.median(f[k] for f in floors) for k in floor_keys} if floors else {}
     return {
         "name": "startup",
         "args": vars(args),
@@ -187,7 +198,8 @@ def floor_lines(res: dict[str, Any]) -> list[str]:
     return [
         f"floor ({len(res['floors'])} runs, medians): Ray up {floor['ray_up_s']:.2f} s, then {actors} bare "
         f"actors importing torch ready {floor['actors_ready_s']:.2f} s after the launch; the run's first "
-        f"round came {first - floor['actors_ready_s']:.2f} s after that",
+        f"round came {first - floor['actors_ready_s']:.2f} s after that. Peak PSS of the floor "
+        f"{floor['peak_pss_bytes'] / MIB:.0f} MiB (the run's data sets and models come on top)",
         f"CHECK floor_actors_ready_s={floor['actors_ready_s']:.2f} target={FIRST_ROUND_TARGET_S:g}",
     ]
 

@@ -103,8 +103,10 @@ def test_startup_bench(tmp_path, capsys):
 def test_startup_floor_is_ray_then_bare_torch_actors():
     """The floor script for real: its own private Ray (beside the tests' session), two actors that import
     torch (the script asserts they did)."""
-    floor = startup_bench.floor_once(2)
+    floor = startup_bench.floor_once(2, interval=0.1)
     assert floor["actors"] == 2 and 0 < floor["ray_up_s"] < floor["actors_ready_s"] < 120
+    # three torch processes (the driver, two actors) and Ray's: well above one bare interpreter
+    assert floor["peak_pss_bytes"] > 3 * 50 * 2**20
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
