@@ -4,6 +4,7 @@ arms (``ray.aggregator_actors`` says how many actors share the ``ray.num_shards`
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -12,8 +13,10 @@ from sifl_ray.checkpoint import CheckpointError, load_party_key, save_party_key
 from sifl_ray.keys import aggregator_from_state, key_inventory, make_party_aggregator_state
 from sifl_ray.roles.aggregator import Aggregator
 from sifl_ray.roles.messages import Partial
-from sifl_ray.roles.secure import AggregatorSecAgg, SecAggSpec
 from sifl_ray.specs import CodingSpec
+
+if TYPE_CHECKING:  # imported where a secure arm is set up: ``cryptography`` costs ~13 MiB in each process
+    from sifl_ray.roles.secure import AggregatorSecAgg, SecAggSpec
 
 
 class AggregatorActor:
@@ -102,6 +105,8 @@ class AggregatorActor:
 
     def set_secagg(self, arm: str, spec: SecAggSpec) -> None:
         """The arm's secure aggregation (public parameters; kept apart from keys, like the steps)."""
+        from sifl_ray.roles.secure import AggregatorSecAgg
+
         self.secagg[arm] = spec
         self.secagg_rounds[arm] = AggregatorSecAgg(spec, arm)
 

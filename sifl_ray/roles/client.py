@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from functools import partial
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -35,7 +36,9 @@ from sifl_ray.device import HostStaging, SampleStore, on_device, resolve_device
 from sifl_ray.optim import TorchTrainer, fused_update, loss_values, stepwise_update, vectorised
 from sifl_ray.roles.aggregator import check_upload
 from sifl_ray.roles.messages import MaskedPartial, Partial, WorkerReport
-from sifl_ray.roles.secure import RoundPublic, SecAggSpec, WorkerSecAgg
+
+if TYPE_CHECKING:  # imported where a secure arm is set up: ``cryptography`` costs ~13 MiB in each process
+    from sifl_ray.roles.secure import RoundPublic, SecAggSpec, WorkerSecAgg
 
 
 def all_finite(x: torch.Tensor) -> bool:
@@ -143,6 +146,8 @@ class ClientWorkerRole:
             aggregator_view=on_device(setup.aggregator_view, self.device),
         )
         if setup.secagg is not None:
+            from sifl_ray.roles.secure import WorkerSecAgg
+
             self.secure[arm] = WorkerSecAgg(setup.secagg, arm)
 
     # Secure aggregation, steps 0, 1 and 3 for the hosted clients (step 2, masking, is in train_round).

@@ -1,0 +1,27 @@
+"""What a party's process imports: only what its arms use.
+
+``cryptography`` (secure aggregation's key agreement, streams and share encryption) costs ~13 MiB of PSS
+in each process that imports it; a run without a secure arm has no use for it in its driver, aggregator
+or client workers. Checked in a fresh interpreter, with a secure arm's import as the control.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+
+def test_the_parties_import_cryptography_only_for_a_secure_arm():
+    script = textwrap.dedent(
+        """
+        import sys
+        import actors.aggregator, actors.client_worker, actors.evaluator, actors.server  # noqa: F401
+        import sifl_ray.arms, sifl_ray.runner  # noqa: F401
+        print("cryptography" in sys.modules)
+        from sifl_ray.roles.secure import WorkerSecAgg  # noqa: F401
+        print("cryptography" in sys.modules)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "True"]
