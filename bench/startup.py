@@ -40,8 +40,8 @@ FIRST_ROUND_TARGET_S = 5.0
 WALL_TARGET_S = 12.0
 PHASES = ("imports_s", "backend_s", "parties_s", "to_first_round_s", "rounds_s")
 
-#: The floor: Ray started as ``sifl run`` starts it, then ACTORS bare actors that import torch. Prints the
-#: seconds from the launch to Ray up and to every actor ready.
+#: The floor: Ray started as ``sifl run`` starts it, then ACTORS bare actors that import torch. Prints a
+#: line ``FLOOR <Ray up> <every actor ready>`` (seconds since the epoch) among Ray's own lines.
 FLOOR_SCRIPT = """
 import sys, time
 import ray
@@ -62,9 +62,24 @@ import torch  # noqa: E402,F401  (the driver's own, as a run's driver has it, wh
 assert all(ray.get([a.ready.remote() for a in actors]))
 ready = time.time()
 time.sleep(0.5)  # a few samples of the steady state for the caller's PSS sampler
-print(up, ready)
+print("FLOOR", up, ready, flush=True)
 ray.shutdown()
 """
+
+
+def run_sampled(argv: list[str], interval: float, what: str) -> tuple[str, MemorySampler]:
+    """Run ``argv`` in the repository root while sampling its process tree's PSS; its output (stdout and
+    stderr together) and the sampler.
+
+    Raises:
+        RuntimeError: it failed; the message ends with the tail of its output.
+    """
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    with MemorySampler(interval, root=proc.pid) as sampler:
+        output, _ = proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{what} failed ({proc.returncode}):\n{output[-4000:]}")
+    return output, sampler
 
 
 def run_once(overrides: list[str], interval: float) -> dict[str, Any]:
@@ -72,18 +87,9 @@ def run_once(overrides: list[str], interval: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="sifl-startup-") as out:
         load = os.getloadavg()[0]
         start = time.perf_counter()
-        proc = subprocess.Popen(
-            [sys.executable, "run.py", "output.progress=false", f"output.dir={out}", *overrides],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        with MemorySampler(interval, root=proc.pid) as sampler:
-            output, _ = proc.communicate()
+        argv = [sys.executable, "run.py", "output.progress=false", f"output.dir={out}", *overrides]
+        output, sampler = run_sampled(argv, interval, "python run.py")
         wall = time.perf_counter() - start
-        if proc.returncode != 0:
-            raise RuntimeError(f"python run.py failed ({proc.returncode}):\n{output[-4000:]}")
         (summary_path,) = Path(out).rglob("summary.json")
         summary = json.loads(summary_path.read_text())
         startup = summary["startup"]
@@ -107,18 +113,11 @@ def floor_once(actors: int, interval: float) -> dict[str, float]:
     ``actors`` bare actors ready, and the peak PSS of its process tree (Ray, a driver and the actors with
     torch imported: what the run's processes hold before any data set or model)."""
     start = time.time()
-    proc = subprocess.Popen(
-        [sys.executable, "-c", FLOOR_SCRIPT, str(actors)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    out, sampler = run_sampled(
+        [sys.executable, "-c", FLOOR_SCRIPT, str(actors)], interval, "the floor script"
     )
-    with MemorySampler(interval, root=proc.pid) as sampler:
-        out, err = proc.communicate()
-    if proc.returncode != 0:
-        raise RuntimeError(f"the floor script failed ({proc.returncode}):\n{err[-4000:]}")
-    up, ready = map(float, out.split()[-2:])
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("FLOOR ")]  # Ray's own lines come around it
+    up, ready = map(float, line.split()[1:])
     peak, _ = sampler.peak()
     return {"ray_up_s": up - start, "actors_ready_s": ready - start, "actors": actors, "peak_pss_bytes": peak}
 

@@ -22,9 +22,13 @@ import json
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from sifl_ray.config import ConfigError, load_config, scenario_names
 from sifl_ray.plugins import PluginError, load_plugins
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 USAGE = __doc__ or ""
 
@@ -34,7 +38,7 @@ def _fail(message: str) -> int:
     return 2
 
 
-def _import_in_background(cfg) -> threading.Thread:
+def _import_in_background(cfg: DictConfig) -> threading.Thread:
     """Import what the driver needs (torch, the runner, TensorBoard, matplotlib) in a thread, while the
     main thread starts Ray.
 
