@@ -38,9 +38,10 @@ class AggregatorActor:
 
     def create_key(
         self, arm: str, *, mode: str, coding: CodingSpec, run_seed: int, key_path: str | None = None
-    ) -> dict | None:
+    ) -> dict:
+        """The aggregator's secrets of ``arm`` (key 2 in M2, its step's noise seed), saved to its key file."""
         state = make_party_aggregator_state(arm=arm, mode=mode, coding=coding, run_seed=run_seed)
-        if key_path is not None and state is not None:
+        if key_path is not None:
             save_party_key(key_path, party="aggregator", arm=arm, mode=mode, state=state)
         return state
 
@@ -69,18 +70,17 @@ class AggregatorActor:
         bounds: tuple[int, int],
         shard: int | None = None,
     ) -> None:
-        """Take key 2 back from the aggregator's own key file (a restarted shard, or a resume)."""
-        state = None
-        if mode == "m2":
-            if key_path is None:
-                raise CheckpointError(
-                    f"arm {arm}: the aggregator's key file is unknown; key 2 cannot be restored"
-                )
-            saved = load_party_key(key_path, party="aggregator", arm=arm)
-            if saved.get("mode") != mode:
-                raise CheckpointError(f"{key_path}: a key for mode {saved.get('mode')}, expected {mode}")
-            state = saved["state"]
-        self.setup_arm(arm, mode=mode, coding=coding, state=state, bounds=bounds, shard=shard)
+        """Take the aggregator's secrets back from its own key file (a restarted shard, or a resume): key 2
+        in M2, and in every arm the seed of its step's noise, so that a replayed round draws the noise it
+        drew the first time."""
+        if key_path is None:
+            raise CheckpointError(
+                f"arm {arm}: the aggregator's key file is unknown; its secrets cannot be restored"
+            )
+        saved = load_party_key(key_path, party="aggregator", arm=arm)
+        if saved.get("mode") != mode:
+            raise CheckpointError(f"{key_path}: a key for mode {saved.get('mode')}, expected {mode}")
+        self.setup_arm(arm, mode=mode, coding=coding, state=saved["state"], bounds=bounds, shard=shard)
 
     def _key(self, arm: str):
         """Key 2 of ``arm`` (every shard of this actor holds the same one; ``None`` unless M2)."""

@@ -40,36 +40,55 @@ def party_seed(key_seed: int | None, arm: str, party: str) -> bytes:
 
 
 class ClientNoiseSeeds:
-    """The NbAFL noise seeds of the clients a worker hosts: one :func:`party_seed` per client (party
-    ``client-<id>``), made on first use in the worker's process and never sent anywhere.
+    """The noise seeds of the clients a worker hosts (NbAFL's noise, DP-FedAvg's distributed noise share):
+    one :func:`party_seed` per client (party ``client-<id>``), made on first use in the worker's process and
+    never sent anywhere.
 
     Round t's noise of client i comes from ``secret_torch_generator(seed_i, "noise", "nbafl", t)``: with
-    ``key_seed`` unset no other party, and not the run seed, determines it. A round retried on the same
-    worker draws the same noise, so the resent upload reveals nothing new; a fresh worker (a replaced one,
-    or every worker after a resume) makes fresh seeds, so a replayed round is then a new release unless
-    ``key_seed`` is set. Pickling keeps only ``key_seed``: the seeds themselves never travel.
+    ``key_seed`` unset no other party, and not the run seed, determines it. Each client keeps its seed in its
+    own key file in ``key_dir`` (when the run checkpoints), as the server and the aggregator keep theirs: a
+    replaced worker, or every worker after a resume, reads it back, so a replayed round draws the noise it
+    drew the first time (two independent draws on one upload would let the aggregator average the noise
+    down: SPEC "A replay reproduces, never redraws"). Pickling keeps only ``key_seed`` and ``key_dir``: the
+    seeds themselves never travel.
 
     Args:
         key_seed: ``coding.key_seed`` (``None``: secure random seeds).
+        key_dir: the run's key folder (``None``: checkpointing is off, the seeds live in memory only).
     """
 
-    def __init__(self, key_seed: int | None = None):
+    def __init__(self, key_seed: int | None = None, key_dir: str | None = None):
         self.key_seed = key_seed
+        self.key_dir = key_dir
         self.client_seeds: dict[tuple[str, int], bytes] = {}
 
     def generator(self, arm: str, client: int, t: int) -> torch.Generator:
         """Client ``client``'s noise stream of round ``t`` in ``arm``."""
         seed = self.client_seeds.get((arm, client))
         if seed is None:
-            seed = party_seed(self.key_seed, arm, f"client-{client}")
-            self.client_seeds[(arm, client)] = seed
+            seed = self.client_seeds[(arm, client)] = self._seed(arm, client)
         return secret_torch_generator(seed, "noise", "nbafl", t)
 
+    def _seed(self, arm: str, client: int) -> bytes:
+        """The client's seed: from its key file if it made one before, else a new one (saved there)."""
+        party = f"client-{client}"
+        if self.key_dir is None or self.key_seed is not None:  # derived seeds reproduce without a file
+            return party_seed(self.key_seed, arm, party)
+        from sifl_ray.checkpoint import key_file, load_party_key, save_party_key
+
+        path = key_file(self.key_dir, party, arm)
+        if path.exists():
+            return bytes(load_party_key(path, party=party, arm=arm)["state"]["noise_seed"])
+        seed = party_seed(None, arm, party)
+        save_party_key(path, party=party, arm=arm, mode="noise", state={"noise_seed": seed})
+        return seed
+
     def __getstate__(self) -> dict:
-        return {"key_seed": self.key_seed}
+        return {"key_seed": self.key_seed, "key_dir": self.key_dir}
 
     def __setstate__(self, state: dict) -> None:
         self.key_seed = state["key_seed"]
+        self.key_dir = state.get("key_dir")
         self.client_seeds = {}
 
     def __repr__(self) -> str:
@@ -106,11 +125,16 @@ def make_party_server_key(*, arm: str, mode: str, n: int, coding: CodingSpec, ru
     return role, key.client_view()
 
 
-def make_party_aggregator_state(*, arm: str, mode: str, coding: CodingSpec, run_seed: int) -> dict | None:
-    """Key 2's seed (M2 only), made by aggregator shard 0 and shared with the other shards by reference."""
-    if mode != "m2":
-        return None
-    return {"seed": party_seed(coding.key_seed, arm, "aggregator")}
+def make_party_aggregator_state(*, arm: str, mode: str, coding: CodingSpec, run_seed: int) -> dict:
+    """The aggregator's secrets of ``arm``, made by aggregator shard 0, kept in its key file and shared with
+    the other shards by reference: key 2's seed (M2 only) and the seed of its step's noise (every arm:
+    DP-FedAvg's central noise). Both live in the key file so that a respawned aggregator replaying a round
+    draws the same noise (SPEC "A replay reproduces, never redraws"): two independent draws on one sum
+    would let whoever sees both releases average the noise down."""
+    state = {"step_seed": party_seed(coding.key_seed, arm, "aggregator-dp-noise")}
+    if mode == "m2":
+        state["seed"] = party_seed(coding.key_seed, arm, "aggregator")
+    return state
 
 
 def aggregator_from_state(
@@ -127,6 +151,7 @@ def aggregator_from_state(
         key=key,
         noise=NoiseSpec(distribution=coding.noise_distribution, scale=coding.sigma2),
         noise_seed=noise_seed,
+        step_seed=(state or {}).get("step_seed"),
         bounds=bounds,
         shard=shard,
     )

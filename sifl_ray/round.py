@@ -46,6 +46,7 @@ class ArmState:
     key_epoch: int = 0
     server_step: bool = False  # the arm's server step needs the previous global model (this broadcast)
     secure: bool = False  # uploads are masked: secure aggregation's steps run around training (2a, 3a-3c)
+    every_round: bool = False  # the aggregator's step releases every round, on a zero sum if nobody took part
 
 
 @dataclass(frozen=True)
@@ -134,9 +135,11 @@ def run_round(
     sources, shard_outs, agg_infos, refused = reduce(backend, parties, arm, t, sources, trained, supervisor)
 
     # 4. Server decodes (M1: the plain average; M2: P1L W'_a, code 2 still on) and encodes the next broadcast.
-    #    Nothing usable this round (everyone dropped or refused): the model stays, the broadcast is reused.
+    #    Nothing usable this round (everyone dropped or refused): the model stays, the broadcast is reused,
+    #    unless the aggregator's step released its noise on the zero sum (central DP: ``every_round``).
     server_info = None
-    if sources:
+    released = bool(sources) or bool(shard_outs)
+    if released:
         previous = {"previous": broadcast} if arm.server_step else {}
         next_broadcast, server_info = backend.call(
             parties.server,
@@ -154,7 +157,7 @@ def run_round(
     # aggregation, measures the ring's quantisation error against the clients' exact sum).
     evaluation = backend.call(parties.evaluator, "evaluate", arm.name, t, next_broadcast)
     quantisation = None
-    if secure is not None and sources and secure.plan_info.get("error") is None:
+    if secure is not None and released and secure.plan_info.get("error") is None:
         quantisation = backend.call(
             parties.evaluator,
             "sum_error",
@@ -222,7 +225,7 @@ def run_round(
         dropped=dropped,
         retried=trained.retried,
         refused_partials=refused,
-        skipped=not sources,
+        skipped=not released,
         skip_reason=None if secure is None else secure.failure,
     )
 
@@ -450,7 +453,7 @@ def _reduce(
     refused: dict[int, str] = {}
     shard_outs: list = []
     agg_infos: list[dict] = []
-    while sources:
+    while sources or arm.every_round:  # a step that releases every round runs on a zero sum too
         shard_outs = [
             backend.call(
                 aggregator,
@@ -472,6 +475,7 @@ def _reduce(
         now_refused = {k: why for info in agg_infos for k, why in info["rejected"].items()}
         if not now_refused:
             break
+        shard_outs, agg_infos = [], []
         refused.update(now_refused)
         sources = [k for k in sources if k not in now_refused]
     return sources, shard_outs, agg_infos, refused

@@ -57,10 +57,26 @@ class AggregatorStep(Protocol):
     """An aggregator shard's step on its average (rows ``bounds`` of the, possibly encoded, vector) before
     code 2. Runs once per shard and round; it must act row by row or know its rows (``bounds``). ``weight``
     is the total weight the average divided by (the accepted clients' |D_i|, or their number under uniform
-    weights): every shard of a round has the same."""
+    weights): every shard of a round has the same.
+
+    ``seed`` is the aggregator's secret for its step (256 bits from the aggregator's key file, ``None`` when
+    called outside an aggregator): noise drawn from it is the same when a respawned aggregator replays the
+    round, as SPEC "A replay reproduces, never redraws" requires.
+
+    A step with a true ``every_round`` attribute runs in every round, on a zero average (``weight`` 0) when
+    no update was accepted: central noise must be released even then, or the unchanged model tells
+    everyone that nobody took part (SPEC "Every round releases a noised output")."""
 
     def __call__(
-        self, average: torch.Tensor, *, arm: str, t: int, shard: int, bounds: tuple[int, int], weight: float
+        self,
+        average: torch.Tensor,
+        *,
+        arm: str,
+        t: int,
+        shard: int,
+        bounds: tuple[int, int],
+        weight: float,
+        seed: bytes | None = None,
     ) -> torch.Tensor: ...
 
 
@@ -94,6 +110,8 @@ class ArmContext:
         local_size: the smallest client data set (sensitivities are per client); total_size: all of them;
             largest_size: the largest (bounds any client's FedAvg weight).
         key_norms, agg_norms: public norms of key 1 and key 2 (coded arms; ``None`` otherwise).
+        key_dir: the run's key folder, where each party keeps its secrets (``None``: checkpointing is off).
+            A step that draws a party's noise passes it on, so that the party's seed outlives its process.
     """
 
     cfg: Any
@@ -104,6 +122,7 @@ class ArmContext:
     key_norms: Any = None
     agg_norms: Any = None
     largest_size: int = 0
+    key_dir: str | None = None
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,12 @@ target: ``dp_fedavg_eps5``, ...).
 Trust: the noise is central, so the aggregator and the server see the clipped updates in the clear; the
 guarantee is about what the released models reveal (to the clients, to anyone downstream), not about what the
 aggregator sees. Hiding the updates from it as well is secure aggregation's job (SPEC "Baselines").
+
+What the ε says (SPEC "What a DP guarantee must say"): the relation is add/remove (one client's whole data
+set present or absent), and the amplification by sampling in it holds against whoever cannot tell who was
+sampled: the sample is drawn from the sampling party's secret seed, and a round in which nobody was sampled
+still releases the central noise (``CentralNoise.every_round``). Against the server, which draws the sample,
+the report gives the ε without amplification (``epsilon_roster_known``: a client sampled in every round).
 """
 
 from __future__ import annotations
@@ -49,19 +55,30 @@ class CentralNoise:
     """Aggregator step: the fixed-denominator mean of the clipped updates plus ``N(0, (zC/m)²)``, m = qN.
 
     The shard receives the mean over the accepted clients, ``Σ Δ_i / k`` (k = ``weight``, their number under
-    equal weights), and rescales it to ``Σ Δ_i / m``. The noise comes from the aggregator's own secret stream:
-    its seed is made in the aggregator's process on first use (secure random, or from ``coding.key_seed`` for
-    a reproducible simulation) and never leaves it; pickling keeps only ``key_seed``.
+    equal weights), and rescales it to ``Σ Δ_i / m``. It runs in every round (``every_round``), on a zero
+    sum when nobody was sampled. The noise comes from the aggregator's own secret stream: in a run, the seed
+    the aggregator keeps in its key file (``seed``), so that a replayed round draws the same noise; called
+    alone, a seed made in this process on first use (secure random, or from ``coding.key_seed`` for a
+    reproducible simulation), which never leaves it: pickling keeps only ``key_seed``.
     """
 
     noise_multiplier: float
     clip: float
     expected_clients: float
     key_seed: int | None = None
+    every_round: ClassVar[bool] = True
     _seeds: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __call__(
-        self, average: torch.Tensor, *, arm: str, t: int, shard: int, bounds: tuple[int, int], weight: float
+        self,
+        average: torch.Tensor,
+        *,
+        arm: str,
+        t: int,
+        shard: int,
+        bounds: tuple[int, int],
+        weight: float,
+        seed: bytes | None = None,
     ) -> torch.Tensor:
         import torch
 
@@ -69,7 +86,8 @@ class CentralNoise:
         from sifl_ray.privacy.dp_fedavg import central_noise_std
         from sifl_ray.seeding import secret_torch_generator
 
-        seed = self._seeds.get(arm)
+        if seed is None:
+            seed = self._seeds.get(arm)
         if seed is None:
             seed = self._seeds[arm] = party_seed(self.key_seed, arm, "aggregator-dp-noise")
         std = central_noise_std(
@@ -131,6 +149,14 @@ class DpFedAvg(Arm):
                 return float(eps)
         raise KeyError(arm)
 
+    #: the accountant's sampling rate is q (amplification by a secret sample); ``False``: 1, the sample is
+    #: public to the parties the guarantee is stated against (distributed DP under secure aggregation)
+    amplified: ClassVar[bool] = True
+
+    def sample_rate(self, cfg: Any) -> float:
+        """The sampling rate the accountant is told: q when the guarantee is amplified by sampling, else 1."""
+        return float(cfg.clients.fraction) if self.amplified else 1.0
+
     def accounting(self, ctx: ArmContext) -> dict[str, Any]:
         """The noise multiplier calibrated for this instance's ε, and what the accountant then says."""
         cfg, dp = ctx.cfg, ctx.cfg.dp_fedavg
@@ -138,10 +164,24 @@ class DpFedAvg(Arm):
             _calibrated(
                 self.epsilon(cfg, ctx.arm),
                 float(dp.delta),
-                float(cfg.clients.fraction),
+                self.sample_rate(cfg),
                 int(cfg.train.rounds),
                 str(dp.accountant),
             )
+        )
+
+    def roster_known_epsilon(self, ctx: ArmContext, noise_multiplier: float) -> float:
+        """ε against a party that knows who was sampled, for a client sampled in every round: no
+        amplification, T Gaussian mechanisms of multiplier z (the worst case over the sample)."""
+        from sifl_ray.privacy.dp_fedavg import epsilon
+
+        cfg, dp = ctx.cfg, ctx.cfg.dp_fedavg
+        return epsilon(
+            noise_multiplier=noise_multiplier,
+            sample_rate=1.0,
+            steps=int(cfg.train.rounds),
+            delta=float(dp.delta),
+            accountant=str(dp.accountant),
         )
 
     def steps(self, ctx: ArmContext) -> PartySteps:
@@ -164,19 +204,31 @@ class DpFedAvg(Arm):
     def privacy(self, ctx: ArmContext) -> dict[str, Any] | None:
         cfg, dp = ctx.cfg, ctx.cfg.dp_fedavg
         acc = self.accounting(ctx)
+        q = float(cfg.clients.fraction)
+        z = acc["noise_multiplier"]
+        eps = acc["epsilon_per_round"][-1]
         return {
             "mechanism": "dp-fedavg-gaussian",
-            "epsilon": acc["epsilon_per_round"][-1],
+            "epsilon": eps,
             "epsilon_target": self.epsilon(cfg, ctx.arm),
             "delta": float(dp.delta),
-            "noise_multiplier": acc["noise_multiplier"],
-            "sample_rate": float(cfg.clients.fraction),
+            "noise_multiplier": z,
+            "sample_rate": q,
             "clip": float(dp.clip),
             "accountant": str(dp.accountant),
-            "sampling": "poisson",
+            "sampling": "poisson",  # from the server's secret seed (Checkpoints.sampler_seed)
+            "amplified_by_sampling": q < 1,
             "epsilon_per_round": list(acc["epsilon_per_round"]),
+            "neighbour_relation": "add/remove: one client's whole data set present or absent",
+            "threat_model": "the released global models, all rounds, seen by anyone who cannot tell who was "
+            "sampled (the clients, everyone downstream); the aggregator sees every clipped update in the "
+            "clear and is not covered",
+            "epsilon_roster_known": eps if q >= 1 else self.roster_known_epsilon(ctx, z),
+            "roster_known": "the server draws the sample: against it (and anyone it tells) amplification by "
+            "sampling does not hold, and the ε is that of a client sampled in every round",
             "guarantee": "client-level (ε, δ) of the released global models over all rounds "
-            "(add or remove one client's whole data set), Poisson-subsampled Gaussian, from dp_accounting",
+            "(add or remove one client's whole data set), Poisson-subsampled Gaussian, from dp_accounting; "
+            "a round in which nobody was sampled still releases the noise",
             "scope": "every global model released, all rounds together; the aggregator sees the updates",
         }
 

@@ -61,7 +61,7 @@ class NbAFL(Arm):
         from sifl_ray.keys import ClientNoiseSeeds
 
         # Each client's noise seed is made in its worker (secure random, or from coding.key_seed).
-        seeds = ClientNoiseSeeds(key_seed=ctx.cfg.coding.key_seed)
+        seeds = ClientNoiseSeeds(key_seed=ctx.cfg.coding.key_seed, key_dir=ctx.key_dir)
         return PartySteps(client=ClipAndNoise(float(ctx.cfg.nbafl.clip), self.sigma(ctx), seeds))
 
     def releases(self):

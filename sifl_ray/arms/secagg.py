@@ -16,10 +16,19 @@ fixed-point quantisation bound (it is paired with ``fl``, which the evaluator ch
 differential privacy: the sum itself is released in the clear to the aggregator and the server.
 ``dp_fedavg_secagg`` is distributed DP (Kairouz et al., ICML 2021, with continuous noise): every client adds
 a share of the Gaussian noise before masking, so the aggregator sees only the noisy sum and no party ever
-holds an update with less noise than the accountant's. Its (ε, δ) is DP-FedAvg's, from the same accountant
-and calibration (:class:`~sifl_ray.arms.dp_fedavg.DpFedAvg`), under the assumptions the noise split states
+holds an update with less noise than the accountant's. Its accountant and calibration are DP-FedAvg's
+(:class:`~sifl_ray.arms.dp_fedavg.DpFedAvg`), under the assumptions the noise split states
 (:func:`sifl_ray.privacy.dp_fedavg.distributed_noise_std`): at least t clients add their share in a round,
 and the rounding of each noised update to the ring is not accounted.
+
+Its neighbour relation is zero-out, not add/remove (SPEC "What a DP guarantee must say"): the noise in the
+sum grows with the clients in it (k shares of (zC)²/t), so a client that is absent takes its share away and
+the variance of the release tells whether it took part; the aggregator also receives the roster. So the
+guarantee is stated for a client that takes part and adds its share, its update replaced by 0, with
+participation public; there is then no amplification by sampling, and the accountant composes T unsampled
+Gaussian mechanisms (the worst case: a client sampled in every round). A round refused below the threshold t
+releases nothing new, and what it tells (that fewer than t clients took part) is participation, public
+under this relation.
 """
 
 from __future__ import annotations
@@ -174,7 +183,15 @@ class FixedDenominator:
     expected_clients: float
 
     def __call__(
-        self, average: torch.Tensor, *, arm: str, t: int, shard: int, bounds: tuple[int, int], weight: float
+        self,
+        average: torch.Tensor,
+        *,
+        arm: str,
+        t: int,
+        shard: int,
+        bounds: tuple[int, int],
+        weight: float,
+        seed: bytes | None = None,
     ) -> torch.Tensor:
         return average * (weight / self.expected_clients)
 
@@ -184,6 +201,7 @@ class DpFedAvgSecAgg(DpFedAvg):
 
     kind: ClassVar[str] = "dp_fedavg_secagg"
     secure_aggregation: ClassVar[bool] = True
+    amplified: ClassVar[bool] = False  # zero-out, participation public: the accountant's q is 1
     summary: ClassVar[str] = (
         "DP-FedAvg, distributed: each client adds its share of the noise, uploads masked (secure aggregation)"
     )
@@ -216,7 +234,7 @@ class DpFedAvgSecAgg(DpFedAvg):
         sigma = distributed_noise_std(noise_multiplier=z, clip=clip, num_noisers=t)
         bound = clip + float(cfg.secagg.noise_margin) * sigma
         spec = secagg_spec(cfg, n=ctx.n, clip=bound, weight_ref=1.0, min_survivors=t)
-        seeds = ClientNoiseSeeds(key_seed=cfg.coding.key_seed)
+        seeds = ClientNoiseSeeds(key_seed=cfg.coding.key_seed, key_dir=ctx.key_dir)
         expected = float(cfg.clients.fraction) * int(cfg.clients.num_clients)
         return PartySteps(
             client=ClipAndNoiseShare(clip, z, t, seeds),
@@ -238,10 +256,20 @@ class DpFedAvgSecAgg(DpFedAvg):
         out.update(
             mechanism="dp-fedavg-distributed-gaussian",
             num_noisers=t,
-            guarantee=out["guarantee"] + "; the noise is added by the clients, 1/t of the variance each, "
-            f"t = {t}: it holds when at least t honest clients add their share in every round (a round with "
-            "fewer survivors is not unmasked), for the continuous mechanism (the ring's rounding of each "
-            "noised update is not accounted; Kairouz et al. 2021 discretise it)",
+            amplified_by_sampling=False,  # the aggregator receives the roster: every round is counted
+            neighbour_relation="zero-out: the client takes part and adds its noise share, its update "
+            "replaced by 0; who takes part is public",
+            threat_model="the aggregator (which sees the roster and only the noisy sum), the server and "
+            "anyone downstream, all rounds; at least t honest clients add their share in every round",
+            epsilon_roster_known=out["epsilon"],
+            roster_known="the ε already assumes the roster is known: it is not amplified by sampling",
+            guarantee="client-level (ε, δ) of everything the aggregator and the server receive over all "
+            "rounds, zero-out relation (the noise in the sum grows with the clients in it, so it gives no "
+            "add/remove guarantee), unsampled Gaussian composed over every round, from dp_accounting; the "
+            f"noise is added by the clients, 1/t of the variance each, t = {t}: it holds when at least t "
+            "honest clients add their share in every round (a round with fewer survivors is not unmasked: "
+            "it tells only who took part, public here), for the continuous mechanism (the ring's rounding "
+            "of each noised update is not accounted; Kairouz et al. 2021 discretise it)",
             scope="every global model released, all rounds together; the aggregator sees only the noisy sum",
         )
         sigma = out["noise_multiplier"] * float(cfg.dp_fedavg.clip) / math.sqrt(t)

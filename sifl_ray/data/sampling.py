@@ -16,9 +16,12 @@ SAMPLINGS = ("fixed", "poisson")
 
 
 def sample_clients(
-    num_clients: int, fraction: float, round: int, seed: int, sampling: str = "fixed"
+    num_clients: int, fraction: float, round: int, seed: int | bytes, sampling: str = "fixed"
 ) -> np.ndarray:
     """The clients taking part in ``round``, sorted.
+
+    ``seed`` is the sampling party's secret (a run passes its sampler seed, never the public run seed:
+    amplification by sampling holds only against those who cannot tell who was sampled).
 
     ``sampling="fixed"``: ``max(1, ⌈fraction·num_clients⌉)`` of them, drawn without replacement from the
     stream ``(seed, "sample_clients", round)``. ``"poisson"``: each client independently with probability

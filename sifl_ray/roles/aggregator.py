@@ -118,6 +118,8 @@ class Aggregator:
         noise_seed: secret seed of the aggregator's noise streams (Philox keyed by it,
             :func:`sifl_ray.seeding.noise_generator`): ``R2`` hides the average from the server, and a seed
             known to the server would let it subtract ``R2``.
+        step_seed: the secret seed handed to the arm's step (DP-FedAvg's central noise), from the
+            aggregator's key file: a respawned aggregator replaying a round draws the same noise.
         bounds: the shard's row range.
     """
 
@@ -130,11 +132,13 @@ class Aggregator:
         noise_seed: bytes,
         bounds: tuple[int, int],
         shard: int = 0,
+        step_seed: bytes | None = None,
     ):
         self.mode = mode
         self.key = key
         self.noise = noise
         self._noise_seed = noise_seed
+        self._step_seed = step_seed
         self.bounds = bounds
         self.shard = shard
 
@@ -191,16 +195,20 @@ class Aggregator:
             "rejected": rejected,
             "stale_partials": stale,
         }
-        if total <= 0:
+        every_round = step is not None and getattr(step, "every_round", False)
+        if total <= 0 and not every_round:
             if allow_empty:
                 return None, {**info, "accepted": 0}
             raise RuntimeError(f"round {t}: no accepted client upload reached aggregator shard {self.shard}")
         acc = torch.zeros(self.bounds[1] - self.bounds[0], dtype=CODING_DTYPE)
         for p in usable:
             acc.add_(p.weighted_sum)
-        acc.div_(total)
+        if total > 0:
+            acc.div_(total)
+        # A step that must release every round (central noise) runs on the zero sum when nobody's update
+        # arrived: a round released without noise would tell everyone that nobody took part.
         if step is not None:
-            acc = step(acc, arm=arm, t=t, shard=self.shard, bounds=self.bounds, weight=total)
+            acc = self._step(step, acc, arm=arm, t=t, weight=total)
         aggregate_s = time.perf_counter() - start
         encode_s = 0.0
         if self.mode == "m2":
@@ -211,6 +219,14 @@ class Aggregator:
             encode_s = time.perf_counter() - start - aggregate_s
         info.update(aggregate_s=aggregate_s, encode_s=encode_s, accepted=sum(p.accepted for p in usable))
         return acc, info
+
+    def _step(
+        self, step: AggregatorStep, acc: torch.Tensor, *, arm: str, t: int, weight: float
+    ) -> torch.Tensor:
+        """The arm's step on this shard's average, with the aggregator's secret seed from its key file."""
+        return step(
+            acc, arm=arm, t=t, shard=self.shard, bounds=self.bounds, weight=weight, seed=self._step_seed
+        )
 
     def check_masked(self, t: int, key_epoch: int, partials: list[MaskedPartial]) -> dict[int, str]:
         """Step 3a of a secure arm: which workers' masked partials this shard refuses (source → why).
@@ -263,7 +279,7 @@ class Aggregator:
         summed = torch.from_numpy(decoded)
         acc = summed * (spec.weight_ref / total)
         if step is not None:
-            acc = step(acc, arm=arm, t=t, shard=self.shard, bounds=self.bounds, weight=total)
+            acc = self._step(step, acc, arm=arm, t=t, weight=total)
         info = {
             "aggregate_s": time.perf_counter() - start - encode_s,
             "encode_s": encode_s,

@@ -66,6 +66,7 @@ def setup_arm(
     protocol = arm_of(cfg, arm)
     mode, n_tilde, bounds = arm_shape(cfg, arm, n)
     local = {"local_size": int(sizes.min()), "total_size": int(sizes.sum()), "largest_size": int(sizes.max())}
+    local["key_dir"] = checkpoints.kept_key_dir()
     ctx = ArmContext(cfg=cfg, arm=arm, n=n, **local)
     steps = protocol.steps(ctx)
     if mode == "m2" and steps.server is not None:
@@ -74,7 +75,13 @@ def setup_arm(
             "on); give the arm coding m1 or plain, or move the step to the clients or the aggregator"
         )
     state = ArmState(
-        arm, mode, n_tilde, bounds, server_step=steps.server is not None, secure=steps.secagg is not None
+        arm,
+        mode,
+        n_tilde,
+        bounds,
+        server_step=steps.server is not None,
+        secure=steps.secagg is not None,
+        every_round=bool(getattr(steps.aggregator, "every_round", False)),
     )
     out = ArmSetup(state=state, setup={})
     if mode != "plain":

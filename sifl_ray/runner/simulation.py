@@ -150,6 +150,7 @@ class Simulation:
         train, test = backend.get([data_ref, test_ref])
         self.dataset = work.dataset = dataclasses.replace(self.dataset, **train, **test)
         self.checkpoints.make_key_dir()
+        self._sampler_seed = self.checkpoints.sampler_seed()  # the sampling party's secret (the server's)
         self.states: dict[str, ArmState] = {}
         self.precision: dict[str, dict[str, Any]] = {}
         self.privacy: dict[str, dict[str, Any]] = {}
@@ -214,9 +215,12 @@ class Simulation:
 
     # ---------------------------------------------------------------- one round
     def assignment(self, t: int) -> list[list[int]]:
-        """The clients of each worker in round ``t`` (the same in every arm)."""
+        """The clients of each worker in round ``t`` (the same in every arm), drawn from the sampling party's
+        secret seed (:meth:`Checkpoints.sampler_seed`), never from the public run seed."""
         clients = self.cfg.clients
-        sampled = sample_clients(clients.num_clients, clients.fraction, t, self.cfg.seed, clients.sampling)
+        sampled = sample_clients(
+            clients.num_clients, clients.fraction, t, self._sampler_seed, clients.sampling
+        )
         out: list[list[int]] = [[] for _ in range(self.num_workers)]
         for c in sampled:
             out[self.owner[int(c)]].append(int(c))

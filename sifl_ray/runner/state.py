@@ -30,7 +30,9 @@ from sifl_ray.checkpoint import (
     CheckpointRef,
     CheckpointStore,
     key_file,
+    load_party_key,
     read_checkpoint_file,
+    save_party_key,
     write_checkpoint_file,
 )
 from sifl_ray.config import load_run_config, to_yaml
@@ -121,9 +123,9 @@ def open_resume(path: str | Path) -> tuple[DictConfig, Path, ResumePoint]:
     elif not cfg.checkpoint.every:
         raise CheckpointError(f"{run_dir}: nothing to resume from (the run had checkpoint.every=0)")
     key_dir = _key_dir_of(ckpt, run_dir) if ckpt is not None else default_key_dir(cfg, run_dir)
-    for arm in arm_names(cfg):  # existence only: the driver never opens a key file
+    for arm in arm_names(cfg):  # existence only: the driver never opens another party's key file
         mode = arm_of(cfg, arm).coding
-        needed = [] if mode == "plain" else ["server"] + (["aggregator"] if mode == "m2" else [])
+        needed = ["aggregator"] if mode == "plain" else ["server", "aggregator"]
         for party in needed:
             if not key_file(key_dir, party, arm).exists():
                 raise CheckpointError(
@@ -211,6 +213,32 @@ class Checkpoints:
             self.key_dir.chmod(0o700)
             if self.key_dir.parent.name == ".keys":
                 self.key_dir.parent.chmod(0o700)
+
+    def kept_key_dir(self) -> str | None:
+        """The key folder when the parties keep their secrets in files (``None``: checkpointing is off)."""
+        return str(self.key_dir) if self.cfg.checkpoint.every else None
+
+    def sampler_seed(self) -> bytes:
+        """The secret seed each round's sample of clients is drawn from.
+
+        The server samples (the driver plays that part here), and the sample must be its secret: the
+        accountant's amplification by sampling assumes the adversary does not know who took part, and a
+        sample drawn from the run seed, which ``config.yaml`` prints, is known to anyone who reads it (SPEC
+        "Amplification by sampling needs a secret sample"). Like every party secret it is derived from
+        ``coding.key_seed`` when that is set (reproducible, not secret), else secure random, kept in the key
+        folder (``sampler-run.key``) so that a resumed run draws the samples it drew before.
+        """
+        from sifl_ray.keys import party_seed
+
+        if self.cfg.coding.key_seed is not None:
+            return party_seed(self.cfg.coding.key_seed, "run", "sampler")
+        path = self.key_path("sampler", "run")
+        if path is not None and Path(path).exists():
+            return bytes(load_party_key(path, party="sampler", arm="run")["state"]["seed"])
+        seed = party_seed(None, "run", "sampler")
+        if path is not None:
+            save_party_key(path, party="sampler", arm="run", mode="sampling", state={"seed": seed})
+        return seed
 
     def key_path(self, party: str, arm: str) -> str | None:
         """The key file of ``party`` in ``arm`` (``None``: checkpointing is off, keys live in memory only)."""

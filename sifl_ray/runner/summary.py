@@ -89,9 +89,10 @@ def round_incidents(arm: str, t: int, result: RoundResult) -> RoundIncidents | N
     if result.retried:
         entry["retried"] = result.retried
     if result.skipped:
-        entry["skipped"] = (
-            result.skip_reason or "no update was accepted"
-        ) + ": the model stays, the broadcast is reused"
+        entry["skipped"] = (result.skip_reason or "no update was accepted") + (
+            ": the model is released unchanged, so anyone who sees it can tell that no update was averaged "
+            "in (an arm with central noise never skips: it releases the noise on a zero sum)"
+        )
     incidents = [
         {"round": t, "arm": arm, "what": f"client {c} upload rejected: {why}", "action": "dropped"}
         for c, why in sorted(result.rejected.items())
@@ -99,7 +100,11 @@ def round_incidents(arm: str, t: int, result: RoundResult) -> RoundIncidents | N
     messages = []
     if result.skip_reason:
         incidents.append({"round": t, "arm": arm, "what": result.skip_reason, "action": "round skipped"})
-        messages.append(f"round {t} {arm}: skipped, nothing revealed: {result.skip_reason}")
+        messages.append(
+            f"round {t} {arm}: skipped, the model is released unchanged (this shows that the round's "
+            "clients could not be unmasked, i.e. who took part: public under a zero-out guarantee): "
+            f"{result.skip_reason}"
+        )
     for d in result.dropped:
         incidents.append(
             {
