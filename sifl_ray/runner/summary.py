@@ -225,9 +225,10 @@ def summarise(
         "deviation_estimate": estimate,
         "round_bound": round_bound,
         "evaluator": "simulation device holding both decoding keys; no real deployment has it",
-        "privacy_scope": "ε figures are per-element, per-round guarantees as the paper states them; "
-        "they say "
-        "nothing about the whole vector or about many rounds (see README, Threat model).",
+        "privacy_scope": "each arm's ε says its scope, neighbour relation and threat model in "
+        "arms.<arm>.privacy (scope, neighbour_relation, threat_model): SIFL's are per-element, per-round "
+        "guarantees as the paper states them and say nothing about the whole vector or about many rounds; "
+        "DP-FedAvg's and NbAFL's cover the whole vector over all rounds (see README, Threat model).",
         "accountant": accountant,
         "faults": {
             "worker_policy": cfg.faults.worker_policy,
@@ -379,6 +380,8 @@ def summary_table(summary: dict[str, Any]) -> str:
             "epsilon_local": eps[arm]["per_element"],
             "epsilon_global": eps[arm]["global"],
             "epsilon_whole": eps[arm]["whole"],
+            # the neighbour relation the arm's ε is stated under (its first words; the rest in summary.json)
+            "relation": str((a["privacy"] or {}).get("neighbour_relation", "")).split(":")[0] or None,
             "wall_s": a["wall_s"],
         }
         for arm, a in summary["arms"].items()
