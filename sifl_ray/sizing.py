@@ -22,6 +22,19 @@ ROUND0_NOTE = (
     "round 0 of M2 is an M1 round: its clients start from the server's M1 encoding P1 w0 + N1 r1 and strip "
     "no code 2, so its uploads carry N1 r1 without the ||P2R|| factor and its broadcast is M1's"
 )
+#: Who a SIFL ε is about: the paper's adjacency (§5: local data sets that differ on a single element), record
+#: level, for one element of one release in one round.
+SIFL_NEIGHBOUR_RELATION = (
+    "one sample of one client's local data set changed (record level): D_i and D_i' differing on a single "
+    "element, as the paper's §5 states it; each ε is per element of one release, per round"
+)
+#: Against whom (the caveat says why not more).
+SIFL_THREAT_MODEL = (
+    "an observer without key 1 of one element of one release in one round: the aggregator (one upload's "
+    "element: the round's uploads share one noise draw, so their differences are not covered) and an "
+    "eavesdropper on the broadcast; not the clients, which hold P1L (and P2R in M2) and decode the "
+    "broadcast exactly"
+)
 INPUT_SHAPES = {"digits": (1, 8, 8), "mnist": (1, 28, 28), "fashion_mnist": (1, 28, 28)}
 TRAIN_SIZES = {"mnist": 60000, "fashion_mnist": 60000}
 ROUND_BOUND_CONFIDENCE = 1e-9  # per noise draw: the round bound fails only if a draw exceeds this quantile
@@ -194,6 +207,15 @@ def describe_arm(
         out["round0"] = ROUND0_NOTE
     out["scope"] = info["scope"]
     out["caveat"] = info["caveat"]
+    out["neighbour_relation"] = SIFL_NEIGHBOUR_RELATION
+    out["threat_model"] = SIFL_THREAT_MODEL
+    clip = float(cfg.privacy.clip)
+    out["conditional"] = (
+        f"CONDITIONAL: each ε assumes the sensitivities 2C/|D_i| = {2 * clip / local_size:.3g} and "
+        f"2C/|D| = {2 * clip / total_size:.3g} (C = {clip:g}, the paper's Remark 3), "
+        "which hold only if changing one sample moves a client's clipped model by at most 2C/|D_i|; model "
+        "clipping (‖w_i‖ ≤ C) does not enforce that (it bounds the move by 2C only)"
+    )
     out["norms_exact"] = info["norms_exact"]
     return out
 

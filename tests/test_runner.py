@@ -42,6 +42,41 @@ def test_play_round_is_the_round_run_plays(tmp_path):
         sim.close()
 
 
+def _run(tmp_path, name: str, *overrides: str):
+    sim = Simulation(load_config([*TINY, f"output.dir={tmp_path}", *overrides]), run_dir=tmp_path / name)
+    try:
+        return sim.run()
+    finally:
+        sim.close()
+
+
+def test_the_paired_deviation_does_not_depend_on_the_order_of_the_arms(tmp_path):
+    # The evaluator keeps fl's model of a round as its reference: a run that listed sifl_m1 before fl used
+    # to play it first and report no deviation at all ("—"), the precision check silently gone.
+    first = _run(tmp_path, "fl_first", "arms=[fl,sifl_m1]")
+    last = _run(tmp_path, "fl_last", "arms=[sifl_m1,fl]")
+    for got in (first, last):
+        dev = got.summary["arms"]["sifl_m1"]["max_deviation"]
+        assert dev is not None and 0 < dev < 1e-6, dev
+        assert all("max_deviation" in r for r in got.history["sifl_m1"])
+        assert f"max_dev_sifl_m1={dev:.3e}" in got.result_line
+        assert got.summary["arms"]["fl"]["max_deviation"] is None
+    # the same rounds, keys and deviations whatever the order; the records keep the scenario's order
+    assert [r["max_deviation"] for r in first.history["sifl_m1"]] == [
+        r["max_deviation"] for r in last.history["sifl_m1"]
+    ]
+    assert list(first.summary["arms"]) == ["fl", "sifl_m1"]
+    assert list(last.summary["arms"]) == ["sifl_m1", "fl"]
+    assert [w.split("=")[0] for w in last.result_line.split()[2:4]] == ["sifl_m1", "fl"]
+
+
+def test_a_paired_arm_without_fl_says_why_it_has_no_deviation(tmp_path, capsys):
+    got = _run(tmp_path, "alone", "arms=[sifl_m1]")
+    assert got.summary["arms"]["sifl_m1"]["max_deviation"] is None
+    assert "max_dev_" not in got.result_line
+    assert "sifl_m1: no max deviation will be reported" in capsys.readouterr().err
+
+
 def test_set_start_takes_plain_arms_only(tmp_path):
     sim = _sim(tmp_path, "run")
     try:

@@ -68,7 +68,13 @@ class NbAFL(Arm):
         return plain_releases("clip_C(w_i) + N(0, sigma^2 I) (the client's own noise)")
 
     def privacy(self, ctx: ArmContext) -> dict[str, Any] | None:
-        from sifl_ray.privacy.nbafl import nbafl_exposures, nbafl_guarantee
+        from sifl_ray.privacy.nbafl import (
+            NEIGHBOUR_RELATION,
+            THREAT_MODEL,
+            nbafl_condition,
+            nbafl_exposures,
+            nbafl_guarantee,
+        )
 
         nb, rounds = ctx.cfg.nbafl, ctx.cfg.train.rounds
         exposures = nbafl_exposures(exposures=nb.exposures, rounds=rounds)
@@ -86,6 +92,9 @@ class NbAFL(Arm):
             "guarantee": nbafl_guarantee(exposures=nb.exposures, rounds=rounds, calibration=nb.calibration),
             "scope": "the whole upload vector, "
             + (f"all {exposures} rounds together" if exposures > 1 else "each round alone"),
+            "neighbour_relation": NEIGHBOUR_RELATION,
+            "threat_model": THREAT_MODEL,
+            "conditional": nbafl_condition(clip=float(nb.clip), local_size=int(ctx.local_size)),
         }
 
 

@@ -34,6 +34,18 @@ GUARANTEES: dict[Exposures, str] = {
     "multi_round": "(ε, δ) for all T uploads of a client (NbAFL Theorem 1)",
     "per_round": "(ε, δ) per upload, per round only",
 }
+#: Who the (ε, δ) is about: NbAFL's adjacency, record level (its Lemma 1 bounds the local training's
+#: sensitivity for two local data sets of the same size that differ in one sample).
+NEIGHBOUR_RELATION = (
+    "one sample of one client's local data set replaced (record level): D_i and D_i' of the same size m_i "
+    "differing in one sample, NbAFL's adjacency (Lemma 1); not a client's whole data set"
+)
+#: Against whom: every party that sees a noisy upload, and whatever is computed from the uploads.
+THREAT_MODEL = (
+    "the aggregator and the server (honest-but-curious, together or apart), who see each client's noisy "
+    "upload clip_C(w_i) + N(0, σ² I), and everyone downstream of them (the aggregates, the broadcast global "
+    "models, the final model: post-processing of the uploads)"
+)
 
 
 def nbafl_exposures(*, exposures: Exposures, rounds: int) -> int:
@@ -130,6 +142,26 @@ def nbafl_guarantee(*, exposures: Exposures, rounds: int, calibration: Calibrati
     )
     scope = f"= T = {rounds}" if exposures == "multi_round" else "= 1"
     return f"{GUARANTEES[exposures]}; L {scope}, {how}"
+
+
+def nbafl_condition(*, clip: float, local_size: int) -> str:
+    """What NbAFL's (ε, δ) is conditional on, in words (SPEC "Conditional sensitivities are named").
+
+    σ assumes Remark 3's sensitivity ``Δs = 2C/m`` (NbAFL's Lemma 1): that one sample moves a client's
+    clipped model by at most 2C/m. Model clipping bounds ``‖w_i‖ ≤ C``, which bounds that move by 2C only:
+    one outlying sample can move the clipped model ``m`` times further (measured: a quickstart sample scaled
+    ×1e3 moves it by 10.27, 69× 2C/m = 0.149; ``tests/privacy/test_nbafl.py``). Nothing in the mechanism
+    enforces the assumption, so the guarantee holds only where it holds.
+    """
+    clip = _check_positive("clip", clip)
+    if not isinstance(local_size, int) or local_size < 1:
+        raise ValueError(f"local_size must be an integer >= 1, got {local_size!r}")
+    return (
+        f"CONDITIONAL: σ assumes the sensitivity 2C/m = {2 * clip / local_size:.3g} (C = {clip:g}, "
+        f"m = {local_size}, NbAFL Lemma 1 / the paper's Remark 3), which holds only if changing one sample "
+        "moves a client's clipped model by at most 2C/m; model clipping (‖w_i‖ ≤ C) does not enforce that "
+        "(it bounds the move by 2C only), so the (ε, δ) holds only under that assumption"
+    )
 
 
 def _analytic_sigma(*, epsilon: float, delta: float, sensitivity: float) -> float:

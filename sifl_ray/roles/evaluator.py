@@ -74,7 +74,8 @@ class EvaluatorRole:
 
     @torch.no_grad()
     def evaluate(self, arm: str, t: int, broadcast: torch.Tensor) -> dict[str, float]:
-        """Test accuracy and loss of the global model after round ``t``, and its deviation from fl's."""
+        """Test accuracy and loss of the global model after round ``t``, and its deviation from fl's (fl's
+        model of round ``t`` must be evaluated first: the runner plays fl first, see ``play_order``)."""
         w = self.decode(arm, broadcast.to(self.device))
         load_flat_params_(self.model, w)
         losses, hits = [], []  # per batch, on the device: read once at the end, not twice per batch

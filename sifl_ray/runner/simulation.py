@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
+from sifl_ray.arms import arm_of
 from sifl_ray.backend import Backend, make_backend
 from sifl_ray.checkpoint import CheckpointError, describe_error
 from sifl_ray.config import ConfigError, arm_names
@@ -68,6 +69,9 @@ class Simulation:
     ):
         self.cfg = cfg
         self.arms = arm_names(cfg)
+        # The order each round plays them in: the reference fl first (see play_order); the records, the
+        # table and the RESULT line keep self.arms, the scenario's order.
+        self.play_order = play_order(cfg, self.arms)
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
         self.run_dir = Path(run_dir) if run_dir else Path(cfg.output.dir) / cfg.scenario / stamp
         self._resume = _resume
@@ -233,7 +237,8 @@ class Simulation:
         advances to the next round's.
 
         Nothing is recorded: :meth:`run` logs, accounts and checkpoints around this call. A bench or a test
-        may call it alone, in any order of arms.
+        may call it alone, in any order of arms; a paired arm's ``max_deviation`` is there only when fl
+        played round ``t`` before it (the evaluator keeps fl's model of the round: :attr:`play_order`).
 
         Args:
             assignment: the clients of each worker (default: round ``t``'s sampling, :meth:`assignment`).
@@ -298,15 +303,15 @@ class Simulation:
                 # 1. The clients of round t: the same in every arm.
                 assignment = self.assignment(t)
                 latest: dict[str, float] = {}
-                for arm in self.arms:
-                    # 2. Every arm plays round t (encode → train → aggregate → decode), then the driver
-                    #    records it: metrics, privacy releases, incidents.
+                for arm in self.play_order:
+                    # 2. Every arm plays round t (encode → train → aggregate → decode), fl first, then the
+                    #    driver records it: metrics, privacy releases, incidents.
                     result = self.play_round(arm, t, assignment)
                     latest[arm] = self.recorder.round(
                         arm, t, result, releases=self.releases.get(arm), privacy=self.privacy.get(arm)
                     )
                     self.pool.maybe_kill_driver(arm, t)
-                progress.update(t, latest)
+                progress.update(t, {arm: latest[arm] for arm in self.arms})
                 # 3. A checkpoint every checkpoint.every rounds, and after the last.
                 if self.checkpoints.due(t):
                     self.checkpoints.save(t, self.backend, self.parties.server, self.states, self.driver)
@@ -324,6 +329,13 @@ class Simulation:
         """Open the records at the first round to play; log a resume, or (a fresh run) each arm's privacy."""
         start = self.next_round
         self.recorder.open(purge_step=start if self._resume is not None else None)
+        unpaired = unpaired_arms(self.cfg, self.arms)
+        if unpaired:
+            say(
+                f"{', '.join(unpaired)}: no max deviation will be reported: it is measured against the plain "
+                "FedAvg model of each round, and fl is not among the arms; add fl to arms to check the "
+                "coding's precision"
+            )
         if self._resume is None:
             self.recorder.privacy(self.privacy)
             return start
@@ -470,6 +482,25 @@ def run_scenario(
         return sim.run(close=True)
     finally:
         sim.close()
+
+
+def play_order(cfg: DictConfig, arms: list[str]) -> list[str]:
+    """The order a round plays ``arms`` in: fl first whenever an arm is paired with it
+    (:attr:`~sifl_ray.arms.base.Arm.paired_with_fl`), the others as listed.
+
+    The evaluator measures a paired arm's ``max_deviation`` against fl's model of the same round, which it
+    has only once fl has played that round: the platform's precision check must not depend on the order
+    in which a scenario lists its arms. Without fl among ``arms`` a paired arm has no reference, and
+    :func:`unpaired_arms` says so.
+    """
+    if "fl" not in arms or not any(arm_of(cfg, a).paired_with_fl for a in arms):
+        return list(arms)
+    return ["fl", *(a for a in arms if a != "fl")]
+
+
+def unpaired_arms(cfg: DictConfig, arms: list[str]) -> list[str]:
+    """The arms paired with fl (their ``max_deviation`` is the precision check) when fl does not run."""
+    return [] if "fl" in arms else [a for a in arms if arm_of(cfg, a).paired_with_fl]
 
 
 def cpu_count() -> int:

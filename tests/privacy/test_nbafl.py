@@ -187,3 +187,102 @@ def test_privatize_upload_uses_only_the_given_generator():
     assert torch.equal(torch.randn(4, generator=g1), torch.randn(4, generator=g2))
     with pytest.raises(ValueError, match="sigma"):
         privatize_upload(w, clip=CLIP, sigma=-1.0, generator=gen(0))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The guarantee is conditional: σ assumes that one sample moves a clipped model by at most 2C/m
+
+
+def test_one_sample_moves_a_clipped_model_far_beyond_the_sensitivity_the_label_names():
+    """SPEC "Conditional sensitivities are named": NbAFL's σ assumes Δs = 2C/m (Lemma 1), but model clipping
+    bounds ‖w_i‖ ≤ C, not one sample's influence. A quickstart client trained as a run trains it (its
+    round-0 minibatches, the scenario's optimizer), once on its data and once with one sample scaled ×1e3
+    (a neighbouring data set), moves its clipped model by ~69× 2C/m. The arm's privacy report says so."""
+    import numpy as np
+
+    from sifl_ray.arms import ArmContext, get_arm
+    from sifl_ray.config import load_config
+    from sifl_ray.data import client_batches
+    from sifl_ray.models import build_model
+    from sifl_ray.optim.trainer import TorchTrainer
+    from sifl_ray.runner.workload import load_workload
+
+    cfg = load_config(["scenario=quickstart"])
+    work = load_workload(cfg, 1)
+    x, y = np.asarray(work.dataset.x_train), np.asarray(work.dataset.y_train)
+    client, m, clip = 0, int(work.sizes.min()), float(cfg.nbafl.clip)
+    mine = work.partitions[0][client]
+    spec = work.model_spec
+    dtype = getattr(torch, spec.dtype)
+    net = build_model(spec.name, input_shape=spec.input_shape, num_classes=spec.num_classes, generator=gen(0))
+    net = net.to(dtype)
+    trainer = TorchTrainer(net, cfg.train.optimizer, lr=cfg.train.lr)
+    batches = client_batches(
+        mine,
+        batch_size=cfg.train.batch_size,
+        epochs=cfg.train.local_epochs,
+        seed=cfg.seed,
+        client_id=client,
+        round=0,
+    )
+
+    def clipped_model(xs: np.ndarray) -> torch.Tensor:
+        trainer.reset(work.w0)
+        for b in batches:
+            trainer.step((torch.from_numpy(xs[b]).to(dtype), torch.from_numpy(y[b])))
+        return clip_model(trainer.params(), clip=clip)
+
+    neighbour = x.copy()
+    neighbour[mine[0]] *= 1e3  # one sample of this client replaced by a scaled copy of itself
+    moved = float(torch.linalg.vector_norm(clipped_model(x) - clipped_model(neighbour)))
+    sensitivity = 2 * clip / m
+    assert moved > 10 * sensitivity  # measured 10.27 against 0.149: 69×
+    assert moved <= 2 * clip * (1 + 1e-12)  # what clipping does bound
+    ctx = ArmContext(cfg=cfg, arm="nbafl_eps1", n=work.n, local_size=m, total_size=int(work.sizes.sum()))
+    priv = get_arm("nbafl").privacy(ctx)
+    assert priv["conditional"].startswith("CONDITIONAL")
+    assert f"2C/m = {sensitivity:.3g}" in priv["conditional"] and "does not enforce" in priv["conditional"]
+    assert "one sample" in priv["neighbour_relation"] and "aggregator" in priv["threat_model"]
+
+
+def test_summary_and_tensorboard_label_each_guarantee_with_its_relation_threat_model_and_condition(tmp_path):
+    """What a run writes: ``summary.json`` and TensorBoard's ``privacy`` text carry, for NbAFL and SIFL, the
+    neighbour relation, the threat model and the CONDITIONAL label of the sensitivity their ε assumes."""
+    import json
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from sifl_ray.config import load_config
+    from sifl_ray.runner import Simulation
+
+    cfg = load_config(
+        [
+            "scenario=quickstart",
+            "arms=[fl,sifl_m1,nbafl]",
+            "train.rounds=1",
+            "clients.num_clients=4",
+            "coding.key_seed=3",
+            "ray.backend=sequential",
+            "output.progress=false",
+            "output.plot=false",
+            f"output.dir={tmp_path}",
+        ]
+    )
+    sim = Simulation(cfg, run_dir=tmp_path / "run")
+    try:
+        sim.run()
+    finally:
+        sim.close()
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    for arm, sensitivity in (("nbafl_eps1", "2C/m = "), ("sifl_m1", "2C/|D_i| = ")):
+        priv = summary["arms"][arm]["privacy"]
+        assert priv["conditional"].startswith("CONDITIONAL") and sensitivity in priv["conditional"], arm
+        assert "one sample" in priv["neighbour_relation"] and "record level" in priv["neighbour_relation"]
+        assert "aggregator" in priv["threat_model"]
+        acc = EventAccumulator(str(tmp_path / "run" / "tb" / arm))
+        acc.Reload()
+        text = acc.Tensors("privacy/text_summary")[0].tensor_proto.string_val[0].decode()
+        for key in ("neighbour_relation", "threat_model", "conditional"):
+            assert f"**{key}**: {priv[key]}" in text, (arm, key)
+    assert "replaced" in summary["arms"]["nbafl_eps1"]["privacy"]["neighbour_relation"]
+    assert "not the clients" in summary["arms"]["sifl_m1"]["privacy"]["threat_model"]

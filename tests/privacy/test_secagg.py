@@ -206,6 +206,32 @@ def test_a_client_answers_the_unmasking_request_only_once():
         clients[0].unmask(survivors - {3})  # a second survivor set would reveal the key share of client 3
 
 
+def test_a_client_shares_its_keys_only_once_a_round():
+    """Step 1 seals each pair's shares under a key used once (AES-GCM, fixed zero nonce); a second call draws
+    fresh Shamir coins and would seal other plaintexts under the same key and nonce. It is refused; the
+    client of the next round shares again."""
+    n = 4
+    codec = FixedPointCodec(ring_bits=32, frac_bits=8, clip=1.0, num_summands=n)
+    params = SecAggParams(n, 4, codec)
+    server, clients, _ = make_parties(params, key_seed=3)
+    routed = server.collect_keys({c.client_id: c.advertise_keys() for c in clients})
+    clients[0].share_keys(routed[0])
+    with pytest.raises(SecAggError, match="already shared its keys in round 0"):
+        clients[0].share_keys(routed[0])
+    # a refused call (keys of a stranger) seals nothing and leaves the one call to come
+    strangers = {99: routed[1][next(iter(routed[1]))]}
+    with pytest.raises(SecAggError, match="non-neighbours"):
+        clients[1].share_keys(strangers)
+    clients[1].share_keys(routed[1])
+    # the next round: new parties (new keys from the same key seed), one share_keys each again
+    server, clients, _ = make_parties(dataclasses.replace(params, round_index=1), key_seed=3)
+    routed = server.collect_keys({c.client_id: c.advertise_keys() for c in clients})
+    inboxes = server.route_shares({c.client_id: c.share_keys(routed[c.client_id]) for c in clients})
+    assert set(inboxes) == set(range(n))
+    with pytest.raises(SecAggError, match="already shared its keys in round 1"):
+        clients[2].share_keys(routed[2])
+
+
 def test_altered_shares_are_detected():
     n = 4
     codec = FixedPointCodec(ring_bits=32, frac_bits=8, clip=1.0, num_summands=n)

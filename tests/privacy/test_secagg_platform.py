@@ -126,6 +126,20 @@ def test_the_unmasked_sum_is_exact_for_any_dropout_pattern_up_to_n_minus_t(degre
     assert unmasked >= (12 if degree is None else 4)  # a sparse graph loses more patterns, not all
 
 
+def test_a_worker_shares_its_clients_keys_once_a_round():
+    """A worker asked twice for round t's shares refuses (its clients' share keys take one message each);
+    round t + 1, opened anew, shares again."""
+    n = 4
+    spec = SecAggSpec(codec=fit_codec(clip=1.0, num_summands=n, ring_bits=32, frac_bits=None), vector_len=3)
+    head, host = AggregatorSecAgg(spec, "arm"), WorkerSecAgg(spec, "arm")
+    for t in (0, 1):
+        public = head.open(t, list(range(n)))
+        routed = head.route_keys(t, [host.advertise(public, range(n))])
+        assert set(host.share(t, routed)) == set(range(n))
+        with pytest.raises(SecAggError, match=f"already shared its keys in round {t}"):
+            host.share(t, routed)
+
+
 def test_too_many_dropouts_refuse_to_unmask_and_reveal_nothing():
     n = 6
     spec = SecAggSpec(codec=fit_codec(clip=1.0, num_summands=n, ring_bits=32, frac_bits=None), vector_len=5)

@@ -178,6 +178,7 @@ class SecAggClient:
         self._coins = crypto.RandomStream(crypto.derive(seed, f"round={r} shamir-coefficients"))
         self._peers: dict[int, PublicKeys] = {}
         self._held: dict[int, tuple[int, int]] = {}  # owner j -> (share of s_j, share of b_j), x = my id + 1
+        self._shared = False  # step 1 runs once: its AES-GCM keys take one message each (fixed nonce)
         self._answered = False
 
     # 0. -----------------------------------------------------------------------------------------------------
@@ -200,10 +201,18 @@ class SecAggClient:
             ``{receiver: ciphertext}``; this client keeps its own share.
 
         Raises:
-            SecAggError: a key comes from a non-neighbour, two keys are equal, or fewer than t - 1 neighbours
-                are left (the client's secrets could not be reconstructed: the original protocol aborts).
+            SecAggError: a key comes from a non-neighbour, two keys are equal, fewer than t - 1 neighbours
+                are left (the client's secrets could not be reconstructed: the original protocol aborts), or
+                it was asked a second time in the round (each pair's share key is used for one message:
+                :func:`~sifl_ray.privacy.secagg.crypto.seal` has a fixed nonce, and fresh Shamir coins
+                would seal other shares under the same key and nonce, which breaks AES-GCM).
         """
         i, r, t = self.client_id, self.params.round_index, self.params.t
+        if self._shared:
+            raise SecAggError(
+                f"client {i} already shared its keys in round {r}: a second set of shares would reuse each "
+                "pair's encryption key and fixed nonce; start a new round (a new SecAggClient) instead"
+            )
         self.stats.received((ID_BYTES + PublicKeys.NBYTES) * len(neighbour_keys))
         with self.stats.timing():
             strangers = set(neighbour_keys) - self.graph.neighbours[i]
@@ -219,6 +228,7 @@ class SecAggClient:
                     f"client {i} has {len(holders) - 1} neighbours left, fewer than t - 1 = {t - 1}: its "
                     "secrets could not be reconstructed, the round is aborted"
                 )
+            self._shared = True  # from here the coins advance: no second call, even after an error
             xs = [_holder_x(h) for h in holders]
             key_shares = shamir.split(
                 shamir.secret_to_int(crypto.private_bytes(self._mask_key)),
