@@ -77,14 +77,23 @@ def secure_run(ray_session, tmp_path_factory):
 def test_resume_takes_the_secret_keys_back_from_the_parties_files(secure_run):
     key_dir = secure_run.run_dir.parent / ".keys" / secure_run.run_dir.name
     files = sorted(p.name for p in key_dir.iterdir())
-    assert files == ["aggregator-sifl_m2.key", "server-sifl_m1.key", "server-sifl_m2.key"]
+    # key 1 and key 2, the aggregator's step seed in every arm, and the sampler's seed
+    assert files == [
+        "aggregator-fl.key",
+        "aggregator-sifl_m1.key",
+        "aggregator-sifl_m2.key",
+        "sampler-run.key",
+        "server-sifl_m1.key",
+        "server-sifl_m2.key",
+    ]
     assert stat.S_IMODE(key_dir.stat().st_mode) == 0o700
     assert all(stat.S_IMODE((key_dir / f).stat().st_mode) == 0o600 for f in files)
     # the run folder (shared: TensorBoard, summary, encoded checkpoints) holds no key material
     seeds = []
     for f in files:
         state = read_checkpoint_file(key_dir / f)["state"]
-        seeds += [state["key"]["seed"], state["noise_seed"]] if "key" in state else [state["seed"]]
+        seeds += [state["key"]["seed"], state["noise_seed"]] if "key" in state else []
+        seeds += [state[k] for k in ("seed", "step_seed") if k in state]
     assert all(isinstance(s, bytes) and len(s) == 32 for s in seeds)
     blobs = [p.read_bytes() for p in secure_run.run_dir.rglob("*") if p.is_file()]
     assert not any(seed in blob or seed.hex().encode() in blob for seed in seeds for blob in blobs)
