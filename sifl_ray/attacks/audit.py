@@ -485,7 +485,8 @@ class GaussianFit:
         p = Y @ unit
         a = float(p.mean())
         residual = float(((p - a) ** 2).sum() + ((Y**2).sum(axis=1) - p**2).sum())
-        return cls(a, residual / (Y.size - 1), 1.0 - len(done) / len(rows))
+        variance = max(residual / (Y.size - 1), 1e-300)  # an exact release: no noise at all
+        return cls(a, variance, 1.0 - len(done) / len(rows))
 
 
 def _llr(p: np.ndarray, r2: np.ndarray, d: int, f0: GaussianFit, f1: GaussianFit) -> np.ndarray:
