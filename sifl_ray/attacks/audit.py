@@ -427,7 +427,8 @@ def audit_release(
 ) -> AuditTest:
     """Audit a randomised release ``release(x, trial)`` of neighbouring inputs ``x0`` and ``x1``: project
     each release (minus ``x0``) on the unit vector along ``x1 − x0`` and decide "x1" past a threshold fixed
-    before the trials. Each trial must draw fresh randomness (the release's stream keyed by ``trial``).
+    before the trials. Each trial must draw fresh randomness (the release's stream keyed by ``trial``); a
+    release of ``None`` (a round that released nothing) is read as "x0".
 
     ``noise_std``: the release adds ``N(0, noise_std²)`` per coordinate (a Gaussian client step: NbAFL's
     σ), so the projection is Gaussian with that std and the threshold is planned in its tail
@@ -446,8 +447,10 @@ def audit_release(
         how = f"tail: {plan.threshold:.2f} noise std, planned from the step's noise law"
 
     def says_x1(hyp: int, trial: int) -> bool:
-        out = release((x1 if hyp else x0).clone(), trial).to(CODING_DTYPE)
-        return float((out - x0) @ unit) > cut
+        out = release((x1 if hyp else x0).clone(), trial)
+        if out is None:
+            return False  # a round that released nothing is read as "x0"
+        return float((out.to(CODING_DTYPE) - x0) @ unit) > cut
 
     return _test(
         name,

@@ -47,12 +47,14 @@ def secure_round_release(
     relation: str,
     sample_rate: float = 1.0,
     sample_seed: int = 0,
+    weights=None,
 ):
     """``release(x, trial)``: the aggregate of one round (round index ``trial``) of ``num_clients`` clients
     (client 0 the target, whose update is ``x`` under hypothesis 1) through the arm's shipped steps (module
     docstring), or ``None`` when the round is refused. Hypothesis 0 is recognised by ``x`` being all zero:
     under add/remove the target is then left out of the population (``num_clients − 1`` others), under
-    zero-out it stays in with update 0."""
+    zero-out it stays in with update 0. ``weights``: each client's FedAvg weight |D_i| (``None``: uniform,
+    DP-FedAvg's), as a client worker weighs its upload before masking."""
     from sifl_ray.coding.base import NoiseSpec
     from sifl_ray.data.sampling import sample_clients
     from sifl_ray.privacy.secagg import SecAggError
@@ -65,6 +67,9 @@ def secure_round_release(
         raise ValueError(f"relation: expected one of {RELATIONS}, got {relation!r}")
     spec = steps.secagg
     sampling = "poisson" if sample_rate < 1 else "fixed"
+
+    def weight(c: int) -> float:
+        return 1.0 if weights is None else float(weights[c])
 
     def release(x: torch.Tensor, trial: int) -> torch.Tensor | None:
         n = x.numel()
@@ -84,8 +89,7 @@ def secure_round_release(
             upload = (x if c == 0 else zero).clone()
             if steps.client is not None:
                 upload, _ = steps.client(upload, start=zero, arm=arm, client=c, t=trial)
-            # uniform weights (DP-FedAvg's): weight 1 each, over the arm's weight_ref
-            x_c = upload.to(CODING_DTYPE).numpy() / spec.weight_ref
+            x_c = upload.to(CODING_DTYPE).numpy() * (weight(c) / spec.weight_ref)
             np.add(ring, worker.mask(trial, c, x_c, inboxes), out=ring)
             ids.append(worker.index(trial, c))
         ring_reduce_(ring, spec.codec.ring_bits)
@@ -94,7 +98,7 @@ def secure_round_release(
             round=trial,
             key_epoch=0,
             masked_sum=ring,
-            weight=float(len(ids)),
+            weight=float(sum(weight(c) for c in roster)),
             accepted=len(ids),
             clients=tuple(ids),
         )

@@ -977,7 +977,14 @@ def audit_arm(
         relation = neighbour_relation(report)
         shipped = {"num_clients": task.clients, "sample_rate": sample_rate, "sample_seed": int(cfg.seed)}
         if math.isinf(reported):  # no DP claimed: the exact sum, told apart by its projection
-            release = secure_round_release(steps, arm=arm, relation=relation, **shipped)
+            weights = None if protocol.uniform_weights else [float(s) for s in sizes]
+            mean = secure_round_release(steps, arm=arm, relation=relation, weights=weights, **shipped)
+            share = weights[0] / float(sum(weights)) if weights else 1.0 / task.clients
+
+            def release(x: torch.Tensor, trial: int) -> torch.Tensor | None:
+                out = mean(x, trial)  # the target moves the mean by its share of the weight (q = 1)
+                return None if out is None else out / share
+
             aggregate = audit_release(release, x0=zero, x1=direction * clip, exact=True, **kw)
         else:
             aggregate = audit_secure_round(
