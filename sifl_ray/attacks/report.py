@@ -57,6 +57,9 @@ def to_json(result: SuiteResult) -> dict[str, Any]:
     data["headline"] = _jsonable(result.headline())
     data["headline_with_broadcasts"] = _jsonable(result.broadcast_headline())
     data["per_element_note"] = PER_ELEMENT_NOTE
+    for got, a in zip(data.get("audits", []), result.audits, strict=True):
+        got["verdict"] = a.verdict
+        got["test"]["ceiling"] = _jsonable(a.test.ceiling)
     return data
 
 
@@ -293,19 +296,47 @@ def _audit(result: SuiteResult) -> list[str]:
         f"{cfg['audit']['confidence']:g} (union bound).",
         "",
         "| test | trials per hypothesis | false positives | true positives | empirical ε lower bound | "
-        "per-element ε (paper) | per-element ε (sound) |",
-        "|---|---|---|---|---|---|---|",
+        "ceiling (trials / threshold) | per-element ε (paper) | verdict | threshold |",
+        "|---|---|---|---|---|---|---|---|---|",
         *(
-            f"| {a.name} | {a.trials} | {a.false_positives} | {a.true_positives} | "
-            f"{_fmt(a.epsilon_lower_bound)} | {_fmt(primary.epsilon_paper)} | {_fmt(primary.epsilon_sound)} |"
+            "| "
+            + " | ".join(
+                _cell(c)
+                for c in (
+                    a.name,
+                    str(a.trials),
+                    str(a.false_positives),
+                    str(a.true_positives),
+                    _fmt(a.epsilon_lower_bound),
+                    _ceilings(a),
+                    _fmt(primary.epsilon_paper),
+                    a.verdict(primary.epsilon_paper),
+                    a.threshold,
+                )
+            )
+            + " |"
             for a in (result.audit_whole, result.audit_single)
         ),
         "",
         "The whole-vector bound is limited only by the number of trials: the two hypotheses never overlap "
-        "(the vector release has no finite ε). The single-coordinate test is what the per-element ε covers, "
-        "and it stays consistent with it.",
+        "(the vector release has no finite ε). The single-coordinate test is what the per-element ε covers; "
+        f"{CEILING_NOTE}",
         "",
     ]
+
+
+CEILING_NOTE = (
+    "a lower bound can refute a claim, never confirm it: 'not refuted' says the test could have shown more "
+    "than the claim and did not; 'untestable' says the claim is at or above the most the test could show "
+    "(its ceiling: the bound of a perfect outcome at its trials and confidence, and for a threshold on a "
+    "known distribution the bound of its rates with unlimited trials), so the test says nothing about it."
+)
+
+
+def _ceilings(a) -> str:
+    """``trials ceiling / threshold ceiling`` of an :class:`~sifl_ray.attacks.audit.AuditTest`."""
+    tc = "n/a" if a.threshold_ceiling is None else _fmt(a.threshold_ceiling)
+    return f"{_fmt(a.trials_ceiling)} / {tc}"
 
 
 def _audits(result: SuiteResult) -> list[str]:
@@ -317,20 +348,22 @@ def _audits(result: SuiteResult) -> list[str]:
         "Each line audits one release of one arm: neighbouring inputs as the arm's guarantee defines them, "
         "the test fixed in advance, Clopper–Pearson at the configured confidence. A lower bound above the "
         "reported ε refutes it (for a DP mechanism that is a bug; for SIFL's per-element ε read as a bound "
-        "on the whole release it is the expected outcome).",
+        "on the whole release it is the expected outcome). A one-round audit is compared with the ε of one "
+        f"round, never with the whole run's. {CEILING_NOTE[0].upper()}{CEILING_NOTE[1:]}",
         "",
-        "| arm | release audited (threat model) | reported ε | audit ε ≥ | verdict | "
-        "scope of the reported ε |",
-        "|---|---|---|---|---|---|",
+        "| arm | release audited (threat model) | reported ε | audit ε ≥ | ceiling (trials / threshold) | "
+        "verdict | test | scope of the reported ε |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for a in result.audits:
-        verdict = "REFUTED" if a.violated else ("no claim" if math.isinf(a.reported_epsilon) else "holds")
         cells = [
             a.label,
             a.release,
             _fmt(a.reported_epsilon),
             _fmt(a.test.epsilon_lower_bound),
-            verdict,
+            _ceilings(a.test),
+            a.verdict,
+            f"{a.test.trials} trials; {a.test.threshold}",
             a.reported_scope,
         ]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
@@ -359,7 +392,8 @@ def summary_table(result: SuiteResult) -> str:
         lines.append(
             f"audit ({result.audit_design}, keys known): whole vector eps >= "
             f"{result.audit_whole.epsilon_lower_bound:.3g}, one coordinate eps >= "
-            f"{result.audit_single.epsilon_lower_bound:.3g}; per-element eps (paper) "
+            f"{result.audit_single.epsilon_lower_bound:.3g} (ceiling {_ceilings(result.audit_single)}: "
+            f"{result.audit_single.verdict(result.primary_result().epsilon_paper)}); per-element eps (paper) "
             f"{result.primary_result().epsilon_paper:.3g}"
         )
     if result.audits:
@@ -371,15 +405,19 @@ def _audit_table(result: SuiteResult) -> list[str]:
     """(f) side by side: every arm's reported ε, the audit's lower bound on its release, and the verdict."""
     width = max([18, *(len(a.label) for a in result.audits)])
     head = (
-        f"{'arm':{width}s} {'reported eps':>12s} {'audit eps >=':>12s}  verdict; what was audited; its scope"
+        f"{'arm':{width}s} {'reported eps':>12s} {'audit eps >=':>12s} {'ceiling':>15s}  verdict; what was "
+        "audited; its scope"
     )
-    lines = ["DP audit of every arm (Clopper-Pearson lower bound; the auditor knows the keys):", head]
+    lines = [
+        "DP audit of every arm (Clopper-Pearson lower bound; the auditor knows the keys; ceiling: the most "
+        "the test can show, trials / threshold; a claim at or above it is untestable):",
+        head,
+    ]
     lines.append("-" * len(head))
     for a in result.audits:
-        verdict = "REFUTED" if a.violated else ("no claim" if math.isinf(a.reported_epsilon) else "holds")
         lines.append(
-            f"{a.label:{width}s} {_fmt(a.reported_epsilon):>12s} {_fmt(a.test.epsilon_lower_bound):>12s}  "
-            f"{verdict}; {a.release}; {a.reported_scope}"
+            f"{a.label:{width}s} {_fmt(a.reported_epsilon):>12s} {_fmt(a.test.epsilon_lower_bound):>12s} "
+            f"{_ceilings(a.test):>15s}  {a.verdict}; {a.release}; {a.reported_scope}"
         )
     return lines
 

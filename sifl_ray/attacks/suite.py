@@ -877,6 +877,12 @@ class ArmAudit:
         read as a guarantee about the whole release)."""
         return self.test.epsilon_lower_bound > self.reported_epsilon
 
+    @property
+    def verdict(self) -> str:
+        """``REFUTED``, ``not refuted``, ``untestable`` (the claim is at or above the test's ceiling) or ``no
+        claim`` (:func:`sifl_ray.attacks.audit.verdict`): never "holds", which no lower bound can show."""
+        return self.test.verdict(self.reported_epsilon)
+
 
 #: Trials of a masked-upload audit: each is a fresh key agreement of its own, so it costs milliseconds.
 MASKED_AUDIT_TRIALS = 2000
@@ -894,12 +900,15 @@ def audit_arm(
     inputs as its guarantee defines them (empty where the suite has no audit for it).
 
     * central noise on the aggregate (DP-FedAvg's :class:`~sifl_ray.arms.dp_fedavg.CentralNoise`): one round
-      of the aggregator step on populations with and without one client whose update is C
-      (:func:`~sifl_ray.attacks.audit.audit_aggregator_step`); reported: the accountant's ε;
+      of the aggregator step on populations with and without one client whose update is C, each client
+      sampled at the arm's q (:func:`~sifl_ray.attacks.audit.audit_aggregator_step`); reported: the
+      accountant's ε after ONE round (like with like: the whole run's ε is a composition);
     * secure aggregation: (i) one client's masked upload, fresh keys each trial, read by the aggregator as
       numbers; reported: 0 (the masks hide it perfectly from an aggregator that holds no share); (ii) the
-      unmasked aggregate of a round where one client's update differs by C, through the arm's client steps
-      (DP-FedAvg's noise shares) and its fixed-point ring; reported: the arm's ε (none: ∞);
+      unmasked aggregate of a round with and without one client whose update is C (or, under the zero-out
+      relation the arm declares, with its update 0), through the shipped client step, masking and
+      aggregator step (:mod:`sifl_ray.attacks.secure_audit`); reported: the arm's ε after one round (none:
+      ∞);
     * any other plain arm: its client step on local models that differ by Remark 3's sensitivity 2C/m
       (C its clip, m the smallest client), the whole upload projected on the difference; reported: the ε its
       privacy report states (none: ε = ∞);
@@ -932,42 +941,86 @@ def audit_arm(
     steps, report = protocol.steps(ctx), protocol.privacy(ctx) or {}
     reported = float(report.get("epsilon", math.inf))
     scope = str(report.get("scope", "no privacy claimed"))
+    # Like with like: a one-round audit is compared with the accountant's ε after ONE round (at the same
+    # sampling rate), never with the whole run's composition, which one round cannot test.
+    per_round = report.get("epsilon_per_round")
+    one_round, one_round_scope = reported, scope
+    if per_round:
+        one_round = float(per_round[0])
+        one_round_scope = (
+            f"ONE round of {report.get('guarantee', scope)} (the accountant's ε after round 1; the whole "
+            f"run's ε {reported:.3g} over {len(per_round)} rounds composes them and is not audited here)"
+        )
+    sample_rate = float(platform.clients.fraction)
     gen = torch_generator(cfg.seed, "attack", "audit", arm)
     direction = torch.randn(task.n, generator=gen, dtype=CODING_DTYPE)
     direction /= torch.linalg.vector_norm(direction)
     zero = torch.zeros(task.n, dtype=CODING_DTYPE)
     if steps.secagg is not None:
+        from sifl_ray.attacks.secure_audit import (
+            audit_secure_round,
+            neighbour_relation,
+            secure_round_release,
+        )
+
         clip = float(protocol.clip(platform) or cfg.audit.clip)
-        x1 = direction * clip  # one client's update at the clip: the most a client moves the sum
         upload = audit_release(
             _masked_upload(steps.secagg, cfg, arm),
             x0=zero,
-            x1=x1,
+            x1=direction * clip,
             **{**kw, "trials": min(kw["trials"], MASKED_AUDIT_TRIALS)},
         )
         hidden = (
             "one masked upload, seen by the aggregator alone (no share of its client's secrets): uniform in "
             "the ring whatever the update"
         )
-        aggregate = audit_release(
-            _secure_aggregate(steps, task.sizes, arm, protocol.uniform_weights), x0=zero, x1=x1, **kw
-        )
+        relation = neighbour_relation(report)
+        shipped = {"num_clients": task.clients, "sample_rate": sample_rate, "sample_seed": int(cfg.seed)}
+        if math.isinf(reported):  # no DP claimed: the exact sum, told apart by its projection
+            weights = None if protocol.uniform_weights else [float(s) for s in sizes]
+            mean = secure_round_release(steps, arm=arm, relation=relation, weights=weights, **shipped)
+            share = weights[0] / float(sum(weights)) if weights else 1.0 / task.clients
+
+            def release(x: torch.Tensor, trial: int) -> torch.Tensor | None:
+                out = mean(x, trial)  # the target moves the mean by its share of the weight (q = 1)
+                return None if out is None else out / share
+
+            aggregate = audit_release(release, x0=zero, x1=direction * clip, exact=True, **kw)
+        else:
+            aggregate = audit_secure_round(
+                steps,
+                arm=arm,
+                direction=direction,
+                clip=clip,
+                relation=relation,
+                **shipped,
+                **{**kw, "trials": min(kw["trials"], MASKED_AUDIT_TRIALS)},
+            )
         return [
             ArmAudit(
                 arm,
-                reported,
-                scope,
-                "one round's unmasked aggregate, one client's update moved by C",
+                one_round,
+                f"{one_round_scope}; neighbours: {relation}",
+                f"one round's unmasked aggregate through the shipped steps ({relation}: the target's update "
+                "C, or the target absent / its update 0)",
                 aggregate,
             ),
             ArmAudit(arm, 0.0, hidden, "one client's masked upload, fresh keys each trial", upload, "upload"),
         ]
     if isinstance(steps.aggregator, CentralNoise):
         step, clip = steps.aggregator, float(protocol.clip(platform) or 1.0)
-        m = step.expected_clients
-        clients = max(1, math.ceil(m) - 1)
-        test = audit_aggregator_step(step, clip=clip, clients=clients, shift=clip / m, arm=arm, **kw)
-        return [ArmAudit(arm, reported, scope, "one round's noisy mean (aggregator step)", test)]
+        test = audit_aggregator_step(
+            step,
+            clip=clip,
+            clients=max(1, task.clients - 1),
+            shift=clip / step.expected_clients,
+            arm=arm,
+            sample_rate=sample_rate,
+            sample_seed=int(cfg.seed),
+            **kw,
+        )
+        what = "one round's noisy mean (aggregator step), add/remove one client"
+        return [ArmAudit(arm, one_round, one_round_scope, what, test)]
     clip = float(protocol.clip(platform) or cfg.audit.clip)
     sensitivity = 2 * clip / int(sizes.min())  # Remark 3: one sample of the smallest client
     client = steps.client
@@ -977,7 +1030,10 @@ def audit_arm(
             return x
         return client(x, start=torch.zeros_like(x), arm=arm, client=0, t=trial)[0]
 
-    test = audit_release(release, x0=zero, x1=direction * sensitivity, **kw)
+    sigma = getattr(client, "sigma", None)  # a Gaussian client step (NbAFL): the tail threshold is planned
+    test = audit_release(
+        release, x0=zero, x1=direction * sensitivity, noise_std=sigma, exact=client is None, **kw
+    )
     return [ArmAudit(arm, reported, scope, "one client's upload (client step)", test)]
 
 
@@ -999,35 +1055,6 @@ def _masked_upload(spec, cfg: DictConfig, arm: str):
         inboxes = head.route_shares(trial, [client.share(trial, routed)])
         masked = client.mask(trial, 0, x.numpy(), inboxes)
         return torch.from_numpy(fresh.codec.decode(masked))
-
-    return release
-
-
-def _secure_aggregate(steps, weights: np.ndarray, arm: str, uniform: bool):
-    """``release(x, trial)``: the aggregate the aggregator unmasks in a round where every client's update is
-    0 but client 0's, ``x``: every client's step (its noise share, if any), its weighted fixed-point
-    encoding, the exact ring sum, the decoding, the arm's aggregator step; returned in the units of client
-    0's update (the aggregate times ``W / w_0``), so that it moves by ``x`` itself. The masks cancel exactly
-    in the sum, so they are left out."""
-    from sifl_ray.privacy.secagg.ring import ring_sum
-
-    spec, codec = steps.secagg, steps.secagg.codec
-    w = np.ones_like(weights) if uniform else weights
-    total = float(w.sum())
-
-    def release(x: torch.Tensor, trial: int) -> torch.Tensor:
-        encoded = []
-        for c, weight in enumerate(w):
-            update = x if c == 0 else torch.zeros_like(x)
-            if steps.client is not None:
-                update = steps.client(update.clone(), start=torch.zeros_like(x), arm=arm, client=c, t=trial)[
-                    0
-                ]
-            encoded.append(codec.encode(update.numpy() * (weight / spec.weight_ref)))
-        mean = torch.from_numpy(codec.decode(ring_sum(encoded, codec.ring_bits))) * (spec.weight_ref / total)
-        if steps.aggregator is not None:
-            mean = steps.aggregator(mean, arm=arm, t=trial, shard=0, bounds=(0, x.numel()), weight=total)
-        return mean * (total / float(w[0]))
 
     return release
 
