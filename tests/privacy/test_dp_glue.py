@@ -50,7 +50,7 @@ def arm_context(overrides: list[str], arm: str, *, n: int = N, sizes=(100, 100))
     return arm_of(cfg, arm), ctx
 
 
-# -------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------------
 # DP-FedAvg's fixed denominator at q < 1: m = qN, not N
 
 
@@ -70,7 +70,7 @@ def test_dp_fedavg_aggregator_divides_by_qN_and_adds_noise_of_std_zC_over_qN():
 
 
 def test_dp_fedavg_secagg_aggregator_divides_the_noisy_sum_by_qN():
-    """Distributed DP: the noise is already in the sum, the aggregator only rescales k's mean to ``Σ / qN``."""
+    """Distributed DP: the noise is already in the sum; the aggregator only rescales k's mean to Σ / qN."""
     arm, ctx = arm_context(
         [*Q_HALF, "arms=[dp_fedavg_secagg]", "dp_fedavg.epsilons=[5]"], "dp_fedavg_secagg_eps5", n=16
     )
@@ -114,12 +114,12 @@ def test_nbafl_clients_draw_fresh_noise_every_round():
     assert not torch.equal(draws[0], draws[1]) and not torch.equal(draws[1], draws[2])
 
 
-# -------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------------
 # NbAFL: L = T uploads, and the smallest client's sensitivity
 
 
 def nbafl_classical_sigma(*, eps: float, delta: float, clip: float, smallest: int, rounds: int) -> float:
-    """NbAFL's Theorem 1 as SPEC "Baselines" states it: σ = c·L·Δs/ε, c = √(2 ln(1.25/δ)), Δs = 2C/m, L = T."""
+    """NbAFL's Theorem 1 as SPEC "Baselines" has it: σ = c·L·Δs/ε, c = √(2 ln(1.25/δ)), Δs = 2C/m, L = T."""
     return math.sqrt(2 * math.log(1.25 / delta)) * rounds * (2 * clip / smallest) / eps
 
 
@@ -169,7 +169,7 @@ def test_the_run_calibrates_nbafl_to_its_smallest_client(tmp_path):
     assert_gaussian(noise, sigma)
 
 
-# -------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------------
 # Clipping's flag at the boundary
 
 
