@@ -5,6 +5,7 @@
 #   tests/mutation/run.sh                 # run, then print the score and the surviving mutants
 #   STAGE=/tmp/m TIMEOUT=3600 tests/mutation/run.sh
 #   JOBS=4 tests/mutation/run.sh          # more parallel mutants (default 1: a shared machine)
+#   tests/mutation/run.sh NAME...         # only these mutants (the survivors of the last run, say)
 #
 # mutmut writes a mutants/ folder beside the code it mutates, and reads its configuration from the current
 # folder; to keep both out of the checkout, the code, the tests and the scenarios are copied to a staging
@@ -20,7 +21,7 @@ limit="${TIMEOUT:-3000}"
 mkdir -p "$stage"
 for path in sifl_ray tests scenarios; do
     rm -rf "${stage:?}/$path"
-    cp -r "$repo/$path" "$stage/$path"
+    cp -a "$repo/$path" "$stage/$path"  # -a: mtimes kept, so mutmut keeps the mutants and verdicts it has
 done
 cp "$repo/pyproject.toml" "$stage/pyproject.toml"
 cp "$here/setup.cfg" "$stage/setup.cfg"
@@ -30,6 +31,6 @@ cd "$stage"
 # the staged code, never an installed (editable) copy of the package
 export PYTHONPATH="$stage"
 status=0
-timeout "$limit" mutmut run --max-children "$jobs" || status=$?
+timeout "$limit" mutmut run --max-children "$jobs" "$@" || status=$?
 python "$here/score.py" "$stage"
 exit "$status"
