@@ -1,8 +1,9 @@
 """The mutation score of a mutmut run in a staging folder (tests/mutation/run.sh prints it at the end).
 
-Score = killed / (total − equivalent): a timeout counts as killed (the mutant changed behaviour), a mutant
-listed in ``equivalent.txt`` (beside this file, one ``name  # why`` a line) is left out of the total, and
-every other survivor is listed with its diff, to be killed by a test or argued equivalent there.
+Score = killed / (checked − equivalent), checked = killed + survived: a timeout counts as killed (the
+mutant changed behaviour), a mutant listed in ``equivalent.txt`` (beside this file, one ``name  # why`` a
+line) is left out of the total, and every other survivor is listed with its diff, to be killed by a test or
+argued equivalent there.
 
     python tests/mutation/score.py /tmp/sifl-mutation
 """
@@ -37,8 +38,8 @@ def main(stage: Path) -> None:
     survivors = [n for n, s in status.items() if s == "survived" and n not in equivalent]
     judged = [n for n, s in status.items() if s == "survived" and n in equivalent]
     killed = int(stats["killed"]) + int(stats.get("timeout", 0))
-    total = int(stats["total"]) - int(stats.get("skipped", 0))
-    denominator = total - len(judged)
+    checked = killed + int(stats["survived"])  # a run cut short leaves the rest "not checked"
+    denominator = checked - len(judged)
     print(f"mutmut: {json.dumps(stats)}")
     print(
         f"score: {killed} killed of {denominator} non-equivalent mutants = "
@@ -47,7 +48,7 @@ def main(stage: Path) -> None:
     )
     other = {n: s for n, s in status.items() if s not in ("survived", "killed", "timeout")}
     if other:
-        print("not run to a verdict:", json.dumps(other))
+        print(f"{len(other)} of {stats['total']} mutants not run to a verdict (a run cut short?)")
     for name in survivors:
         diff = subprocess.run(["mutmut", "show", name], cwd=stage, capture_output=True, text=True)
         print(diff.stdout)
