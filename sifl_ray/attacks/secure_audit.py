@@ -32,8 +32,9 @@ RELATIONS = (ADD_REMOVE, ZERO_OUT)
 
 
 def neighbour_relation(report: dict | None) -> str:
-    """The relation an arm's privacy report declares (``neighbour_relation``), add/remove by default."""
-    relation = str((report or {}).get("neighbour_relation", ADD_REMOVE))
+    """The relation an arm's privacy report declares (``neighbour_relation``: its name, then after a colon
+    the words that explain it), add/remove by default."""
+    relation = str((report or {}).get("neighbour_relation", ADD_REMOVE)).split(":")[0].strip()
     if relation not in RELATIONS:
         raise ValueError(f"neighbour_relation: expected one of {RELATIONS}, got {relation!r}")
     return relation

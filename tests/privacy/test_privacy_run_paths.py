@@ -225,17 +225,12 @@ def test_distributed_dp_states_zero_out_and_counts_every_round(tmp_path):
     unamplified = epsilon(noise_multiplier=z, sample_rate=1.0, steps=rounds, delta=delta)
     assert report["epsilon"] == pytest.approx(unamplified, rel=1e-9) and report["epsilon"] <= 5.0 * (1 + 1e-9)
     assert report["epsilon_roster_known"] == report["epsilon"]
-    central = arm_of(cfg, "dp_fedavg_eps5")
     # the central arm keeps add/remove with amplification, and names the ε against the sampler
-    c_report = central.privacy(
-        ArmContext(
-            cfg=load_config([*SMALL, "arms=[dp_fedavg]", "clients.sampling=poisson", "clients.fraction=0.5"]),
-            arm="dp_fedavg_eps5",
-            n=400,
-            local_size=10,
-            total_size=100,
-        )
+    central_cfg = load_config(
+        [*SMALL, "arms=[dp_fedavg]", "clients.sampling=poisson", "clients.fraction=0.5"]
     )
+    central_ctx = ArmContext(cfg=central_cfg, arm="dp_fedavg_eps5", n=400, local_size=10, total_size=100)
+    c_report = arm_of(central_cfg, "dp_fedavg_eps5").privacy(central_ctx)
     assert c_report["neighbour_relation"].startswith("add/remove") and c_report["amplified_by_sampling"]
     assert c_report["epsilon_roster_known"] > c_report["epsilon"]
 
