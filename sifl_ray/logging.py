@@ -186,7 +186,7 @@ def plot_accuracy_vs_epsilon(
 
 def format_table(rows: list[dict[str, Any]]) -> str:
     """The end-of-run table: arm, final accuracy, Δ vs fl, max deviation, the ε figures (per element for
-    SIFL, whole vector for NbAFL and DP-FedAvg), wall time."""
+    SIFL, whole vector for NbAFL and DP-FedAvg), the neighbour relation they are stated under, wall time."""
     header = [
         "arm",
         "final acc",
@@ -195,6 +195,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
         "ε local (per-element, worst round)",
         "ε global (worst round)",
         "ε whole vector (scope: summary.json)",
+        "relation",
         "wall s",
     ]
     lines = [header]
@@ -208,6 +209,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
                 "—" if r.get("epsilon_local") is None else f"{r['epsilon_local']:.3g}",
                 "—" if r.get("epsilon_global") is None else f"{r['epsilon_global']:.3g}",
                 "—" if r.get("epsilon_whole") is None else f"{r['epsilon_whole']:.3g}",
+                r.get("relation") or "—",
                 f"{r['wall_s']:.1f}",
             ]
         )

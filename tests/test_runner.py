@@ -106,3 +106,28 @@ def test_the_result_line_and_table_need_only_the_summary_dict():
     }
     assert result_line(summary) == "RESULT s fl=0.5000 dev_estimate=none round_bound=none run_dir=d"
     assert "50.00%" in summary_table(summary)
+
+
+def test_the_table_names_the_relation_each_epsilon_is_stated_under():
+    def arm(relation: str | None) -> dict:
+        privacy = {"epsilon": 1.0} | ({"neighbour_relation": relation} if relation else {})
+        return {
+            "final_accuracy": 0.5,
+            "delta_vs_fl_pp": None,
+            "max_deviation": None,
+            "privacy": privacy,
+            "wall_s": 1,
+        }
+
+    summary = {
+        "scenario": "s",
+        "arms": {"dp": arm("zero-out: the client takes part, its update replaced by 0"), "fl": arm(None)},
+        "deviation_estimate": None,
+        "round_bound": None,
+        "run_dir": "d",
+    }
+    rows = summary_table(summary).splitlines()
+    assert "relation" in rows[0]
+    dp, fl = rows[2], rows[3]
+    assert "zero-out" in dp and "update replaced" not in dp  # the relation's name; its words in summary.json
+    assert "zero-out" not in fl
