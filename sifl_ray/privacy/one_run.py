@@ -337,7 +337,9 @@ def lower_bound_ceiling(
 
     A claimed ε above the ceiling cannot be refuted by k canaries whatever the run does; a report should say
     "untestable with k canaries" rather than "audited". For pure ε the ceiling is ``logit(β^{1/r})``, about
-    ``log(r / log(1/β))``: it grows with r = 2g only logarithmically.
+    ``log(r / log(1/β))``: it grows with r = 2g only logarithmically. It rises over even k; an odd k's last
+    canary is never guessed (2g ≤ k − 1) yet counts in the theorem's ``2kδ`` term, so it sits a hair below
+    k − 1's (1e-4 in ε at k ≤ 40, δ = 1e-5): use an even number of canaries.
     """
     _check_level(delta, confidence)
     sizes = _guess_sizes(int(k), guesses)
