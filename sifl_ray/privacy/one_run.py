@@ -187,7 +187,7 @@ def epsilon_estimate(
     rng_seed: int,
     resamples: int = 1000,
 ) -> EpsilonEstimate:
-    """Andrew et al.'s one-shot ε estimate from canary cosines (ICLR 2024, §3).
+    """Andrew et al.'s one-shot ε estimate from canary cosines (ICLR 2024).
 
     ``μ = (mean(canary) − mean(null)) / std(null)``: the null's sample standard deviation (ddof 1). Why the
     null's: a canary-free direction's cosine with the release is the mechanism's noise alone (≈ N(0, 1/d)
@@ -268,8 +268,8 @@ class EpsilonLowerBound:
 
 
 def audit_p_value(*, m: int, r: int, v: int, epsilon: float, delta: float) -> float:
-    """Steinke et al.'s bound on ``P[v or more correct of r guesses]`` under (ε, δ)-DP (their Theorem 3.1,
-    the p-value of Appendix D), with m canaries each included with probability ½.
+    """Steinke et al.'s bound on ``P[v or more correct of r guesses]`` under (ε, δ)-DP (their main theorem, as
+    the p-value of their Appendix D computes it), with m canaries each included with probability ½.
 
     With ``q = e^ε/(1+e^ε)`` (the accuracy of ε-randomised response) and ``f(u) = P[Binom(r, q) ≥ u]``:
     ``p = f(v) + 2mδ · max_{1≤i≤v} (f(v−i) − f(v)) / i``, capped at 1. With δ = 0 it is the binomial tail
@@ -355,7 +355,7 @@ def epsilon_lower_bound(
     confidence: float = 0.95,
     guesses: int | Sequence[int] | None = None,
 ) -> EpsilonLowerBound:
-    """Steinke, Nasr and Jagielski's one-run ε lower bound (NeurIPS 2023, Theorem 3.1 and Appendix D).
+    """Steinke, Nasr and Jagielski's one-run ε lower bound (NeurIPS 2023: main theorem, Appendix D).
 
     The auditor ranks the k canaries by score (higher: more likely inserted), guesses "inserted" for the top
     g and "not inserted" for the bottom g, and abstains on the rest. With r = 2g guesses and v correct, the
