@@ -1,0 +1,404 @@
+"""Privacy audited inside one run: canary clients, an ε estimate and an ε lower bound (SPEC "Auditing inside
+the run").
+
+Two audits read the same canaries, k extra clients whose upload is a fixed secret direction ``c_j`` of norm C
+(the clip), each inserted with probability ½:
+
+* **An estimate** (Andrew, Kairouz, Oh, Oprea, McMahan, Suriyakumar, "One-shot empirical privacy estimation
+  for federated learning", ICLR 2024): the cosine between the release's change and each inserted canary,
+  against the same cosine for directions never inserted (the nulls, ≈ N(0, 1/d) in dimension d). A Gaussian
+  fitted to each sample gives a μ-GDP mechanism, whose (ε, δ) is the estimate (:func:`epsilon_estimate`).
+  It is an *estimate*, not a bound: the Gaussian fit is an assumption, and nothing guarantees that the true ε
+  lies above or below it. It comes with a bootstrap confidence interval over the canaries and nulls.
+* **A lower bound** (Steinke, Nasr, Jagielski, "Privacy auditing with one (1) training run", NeurIPS 2023):
+  the auditor guesses inclusion for the canaries it is surest of; the number of correct guesses, by their
+  main theorem, refutes (ε, δ)-DP for every ε below :func:`epsilon_lower_bound` at the chosen confidence.
+  k canaries can never refute more than :func:`lower_bound_ceiling`: a claimed ε above it is untestable
+  with k canaries, whatever the mechanism.
+
+Everything here is pure: NumPy and SciPy on arrays the run hands over. The run's wiring (which clients are
+canaries, where their uploads enter, which release is scored) lives elsewhere. The directions and the
+inclusion bits are secrets (whoever knows them knows which canaries are in), so they come from a party's
+secret seed through :func:`sifl_ray.seeding.noise_generator`; the bootstrap is analysis, not protection, and
+takes a public seed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import optimize, special, stats
+
+from sifl_ray.seeding import noise_generator, numpy_generator
+
+#: Guesses per side, as fractions of k, among which :func:`epsilon_lower_bound` picks (union bound over them).
+GUESS_FRACTIONS: tuple[float, ...] = (0.01, 0.05, 0.10, 0.25, 0.50)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Canaries: directions, inclusion, cosines.
+
+
+def canary_directions(*, d: int, k: int, seed: bytes, clip: float, first: int = 0) -> np.ndarray:
+    """The uploads of canaries ``first .. first+k-1``: uniform random directions in R^d at norm ``clip``.
+
+    Canary j's direction comes from its own secret stream ``(seed, "canary", "direction", j)``, so a client
+    can build its one canary without the others, and a direction never depends on k. Nulls (directions never
+    inserted, for :func:`epsilon_estimate`) are canaries past the last inserted one: ``first=k``.
+
+    Args:
+        d: dimension of the update.
+        k: number of canaries.
+        seed: the auditing party's secret seed (at least 16 bytes): whoever knows it knows the canaries.
+        clip: C, the clip norm (a canary's upload sits on the clip sphere, the largest a client may send).
+        first: index of the first canary.
+
+    Returns:
+        A float64 array of shape ``(k, d)``, each row of norm ``clip``.
+    """
+    if int(d) != d or d < 1 or int(k) != k or k < 0 or int(first) != first or first < 0:
+        raise ValueError(f"need integers d >= 1, k >= 0, first >= 0; got d={d!r}, k={k!r}, first={first!r}")
+    if not (math.isfinite(clip) and clip > 0):
+        raise ValueError(f"clip must be finite and > 0, got {clip!r}: a canary sits on the clip sphere")
+    out = np.empty((int(k), int(d)))
+    for row, j in enumerate(range(int(first), int(first) + int(k))):
+        draw = noise_generator(seed, "canary", "direction", j).standard_normal(int(d))
+        out[row] = draw * (clip / np.linalg.norm(draw))  # a zero draw has probability 0 (d normals)
+    return out
+
+
+def inclusion_draws(*, k: int, seed: bytes) -> np.ndarray:
+    """Which of k canaries are inserted: each independently with probability ½, canary j from its own secret
+    stream ``(seed, "canary", "inclusion", j)``.
+
+    Steinke et al.'s theorem needs these bits uniform and independent, and hidden from the mechanism's
+    adversary; the auditor reads them only after the run.
+
+    Returns:
+        A boolean array of length k.
+    """
+    if int(k) != k or k < 0:
+        raise ValueError(f"k must be an integer >= 0, got {k!r}")
+    return np.array(
+        [noise_generator(seed, "canary", "inclusion", j).integers(0, 2) == 1 for j in range(int(k))],
+        dtype=bool,
+    )
+
+
+def cosines(delta: np.ndarray, directions: np.ndarray) -> np.ndarray:
+    """Cosine between the release's change ``delta`` (shape ``(d,)``) and each row of ``directions``
+    (shape ``(k, d)`` or ``(d,)``): the canary statistic. Zero-safe: a zero ``delta`` or a zero direction
+    gives cosine 0 (nothing released in that direction).
+    """
+    delta = np.asarray(delta, dtype=np.float64)
+    dirs = np.atleast_2d(np.asarray(directions, dtype=np.float64))
+    if delta.ndim != 1 or dirs.ndim != 2 or dirs.shape[1] != delta.shape[0]:
+        raise ValueError(
+            f"need delta of shape (d,) and directions of shape (k, d); got {delta.shape}, {dirs.shape}"
+        )
+    norms = np.linalg.norm(dirs, axis=1) * np.linalg.norm(delta)
+    dots = dirs @ delta
+    return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# μ-GDP to (ε, δ).
+
+
+def gdp_delta(*, mu: float, epsilon: float) -> float:
+    """δ(ε) of μ-GDP (Dong, Roth, Su 2022, Corollary 2.13): ``Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2)``.
+
+    μ-GDP is exactly the Gaussian mechanism with noise multiplier 1/μ, so this is its tight privacy profile.
+    The second term is computed as ``exp(ε + log Φ(·))`` so that it stays finite for large ε.
+    """
+    if not (mu > 0 and math.isfinite(mu)) or not epsilon >= 0:
+        raise ValueError(f"need finite mu > 0 and epsilon >= 0, got mu={mu!r}, epsilon={epsilon!r}")
+    a = special.ndtr(-epsilon / mu + mu / 2)
+    b = math.exp(epsilon + special.log_ndtr(-epsilon / mu - mu / 2))
+    return float(max(a - b, 0.0))
+
+
+def gdp_epsilon(*, mu: float, delta: float) -> float:
+    """The ε at which μ-GDP holds with ``delta``: :func:`gdp_delta` solved for ε (Brent's method).
+
+    ε = 0 when μ ≤ 0 (no shift) or when δ already covers ε = 0 (``δ ≥ 2Φ(μ/2) − 1``). The bracket's upper
+    end is exact: ``δ(ε) ≤ Φ(−ε/μ + μ/2) ≤ δ`` once ``ε ≥ μ(μ/2 + Φ⁻¹(1−δ))``. ``inf`` for μ = inf.
+    """
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+    if math.isnan(mu):
+        raise ValueError("mu is NaN")
+    if mu == math.inf:
+        return math.inf
+    if mu <= 0 or gdp_delta(mu=mu, epsilon=0.0) <= delta:
+        return 0.0
+    high = mu * (mu / 2 + float(special.ndtri(1 - delta)))
+    return float(optimize.brentq(lambda e: gdp_delta(mu=mu, epsilon=e) - delta, 0.0, high, xtol=1e-12))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The estimate (Andrew et al. 2024).
+
+
+@dataclass(frozen=True)
+class EpsilonEstimate:
+    """An empirical ε of one run, with its bootstrap interval: an estimate, not a bound.
+
+    Attributes:
+        estimate: ε of the fitted μ-GDP mechanism at ``delta``.
+        low, high: the bootstrap interval of ε at the requested confidence.
+        mu: the fitted μ (shift of the canary mean over the null mean, in null standard deviations).
+        k: number of canary cosines; nulls: number of null cosines.
+        delta: the δ of every ε here.
+    """
+
+    estimate: float
+    low: float
+    high: float
+    mu: float
+    k: int
+    nulls: int
+    delta: float
+
+
+def _as_sample(name: str, values: np.ndarray) -> np.ndarray:
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.ndim != 1 or arr.size < 2 or not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} must be a 1-D array of at least 2 finite values, got shape {arr.shape}")
+    return arr
+
+
+def _mus(canary: np.ndarray, null: np.ndarray, rows_c: np.ndarray, rows_n: np.ndarray) -> np.ndarray:
+    c, n = canary[rows_c], null[rows_n]
+    std = n.std(axis=-1, ddof=1)
+    shift = c.mean(axis=-1) - n.mean(axis=-1)
+    return np.divide(shift, std, out=np.full_like(shift, np.inf), where=std > 0)
+
+
+def epsilon_estimate(
+    *,
+    canary_cosines: np.ndarray,
+    null_cosines: np.ndarray,
+    delta: float,
+    confidence: float = 0.95,
+    rng_seed: int,
+    resamples: int = 1000,
+) -> EpsilonEstimate:
+    """Andrew et al.'s one-shot ε estimate from canary cosines (ICLR 2024).
+
+    ``μ = (mean(canary) − mean(null)) / std(null)``: the null's sample standard deviation (ddof 1). Why the
+    null's: a canary-free direction's cosine with the release is the mechanism's noise alone (≈ N(0, 1/d)
+    in dimension d when the noise dominates), which is the scale of the Gaussian mechanism that μ measures;
+    the canaries' own spread adds the variation of the model's change across canaries, which is no part of
+    the mechanism's noise. This is Andrew et al.'s choice. The fitted pair N(0, 1) against N(μ, 1) is μ-GDP,
+    converted to (ε, δ) by :func:`gdp_epsilon`.
+
+    What it is not: a bound. The Gaussian fit is an assumption (both samples roughly Gaussian with one
+    variance); ε is the privacy of the *fitted* mechanism, the interval is over sampling of canaries and
+    nulls only. Use :func:`epsilon_lower_bound` for a claim that holds with a stated confidence.
+
+    The interval: a percentile bootstrap, canaries and nulls resampled independently with replacement
+    (``resamples`` times, from the public stream ``(rng_seed, "one_run", "bootstrap")``); the percentiles
+    of μ are converted to ε, which is exact because ε is nondecreasing in μ.
+
+    Args:
+        canary_cosines: cosines of the inserted canaries with the release's change.
+        null_cosines: cosines of directions never inserted.
+        delta: δ of the ε reported.
+        confidence: two-sided coverage of the interval.
+        rng_seed: public seed of the bootstrap.
+        resamples: bootstrap resamples.
+    """
+    canary = _as_sample("canary_cosines", canary_cosines)
+    null = _as_sample("null_cosines", null_cosines)
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    if int(resamples) != resamples or resamples < 1:
+        raise ValueError(f"resamples must be an integer >= 1, got {resamples!r}")
+    if null.std(ddof=1) == 0:
+        raise ValueError(
+            "the null cosines are all equal: no noise scale to measure the canaries' shift against"
+        )
+    mu = float(_mus(canary, null, np.arange(canary.size), np.arange(null.size)))
+    rng = numpy_generator(int(rng_seed), "one_run", "bootstrap")
+    chunk = max(1, 10_000_000 // (canary.size + null.size))  # bounds the index arrays at about 80 MB
+    boot = []
+    for start in range(0, int(resamples), chunk):
+        rows = min(chunk, int(resamples) - start)
+        rows_c = rng.integers(0, canary.size, size=(rows, canary.size))
+        rows_n = rng.integers(0, null.size, size=(rows, null.size))
+        boot.append(_mus(canary, null, rows_c, rows_n))
+    lo, hi = np.quantile(np.concatenate(boot), [(1 - confidence) / 2, (1 + confidence) / 2])
+    return EpsilonEstimate(
+        estimate=gdp_epsilon(mu=mu, delta=delta),
+        low=gdp_epsilon(mu=float(lo), delta=delta),
+        high=gdp_epsilon(mu=float(hi), delta=delta),
+        mu=mu,
+        k=int(canary.size),
+        nulls=int(null.size),
+        delta=float(delta),
+    )
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The lower bound (Steinke, Nasr, Jagielski 2023).
+
+
+@dataclass(frozen=True)
+class EpsilonLowerBound:
+    """An ε that the run refutes at ``confidence``: the mechanism is not (ε', δ)-DP for any ε' < bound.
+
+    Attributes:
+        bound: the lower bound (0 when nothing is refuted).
+        guesses: guesses made on each side (top g guessed in, bottom g guessed out: 2g guesses in all), for
+            the choice that gave the bound.
+        correct: correct guesses among those 2g.
+        ceiling: the largest bound these k canaries can give (:func:`lower_bound_ceiling`).
+        delta: δ of the refuted (ε, δ).
+    """
+
+    bound: float
+    guesses: int
+    correct: int
+    ceiling: float
+    delta: float
+
+
+def audit_p_value(*, m: int, r: int, v: int, epsilon: float, delta: float) -> float:
+    """Steinke et al.'s bound on ``P[v or more correct of r guesses]`` under (ε, δ)-DP (their main theorem, as
+    the p-value of their Appendix D computes it), with m canaries each included with probability ½.
+
+    With ``q = e^ε/(1+e^ε)`` (the accuracy of ε-randomised response) and ``f(u) = P[Binom(r, q) ≥ u]``:
+    ``p = f(v) + 2mδ · max_{1≤i≤v} (f(v−i) − f(v)) / i``, capped at 1. With δ = 0 it is the binomial tail
+    alone: the guesses are no better than r coins of bias q.
+    """
+    if not 0 <= v <= r <= m:
+        raise ValueError(f"need 0 <= v <= r <= m, got m={m}, r={r}, v={v}")
+    q = float(special.expit(epsilon))
+    tail = float(stats.binom.sf(v - 1, r, q))
+    if delta == 0 or v == 0:
+        return min(tail, 1.0)
+    steps = np.arange(1, v + 1)
+    below = np.cumsum(stats.binom.pmf(v - steps, r, q))  # P[v−i ≤ Binom(r, q) < v], i = 1..v
+    return min(tail + 2 * m * delta * float(np.max(below / steps)), 1.0)
+
+
+_EPS_GRID_STEP = 0.05
+_EPS_GRID_END = 60.0  # expit(60) rounds to 1 in float64: every p-value is 1 from there on
+
+
+def _refuted_epsilon(*, m: int, r: int, v: int, delta: float, beta: float) -> float:
+    """The first ε at which the p-value rises above β (0 if it starts above).
+
+    Every ε' below the returned ε has ``p(ε') ≤ β``, so (ε', δ)-DP is refuted for all of them. Taking the
+    *first* crossing, not any root, keeps the claim valid even where p is not monotone in ε (the δ term
+    need not be): if the mechanism is (ε₀, δ)-DP with ε₀ below the bound, then ``p(ε₀, v_obs) ≤ β``, and
+    the smallest such v has probability at most its p-value ≤ β. The crossing is located on a grid of
+    step 0.05, then refined by Brent's method inside the grid cell.
+    """
+    p = lambda e: audit_p_value(m=m, r=r, v=v, epsilon=e, delta=delta)  # noqa: E731
+    if p(0.0) > beta:
+        return 0.0
+    grid = np.arange(_EPS_GRID_STEP, _EPS_GRID_END + _EPS_GRID_STEP, _EPS_GRID_STEP)
+    prev = 0.0
+    for e in grid:
+        if p(float(e)) > beta:
+            return float(optimize.brentq(lambda x: p(x) - beta, prev, float(e), xtol=1e-9))
+        prev = float(e)
+    return prev
+
+
+def _guess_sizes(k: int, guesses: int | Sequence[int] | None) -> tuple[int, ...]:
+    if k < 2:
+        raise ValueError(f"need k >= 2 canaries (one guess each way), got {k}")
+    if guesses is None:
+        return tuple(max(1, int(f * k)) for f in GUESS_FRACTIONS)
+    sizes = (guesses,) if isinstance(guesses, int | np.integer) else tuple(guesses)
+    if not sizes or any(int(g) != g or not 1 <= g <= k // 2 for g in sizes):
+        raise ValueError(f"guesses must be integers in [1, k//2] = [1, {k // 2}] per side, got {guesses!r}")
+    return tuple(int(g) for g in sizes)
+
+
+def _check_level(delta: float, confidence: float) -> None:
+    if not 0 <= delta < 1:
+        raise ValueError(f"delta must be in [0, 1), got {delta!r}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+
+
+def lower_bound_ceiling(
+    *, k: int, delta: float, confidence: float = 0.95, guesses: int | Sequence[int] | None = None
+) -> float:
+    """The largest lower bound k canaries can give: every guess right, under the same choice of guess sizes
+    and the same union bound as :func:`epsilon_lower_bound`.
+
+    A claimed ε above the ceiling cannot be refuted by k canaries whatever the run does; a report should say
+    "untestable with k canaries" rather than "audited". For pure ε the ceiling is ``logit(β^{1/r})``, about
+    ``log(r / log(1/β))``: it grows with r = 2g only logarithmically. It rises over even k; an odd k's last
+    canary is never guessed (2g ≤ k − 1) yet counts in the theorem's ``2kδ`` term, so it sits a hair below
+    k − 1's (1e-4 in ε at k ≤ 40, δ = 1e-5): use an even number of canaries.
+    """
+    _check_level(delta, confidence)
+    sizes = _guess_sizes(int(k), guesses)
+    beta = (1 - confidence) / len(sizes)
+    return max(_refuted_epsilon(m=int(k), r=2 * g, v=2 * g, delta=delta, beta=beta) for g in sizes)
+
+
+def epsilon_lower_bound(
+    *,
+    scores: np.ndarray,
+    included: np.ndarray,
+    delta: float,
+    confidence: float = 0.95,
+    guesses: int | Sequence[int] | None = None,
+) -> EpsilonLowerBound:
+    """Steinke, Nasr and Jagielski's one-run ε lower bound (NeurIPS 2023: main theorem, Appendix D).
+
+    The auditor ranks the k canaries by score (higher: more likely inserted), guesses "inserted" for the top
+    g and "not inserted" for the bottom g, and abstains on the rest. With r = 2g guesses and v correct, the
+    bound is the largest ε whose (ε, δ)-DP makes v correct guesses unlikely: every ε below it has
+    :func:`audit_p_value` ≤ β = 1 − confidence. This is their theorem in its (ε, δ) form, with m = k (every
+    canary's inclusion is randomised); the search takes the first ε where the p-value crosses β
+    (:func:`_refuted_epsilon`). Ties in score are broken by canary index, which is independent of the
+    inclusion bits, so the theorem's guesses stay a function of the release alone.
+
+    ``guesses=None`` tries g = 1%, 5%, 10%, 25% and 50% of k per side (at least 1) and reports the best,
+    each tested at β/5 (a union bound over the five, kept at five even where small k maps two fractions to
+    the same g). An int fixes g (tested at β); a sequence tries each at β/len.
+
+    Args:
+        scores: one score per canary (e.g. its cosine with the release's change).
+        included: the inclusion bits of :func:`inclusion_draws`.
+        delta: δ of the refuted (ε, δ); the theorem adds ``2kδ·(…)`` to the p-value, so it needs kδ ≪ β.
+        confidence: probability that the bound is below the true ε.
+        guesses: g per side (module docstring above).
+    """
+    _check_level(delta, confidence)
+    scores = np.asarray(scores, dtype=np.float64)
+    included = np.asarray(included)
+    if scores.ndim != 1 or included.shape != scores.shape or not np.all(np.isfinite(scores)):
+        raise ValueError(
+            f"need 1-D finite scores and inclusion bits of one shape, got {scores.shape}, {included.shape}"
+        )
+    if included.dtype != bool:
+        raise TypeError(f"included must be a boolean array, got {included.dtype}")
+    k = scores.size
+    sizes = _guess_sizes(k, guesses)
+    beta = (1 - confidence) / len(sizes)
+    ranked = included[np.argsort(-scores, kind="stable")]
+    best = (-1.0, 0, 0)
+    for g in sizes:
+        correct = int(ranked[:g].sum() + (~ranked[k - g :]).sum())
+        bound = _refuted_epsilon(m=k, r=2 * g, v=correct, delta=delta, beta=beta)
+        if bound > best[0]:
+            best = (bound, g, correct)
+    return EpsilonLowerBound(
+        bound=best[0],
+        guesses=best[1],
+        correct=best[2],
+        ceiling=lower_bound_ceiling(k=k, delta=delta, confidence=confidence, guesses=guesses),
+        delta=float(delta),
+    )
