@@ -93,6 +93,9 @@ class ClientWorkerActor:
     def reset_peak_memory(self) -> None:
         reset_peak_memory(self.device)
 
+    def set_canaries(self, seed: bytes, canaries: dict[int, int], weight: float) -> None:
+        self.role.set_canaries(seed, canaries, weight)
+
     def set_arm(self, arm: str, setup: dict, server_view=None, aggregator_view=None) -> None:
         self.role.set_arm(arm, ArmSetup(server_view=server_view, aggregator_view=aggregator_view, **setup))
 

@@ -47,8 +47,13 @@ class EvaluatorActor:
         tensor (unpickled in the driver, it would land on the driver's GPU)."""
         return self.role.decode(arm, broadcast.to(self.device)).cpu()
 
-    def evaluate(self, arm: str, t: int, broadcast: torch.Tensor) -> dict:
-        return self.role.evaluate(arm, t, broadcast)
+    def set_audit(self, seed: bytes, canaries: int, nulls: int, n: int) -> None:
+        self.role.set_audit(seed, canaries, nulls, n)
+
+    def evaluate(
+        self, arm: str, t: int, broadcast: torch.Tensor, previous: torch.Tensor | None = None
+    ) -> dict:
+        return self.role.evaluate(arm, t, broadcast, previous)
 
     def sum_error(self, arm: str, t: int, num_shards: int, *vectors: torch.Tensor) -> float:
         return self.role.sum_error(arm, t, num_shards, *vectors)

@@ -209,6 +209,18 @@ class FaultsConfig:
 
 
 @dataclass
+class AuditConfig:
+    """Canary clients: every run audits its own privacy (SPEC "Auditing inside the run")."""
+
+    canaries: int = (
+        0  # k canary clients per arm (0: off); an even k (the lower bound's theorem counts them all)
+    )
+    nulls: int = 200  # directions never inserted: the null of the canaries' statistic
+    norm: float = 1.0  # a canary's norm where the arm clips no update (fl, SIFL, NbAFL); else the arm's clip
+    confidence: float = 0.95  # of the lower bound and of the estimate's interval
+
+
+@dataclass
 class CheckpointConfig:
     """Periodic checkpoints (``sifl run --resume RUN_DIR``; restoring a dead server or aggregator)."""
 
@@ -234,6 +246,7 @@ class ScenarioConfig:
     output: OutputConfig = field(default_factory=OutputConfig)
     faults: FaultsConfig = field(default_factory=FaultsConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    audit: AuditConfig = field(default_factory=AuditConfig)
 
 
 def _samplings() -> tuple[str, ...]:
@@ -352,6 +365,10 @@ _RANGES: dict[str, Range] = {
     "faults.max_restores": _NONNEG,
     "checkpoint.every": Range(lambda v: v >= 0, "an integer ≥ 0 (0 turns checkpoints off)"),
     "checkpoint.keep": _AT_LEAST_1,
+    "audit.canaries": Range(lambda v: v >= 0, "an integer ≥ 0 (0 turns the canaries off)"),
+    "audit.nulls": Range(lambda v: v >= 2, "an integer ≥ 2 (the null's spread is estimated from them)"),
+    "audit.norm": _POSITIVE,
+    "audit.confidence": _PROBABILITY,
 }
 #: The domain checks of :class:`ScenarioConfig`, declared once (the types are the schema's).
 RULES = Rules(

@@ -47,6 +47,9 @@ class ArmState:
     server_step: bool = False  # the arm's server step needs the previous global model (this broadcast)
     secure: bool = False  # uploads are masked: secure aggregation's steps run around training (2a, 3a-3c)
     every_round: bool = False  # the aggregator's step releases every round, on a zero sum if nobody took part
+    audit: bool = (
+        False  # canary clients take part: the evaluator scores each round's change (simulation only)
+    )
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,9 @@ class RoundResult:
     refused_partials: dict[int, str] = field(default_factory=dict)  # worker → why the aggregator refused it
     skipped: bool = False  # no update reached the aggregator: the model stays as it was
     skip_reason: str | None = None  # why, when it is not that every worker dropped (secure aggregation)
+    audit: dict | None = (
+        None  # the evaluator's inner products of the round's change with the audit directions
+    )
 
 
 def run_round(
@@ -155,7 +161,8 @@ def run_round(
 
     # Simulation only: the evaluator decodes the new global model for test metrics (and, under secure
     # aggregation, measures the ring's quantisation error against the clients' exact sum).
-    evaluation = backend.call(parties.evaluator, "evaluate", arm.name, t, next_broadcast)
+    audited = {"previous": broadcast} if arm.audit else {}
+    evaluation = backend.call(parties.evaluator, "evaluate", arm.name, t, next_broadcast, **audited)
     quantisation = None
     if secure is not None and released and secure.plan_info.get("error") is None:
         quantisation = backend.call(
@@ -171,6 +178,7 @@ def run_round(
     if server_info is not None:  # read first: if the server died, the evaluation fails because of it
         server_stats = collect(backend, server_info, "server", 0, arm=arm.name, t=t)
     eval_stats = collect(backend, evaluation, "evaluator", 0, arm=arm.name, t=t)
+    audit = eval_stats.pop("audit", None)
     if quantisation is not None:  # the decoded sum's error, in the units of the mean (like its bound)
         error = collect(backend, quantisation, "evaluator", 0, arm=arm.name, t=t)
         eval_stats["secagg/quantisation_error"] = error * agg_infos[0]["secagg_scale"]
@@ -178,7 +186,6 @@ def run_round(
     wall = time.perf_counter() - start
 
     reports = [r for k, r in sorted(trained.reports.items()) if k in sources]
-    weight = sum(r.weight for r in reports)
     train_s = max((r.train_s for r in trained.reports.values()), default=0.0)
     client_code_s = max((r.encode_s for r in trained.reports.values()), default=0.0)
     aggregate_s = max((i["aggregate_s"] for i in agg_infos), default=0.0)
@@ -198,7 +205,7 @@ def run_round(
     metrics = dict(eval_stats)
     metrics.update(
         {
-            "train_loss": sum(r.train_loss_sum for r in reports) / weight if weight else float("nan"),
+            "train_loss": _train_loss(reports),
             "time/round": wall,
             "time/train": train_s,
             "time/encode": encode_s,
@@ -208,6 +215,7 @@ def run_round(
             # objects put per round: each worker's shard partials, each shard's result, the next broadcast
             "bytes/object_store": float(sum(r.bytes_out for r in reports) + 2 * vector_bytes * cols),
             "clients/accepted": float(sum(len(r.accepted) for r in reports)),
+            "clients/canaries": float(sum(r.canaries for r in reports)),
             "clients/rejected": float(len(rejected)),
             "clients/dropped": float(sum(len(d["clients"]) for d in dropped)),
             # models scaled back into the ball ‖w_i‖ ≤ C that every ε assumes (privacy.clip, nbafl.clip)
@@ -227,7 +235,14 @@ def run_round(
         refused_partials=refused,
         skipped=not released,
         skip_reason=None if secure is None else secure.failure,
+        audit=audit,
     )
+
+
+def _train_loss(reports: list) -> float:
+    """The round's train loss, weighted like FedAvg, over the clients that trained (not the canaries)."""
+    weight = sum(r.weight - r.canary_weight for r in reports)
+    return sum(r.train_loss_sum for r in reports) / weight if weight else float("nan")
 
 
 @dataclass

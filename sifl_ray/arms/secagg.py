@@ -59,7 +59,9 @@ def arm_codec(cfg: Mapping, clip: float):
     frac_bits = sa.get("frac_bits")
     return fit_codec(
         clip=clip,
-        num_summands=int((cfg.get("clients") or {}).get("num_clients", 10)),
+        # every client, and the in-run audit's canary clients, can be in one round's sum
+        num_summands=int((cfg.get("clients") or {}).get("num_clients", 10))
+        + int((cfg.get("audit") or {}).get("canaries", 0)),
         ring_bits=int(sa.get("ring_bits", 32)),
         frac_bits=None if frac_bits is None else int(frac_bits),
     )

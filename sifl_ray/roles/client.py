@@ -34,6 +34,7 @@ from sifl_ray.coding.base import CODING_DTYPE, AggregatorKey, ClientServerKey
 from sifl_ray.data import client_batches
 from sifl_ray.device import HostStaging, SampleStore, on_device, resolve_device
 from sifl_ray.optim import TorchTrainer, fused_update, loss_values, stepwise_update, vectorised
+from sifl_ray.optim.target import fused_tail
 from sifl_ray.roles.aggregator import check_upload
 from sifl_ray.roles.messages import MaskedPartial, Partial, WorkerReport
 
@@ -70,6 +71,8 @@ class ArmSetup:
     # Secure aggregation (:mod:`sifl_ray.roles.secure`): each upload is masked in a ring and only the sum
     # of the survivors' uploads can be unmasked. None: uploads travel as they are (or immersion-coded).
     secagg: SecAggSpec | None = None
+    # In-run audit: the norm of this arm's canary uploads (its update clip, or audit.norm); None: no canaries
+    canary_norm: float | None = None
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,38 @@ class ClientWorkerRole:
         self.recorder = None  # optional transcript recorder (what the aggregator sees)
         self.secure: dict[str, WorkerSecAgg] = {}  # arm → its hosted clients' SecAgg halves
         self._stacked: vectorised.StackedTrainer | None = None
+        # In-run audit (simulation only): canary client id → its index j, the auditor's seed, their weight
+        self.canaries: dict[int, int] = {}
+        self._canary_seed: bytes | None = None
+        self._canary_weight = 1.0
+        self._canary_dirs: dict[int, torch.Tensor] = {}
+
+    def set_canaries(self, seed: bytes, canaries: dict[int, int], weight: float) -> None:
+        """Host the canary clients ``canaries`` (client id → canary index j): each uploads the global model
+        plus its direction ``c_j`` (:func:`~sifl_ray.privacy.one_run.canary_directions`, from the auditor's
+        ``seed``) at the arm's canary norm, through the arm's client step like any client. ``weight``: their
+        FedAvg weight (a typical |D_i|; 1 under uniform weights). Simulation only: the auditor's tool."""
+        self.canaries = {int(c): int(j) for c, j in canaries.items()}
+        self._canary_seed, self._canary_weight = seed, float(weight)
+        self._canary_dirs = {}
+
+    def _canary_model(self, client: int, w0: torch.Tensor, norm: float) -> torch.Tensor:
+        """The canary's "trained" model: the round's start plus its direction at ``norm`` (float64)."""
+        from sifl_ray.privacy.one_run import canary_directions
+
+        unit = self._canary_dirs.get(client)
+        if unit is None:
+            assert self._canary_seed is not None
+            row = canary_directions(
+                d=w0.numel(), k=1, seed=self._canary_seed, clip=1.0, first=self.canaries[client]
+            )
+            unit = self._canary_dirs[client] = torch.from_numpy(row[0])
+        return w0.to(CODING_DTYPE) + norm * unit.to(w0.device)
+
+    def _split(self, clients: list[int]) -> tuple[list[int], list[int]]:
+        """The round's real clients and its canaries (which have no data: never trained)."""
+        canaries = sorted(c for c in clients if c in self.canaries)
+        return [c for c in clients if c not in self.canaries], canaries
 
     def set_arm(self, arm: str, setup: ArmSetup) -> None:
         """Play ``arm``'s clients with ``setup``; its key views are moved to this worker's device once."""
@@ -252,12 +287,26 @@ class ClientWorkerRole:
         # A direct upload is consumed before the next client trains, so one buffer serves them all.
         local = torch.empty_like(w0) if direct else None
         coded = None if w_tilde is None else (setup.server_view, w_tilde)
+        clients, canaries = self._split(clients)
         together = self._together(t, clients, w0=w0, start=start, coded=coded, form=setup.client_form)
-        for client in sorted(clients) if together is None else together.order:
-            size = 1.0 if setup.uniform_weights else float(len(self.partitions[client]))
+        for client in [*(sorted(clients) if together is None else together.order), *canaries]:
+            canary = client in self.canaries
+            size = self._size(client, setup)
             t0 = time.perf_counter()
             step = None if setup.step is None else partial(setup.step, start=w0, arm=arm, client=client, t=t)
-            if w_tilde is not None and not shortcut:
+            if canary:  # through the arm's step and coding like a trained client, never trained
+                assert setup.canary_norm is not None
+                w_k, loss = self._canary_model(client, w0, setup.canary_norm), 0.0
+                if step is not None:
+                    w_k, clipped = step(w_k)
+                    report.clipped += bool(clipped)
+                # shortcut: the worker sums w_k − w0 and encodes once, as for every client
+                upload = (
+                    w_k
+                    if w_tilde is None or shortcut
+                    else fused_tail(setup.server_view, w_tilde, w0, w_k, [])[0]
+                )
+            elif w_tilde is not None and not shortcut:
                 form = stepwise_update if setup.client_form == "stepwise" else fused_update
                 upload, stats = (
                     form(setup.server_view, w_tilde, self.trainer, self._batches(client, t), step=step)
@@ -290,9 +339,7 @@ class ClientWorkerRole:
                 delta_sum.add_(w_k.sub_(w0), alpha=size)  # w_k is this worker's buffer
             else:
                 acc.add_(upload.to(CODING_DTYPE), alpha=size)
-            report.accepted.append(client)
-            report.weight += size
-            report.train_loss_sum += size * loss
+            self._count(report, client, size, loss)
         report.accepted.sort()  # trained together, clients come in groups of equal minibatch counts
         if shortcut and report.weight > 0:
             t0 = time.perf_counter()
@@ -312,6 +359,23 @@ class ClientWorkerRole:
         ]
         report.bytes_out = acc.numel() * acc.element_size()
         return partials, report
+
+    def _size(self, client: int, setup: ArmSetup) -> float:
+        """The client's FedAvg weight: |D_i|, 1 under uniform weights, a canary's configured weight."""
+        if setup.uniform_weights:
+            return 1.0
+        return self._canary_weight if client in self.canaries else float(len(self.partitions[client]))
+
+    def _count(self, report: WorkerReport, client: int, size: float, loss: float) -> None:
+        """An accepted upload joins the worker's report; a canary's is counted apart (it never trained, so
+        it has no loss: the round's train loss is over the real clients)."""
+        report.accepted.append(client)
+        report.weight += size
+        if client in self.canaries:
+            report.canaries += 1
+            report.canary_weight += size
+        else:
+            report.train_loss_sum += size * loss
 
     def _delivered(
         self, arm: str, t: int, client: int, upload: torch.Tensor, setup: ArmSetup, length: int
@@ -357,11 +421,15 @@ class ClientWorkerRole:
         ring = np.zeros(n, dtype=np.uint64)
         exact = np.zeros(n, dtype=np.float64)  # simulation only: Σ clip_B(x_i), the evaluator's truth
         protocol_ids: list[int] = []
+        clients, canaries = self._split(clients)
         together = self._together(t, clients, w0=w0, start=start)
-        for client in sorted(clients) if together is None else together.order:
-            size = 1.0 if setup.uniform_weights else float(len(self.partitions[client]))
+        for client in [*(sorted(clients) if together is None else together.order), *canaries]:
+            size = self._size(client, setup)
             t0 = time.perf_counter()
-            if together is None:
+            if client in self.canaries:  # through the step and the masking like a trained client
+                assert setup.canary_norm is not None
+                w_k, loss = self._canary_model(client, w0, setup.canary_norm), 0.0
+            elif together is None:
                 w_k, loss = self._train(w0, start, client, t, None)
             else:
                 w_k, loss = together.local(client, torch.empty_like(w0))
@@ -388,9 +456,7 @@ class ClientWorkerRole:
             np.add(ring, masked, out=ring)
             exact += np.clip(x, -codec.clip, codec.clip)
             protocol_ids.append(secure.index(t, client))
-            report.accepted.append(client)
-            report.weight += size
-            report.train_loss_sum += size * loss
+            self._count(report, client, size, loss)
         report.accepted.sort()  # trained together, clients come in groups of equal minibatch counts
         ring_reduce_(ring, codec.ring_bits)
         ids = tuple(protocol_ids)

@@ -50,6 +50,17 @@ class EvaluatorRole:
         self.paired: dict[str, bool] = {}
         self.label = SIMULATION_ONLY
         self.dtype = next(self.model.parameters()).dtype
+        self.directions: torch.Tensor | None = None  # in-run audit: unit canary directions, then the nulls
+
+    def set_audit(self, seed: bytes, canaries: int, nulls: int, n: int) -> None:
+        """Audit every arm with ``canaries`` canary directions and ``nulls`` directions never inserted
+        (:func:`~sifl_ray.privacy.one_run.canary_directions` from the auditor's ``seed``: the nulls are the
+        indices past the canaries). Held as one (k + m) × n float64 matrix: O((k + m)·n) memory and one
+        product per evaluation."""
+        from sifl_ray.privacy.one_run import canary_directions
+
+        rows = canary_directions(d=n, k=canaries + nulls, seed=seed, clip=1.0)
+        self.directions = torch.from_numpy(rows).to(self.device)
 
     def set_arm(
         self,
@@ -73,9 +84,15 @@ class EvaluatorRole:
         return server_view.decode(w_tilde)
 
     @torch.no_grad()
-    def evaluate(self, arm: str, t: int, broadcast: torch.Tensor) -> dict[str, float]:
+    def evaluate(
+        self, arm: str, t: int, broadcast: torch.Tensor, previous: torch.Tensor | None = None
+    ) -> dict[str, float]:
         """Test accuracy and loss of the global model after round ``t``, and its deviation from fl's (fl's
-        model of round ``t`` must be evaluated first: the runner plays fl first, see ``play_order``)."""
+        model of round ``t`` must be evaluated first: the runner plays fl first, see ``play_order``).
+
+        ``previous`` (the round's broadcast), when the run audits: ``audit`` holds the inner products of
+        the released change ``Δ_t = w^{t+1} − w^t`` with every audit direction and ``‖Δ_t‖`` (what the
+        driver's :class:`~sifl_ray.privacy.canaries.CanaryAudit` scores)."""
         w = self.decode(arm, broadcast.to(self.device))
         load_flat_params_(self.model, w)
         losses, hits = [], []  # per batch, on the device: read once at the end, not twice per batch
@@ -94,6 +111,12 @@ class EvaluatorRole:
             "test_loss": loss_sum / len(self.y),
             "finite": float(bool(torch.isfinite(w).all())),
         }
+        if previous is not None and self.directions is not None:
+            change = w - self.decode(arm, previous.to(self.device))
+            out["audit"] = {
+                "dots": (self.directions @ change).cpu().tolist(),
+                "norm": float(torch.linalg.vector_norm(change)),
+            }
         if arm == "fl":
             self.reference = {t: w.detach().clone()}
         elif t in self.reference and self.paired[arm]:

@@ -40,6 +40,8 @@ class WorkerReport:
     clipped: int = 0  # clients whose model was scaled back to ‖w_i‖ ≤ C before upload
     bytes_out: int = 0
     coords_clipped: int = 0  # secure aggregation: coordinates the fixed-point codec clipped to [-B, B]
+    canaries: int = 0  # of the accepted uploads, canary clients' (the in-run audit: never trained)
+    canary_weight: float = 0.0  # their share of ``weight`` (the train loss is over the real clients)
 
 
 @dataclass

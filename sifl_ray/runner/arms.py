@@ -82,6 +82,7 @@ def setup_arm(
         server_step=steps.server is not None,
         secure=steps.secagg is not None,
         every_round=bool(getattr(steps.aggregator, "every_round", False)),
+        audit=bool(cfg.audit.canaries),
     )
     out = ArmSetup(state=state, setup={})
     if mode != "plain":
@@ -122,6 +123,7 @@ def setup_arm(
             "step": steps.client,
             "uniform_weights": protocol.uniform_weights,
             "secagg": steps.secagg,
+            "canary_norm": canary_norm(cfg, protocol) if cfg.audit.canaries else None,
         }
     )
     views = (server_view, agg_view)
@@ -160,3 +162,14 @@ def setup_arm(
     if restored is not None:
         out.state.broadcast = restored.broadcast  # from the checkpoint (see Checkpoints.load_broadcasts)
     return out
+
+
+def canary_norm(cfg: DictConfig, protocol: Any) -> float:
+    """The norm of ``protocol``'s canary uploads. A DP mean (clipped updates, equal weights: one client
+    moves the sum by at most C) gets canaries on its clip sphere, the largest update a client may send
+    (Andrew et al.); every other arm bounds no client's influence and gets ``audit.norm``, the same in
+    each, so that arms paired with fl stay paired with it."""
+    clip = protocol.clip(cfg)
+    if protocol.uploads == "update" and protocol.uniform_weights and clip is not None:
+        return float(clip)
+    return float(cfg.audit.norm)

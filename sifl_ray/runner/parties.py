@@ -109,6 +109,8 @@ class PartyPool:
         self.setups: dict[str, dict] = {}
         self.steps: dict[str, Any] = {}  # arm → its PartySteps (the server's and aggregator's, for respawns)
         self.views: dict[str, tuple] = {}  # arm → refs of the clients' key views (made by their owners)
+        # in-run audit (simulation only): the auditor's seed, each worker's canaries, their weight, sizes
+        self.audit: dict[str, Any] | None = None
         self.modes: dict[str, str] = {}
         self.paired: dict[str, bool] = {}
 
@@ -176,10 +178,14 @@ class PartyPool:
         events = self.plan.for_worker(k, sorted(self._partitions[k]))
         if events:
             self.backend.call(handle, "set_faults", events)
+        if self.audit is not None and self.audit["hosted"].get(k):
+            self.backend.call(
+                handle, "set_canaries", self.audit["seed"], self.audit["hosted"][k], self.audit["weight"]
+            )
         return handle
 
     def _spawn_evaluator(self):
-        return self.backend.spawn(
+        handle = self.backend.spawn(
             EvaluatorActor,
             self._test_ref,
             self._model_spec,
@@ -187,6 +193,10 @@ class PartyPool:
             self.cfg.train.eval_batch_size,
             num_gpus=self.cfg.ray.evaluator_gpus,
         )
+        if self.audit is not None:
+            a = self.audit
+            self.backend.call(handle, "set_audit", a["seed"], a["canaries"], a["nulls"], a["n"])
+        return handle
 
     def hand_arm(self, arm: str, *, mode: str, setup: dict, views: tuple, paired: bool) -> list:
         """Give every client worker and the evaluator their part of ``arm`` (kept, to set up a replacement);

@@ -58,6 +58,7 @@ class Recorder:
         self.cfg, self.run_dir, self.driver, self.journal = cfg, Path(run_dir), driver, journal
         self.arms = list(driver.arms)
         self.logger: RunLogger | None = None
+        self.audit: dict[str, dict[str, Any]] = {}  # arm → the in-run audit's latest figures
 
     def open(self, *, purge_step: int | None) -> None:
         """(Re)open the TensorBoard writers; ``purge_step=t`` makes TensorBoard drop the steps ≥ t that an
@@ -99,6 +100,8 @@ class Recorder:
             metrics.update({f"privacy/epsilon_{r.release}": r.epsilon for r in released})
         else:
             metrics.update(epsilon_metrics(privacy, t))
+        if result.audit is not None and arm in driver.audits:
+            metrics.update(self._audit(arm, t, result.audit, privacy, metrics))
         driver.wall[arm] += metrics["time/round"]
         self.logger.log_round(arm, t, metrics)
         driver.history[arm].append({"round": t, **metrics})
@@ -110,6 +113,38 @@ class Recorder:
             for message in got.messages:
                 say(message)
         return metrics["test_accuracy"]
+
+    def _audit(
+        self, arm: str, t: int, measured: dict, privacy: dict | None, metrics: dict[str, float]
+    ) -> dict[str, float]:
+        """The in-run audit after round ``t``: the canaries' scores so far, the estimate and the lower
+        bound per threat model, each beside the ε the arm claims after this round (the accountant's
+        cumulative ε where it has one; SIFL's per-element ε is no claim on the model)."""
+        audit = self.driver.audits[arm]
+        audit.observe(measured["dots"], measured["norm"])
+        info = privacy or {}
+        claimed = metrics.get("privacy/epsilon_cumulative", info.get("epsilon"))
+        delta = float(info.get("delta", self.cfg.privacy.delta))
+        figures = audit.figures(
+            delta=delta, confidence=float(self.cfg.audit.confidence), claimed=claimed, t=t
+        )
+        self.audit[arm] = {
+            "canaries": audit.k,
+            "inserted": int(audit.included.sum()),
+            "nulls": audit.m,
+            "delta": delta,
+            "claimed_epsilon": claimed,
+            **figures,
+        }
+        out = {}
+        for model, row in figures.items():
+            for key in ("estimate", "estimate_low", "estimate_high", "lower_bound"):
+                if row.get(key) is not None:
+                    name = key.replace("estimate", "epsilon_estimate").replace(
+                        "lower_bound", "epsilon_lower_bound"
+                    )
+                    out[f"audit/{model}/{name}"] = float(row[key])
+        return out
 
     def finish(
         self,
@@ -137,6 +172,8 @@ class Recorder:
             checkpoint_s=driver.checkpoint_s,
             **figures,
         )
+        for arm, figures in self.audit.items():
+            summary["arms"][arm]["audit"] = figures
         for message in end_of_run_messages(summary, precision):
             say(message)
         self.logger.write_summary(summary)

@@ -26,6 +26,8 @@ from sifl_ray.checkpoint import CheckpointError, describe_error
 from sifl_ray.config import ConfigError, arm_names
 from sifl_ray.data import sample_clients
 from sifl_ray.faults import FaultJournal, FaultPlan
+from sifl_ray.privacy.canaries import CanaryAudit
+from sifl_ray.privacy.one_run import inclusion_draws
 from sifl_ray.round import ArmState, Parties, PartyLost, RoundPolicy, RoundResult, run_round
 from sifl_ray.runner.arms import setup_arm
 from sifl_ray.runner.parties import PartyPool, say, worker_count
@@ -40,6 +42,7 @@ from sifl_ray.runner.state import (
 )
 from sifl_ray.runner.summary import RunResult
 from sifl_ray.runner.workload import load_workload
+from sifl_ray.seeding import numpy_generator
 
 
 class Simulation:
@@ -155,6 +158,7 @@ class Simulation:
         self.dataset = work.dataset = dataclasses.replace(self.dataset, **train, **test)
         self.checkpoints.make_key_dir()
         self._sampler_seed = self.checkpoints.sampler_seed()  # the sampling party's secret (the server's)
+        self._plan_canaries()
         self.states: dict[str, ArmState] = {}
         self.precision: dict[str, dict[str, Any]] = {}
         self.privacy: dict[str, dict[str, Any]] = {}
@@ -195,6 +199,34 @@ class Simulation:
         if self._resume is not None and self._resume.state is not None:
             self.driver.restored = list(self._resume.state.get("restored", []))
 
+    def _plan_canaries(self) -> None:
+        """The in-run audit (``audit.canaries`` = k > 0): k canary clients, ids N … N + k − 1 after the
+        population, hosted round-robin by the workers (which receive the auditor's seed; no other party
+        does); each is inserted or not from the auditor's secret stream, the same in every arm, and the
+        driver keeps each arm's record of the scores (:class:`~sifl_ray.privacy.canaries.CanaryAudit`)."""
+        cfg = self.cfg
+        k, m = int(cfg.audit.canaries), int(cfg.audit.nulls)
+        first = int(cfg.clients.num_clients)
+        self.canary_ids = [first + j for j in range(k)]
+        if not k:
+            return
+        auditor = self.checkpoints.auditor_seed()
+        for arm in self.arms:
+            self.driver.audits[arm] = CanaryAudit(k=k, m=m, seed=auditor)
+        self._canary_included = inclusion_draws(k=k, seed=auditor)
+        hosted: dict[int, dict[int, int]] = {}
+        for j, c in enumerate(self.canary_ids):
+            self.owner[c] = j % self.num_workers
+            hosted.setdefault(j % self.num_workers, {})[c] = j
+        self.pool.audit = {
+            "seed": auditor,
+            "hosted": hosted,
+            "weight": float(np.mean(self.sizes)),  # a typical |D_i|: public, like the partition's sizes
+            "canaries": k,
+            "nulls": m,
+            "n": self.n,
+        }
+
     @property
     def parties(self) -> Parties:
         return self.pool.parties
@@ -228,6 +260,11 @@ class Simulation:
         out: list[list[int]] = [[] for _ in range(self.num_workers)]
         for c in sampled:
             out[self.owner[int(c)]].append(int(c))
+        if self.canary_ids:  # an inserted canary is sampled like any client, from the sampler's stream
+            draws = numpy_generator(self._sampler_seed, "canaries", t).random(len(self.canary_ids))
+            for j, c in enumerate(self.canary_ids):
+                if self._canary_included[j] and draws[j] < clients.fraction:
+                    out[self.owner[c]].append(c)
         return out
 
     def play_round(

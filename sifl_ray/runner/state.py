@@ -37,6 +37,7 @@ from sifl_ray.checkpoint import (
 )
 from sifl_ray.config import load_run_config, to_yaml
 from sifl_ray.privacy.accountant import SiflAccountant
+from sifl_ray.privacy.canaries import CanaryAudit
 from sifl_ray.roles.aggregator import shard_bounds
 from sifl_ray.round import ArmState, Parties, PartyLost, collect
 from sifl_ray.runner.parties import say
@@ -142,6 +143,7 @@ class DriverState:
         self.arms = list(arms)
         self.restored: list[dict] = []  # restores and resumes: carried across rollbacks
         self.checkpoint_s: list[float] = []
+        self.audits: dict[str, CanaryAudit] = {}  # arm → its canaries' record (audit.canaries > 0)
         self.reset()
 
     def reset(self) -> None:
@@ -150,6 +152,8 @@ class DriverState:
         self.dropped: dict[str, list[dict]] = {arm: [] for arm in self.arms}
         self.incidents: list[dict] = []
         self.accountant = SiflAccountant()
+        for audit in self.audits.values():
+            audit.reset()
 
     @property
     def next_round(self) -> int:
@@ -170,6 +174,7 @@ class DriverState:
             "restored": self.restored,
             "accountant": self.accountant.state_dict(),
             "checkpoint_s": self.checkpoint_s,
+            "audits": {arm: a.state_dict() for arm, a in self.audits.items()},
         }
 
     def load(self, state: dict | None) -> None:
@@ -183,6 +188,9 @@ class DriverState:
         self.incidents = list(state["incidents"])
         self.accountant.load_state_dict(state["accountant"])
         self.checkpoint_s = list(state.get("checkpoint_s", []))
+        for arm, audit in self.audits.items():
+            if arm in state.get("audits", {}):
+                audit.load_state_dict(state["audits"][arm])
 
 
 # ------------------------------------------------------------------------------------------------ checkpoints
@@ -228,16 +236,26 @@ class Checkpoints:
         ``coding.key_seed`` when that is set (reproducible, not secret), else secure random, kept in the key
         folder (``sampler-run.key``) so that a resumed run draws the samples it drew before.
         """
+        return self._driver_secret("sampler")
+
+    def auditor_seed(self) -> bytes:
+        """The auditor's secret seed (simulation only): the canaries' directions and which are inserted.
+        Kept like the sampler's, so that a resumed run audits the same canaries."""
+        return self._driver_secret("auditor")
+
+    def _driver_secret(self, party: str) -> bytes:
+        """A secret of a party the driver plays (the sampler, the auditor): derived from
+        ``coding.key_seed`` when set, else secure random and kept in ``<party>-run.key``."""
         from sifl_ray.keys import party_seed
 
         if self.cfg.coding.key_seed is not None:
-            return party_seed(self.cfg.coding.key_seed, "run", "sampler")
-        path = self.key_path("sampler", "run")
+            return party_seed(self.cfg.coding.key_seed, "run", party)
+        path = self.key_path(party, "run")
         if path is not None and Path(path).exists():
-            return bytes(load_party_key(path, party="sampler", arm="run")["state"]["seed"])
-        seed = party_seed(None, "run", "sampler")
+            return bytes(load_party_key(path, party=party, arm="run")["state"]["seed"])
+        seed = party_seed(None, "run", party)
         if path is not None:
-            save_party_key(path, party="sampler", arm="run", mode="sampling", state={"seed": seed})
+            save_party_key(path, party=party, arm="run", mode="driver", state={"seed": seed})
         return seed
 
     def key_path(self, party: str, arm: str) -> str | None:

@@ -381,9 +381,21 @@ def summary_table(summary: dict[str, Any]) -> str:
             "epsilon_global": eps[arm]["global"],
             "epsilon_whole": eps[arm]["whole"],
             # the neighbour relation the arm's ε is stated under (its first words; the rest in summary.json)
-            "relation": str((a["privacy"] or {}).get("neighbour_relation", "")).split(":")[0] or None,
+            "relation": relation_name((a["privacy"] or {}).get("neighbour_relation")),
             "wall_s": a["wall_s"],
         }
         for arm, a in summary["arms"].items()
     ]
     return format_table(rows)
+
+
+def relation_name(relation: str | None) -> str | None:
+    """The short name of a neighbour relation for the table: its words before a colon (``add/remove``,
+    ``zero-out``), else the words in its parentheses (``record level``); the whole text is in summary.json."""
+    if not relation:
+        return None
+    if ":" in relation:
+        return relation.split(":")[0].strip()
+    if "(" in relation and ")" in relation:
+        return relation[relation.index("(") + 1 : relation.index(")")].strip()
+    return relation

@@ -1,0 +1,136 @@
+"""The in-run audit of one arm: canary clients scored against null directions, round by round.
+
+SPEC "Auditing inside the run". ``k`` canary clients upload a fixed random direction ``c_j`` (at the arm's
+clip norm) instead of a trained model; each is inserted with probability ½ from the auditor's secret stream
+(:func:`~sifl_ray.privacy.one_run.inclusion_draws`), and an inserted canary is sampled like any client. The
+evaluator (simulation only) measures, every round, the inner product of the released model's change
+``Δ_t = w^{t+1} − w^t`` with every canary direction and with ``m`` null directions that were never inserted,
+and the driver keeps this record (checkpointed with its state, so a replay or a resume rebuilds it):
+
+* **final model** (what anyone sees at the end): ``⟨w^t − w^0, c⟩ = Σ_s ⟨Δ_s, c⟩``, a sum over rounds. The
+  common factor ``1/‖w^t − w^0‖`` of the cosine is the same for every direction, and both estimators below
+  are invariant under it, so the sum is the cosine statistic;
+* **all iterates** (every released global model): ``max_s cos(Δ_s, c)`` over the rounds so far.
+
+From each statistic two figures, named for what they are: the ε **estimate** (Andrew et al. 2024: a
+Gaussian fit of the inserted canaries against the nulls, μ-GDP converted to (ε, δ), with a bootstrap
+interval) and the ε **lower bound** (Steinke, Nasr, Jagielski 2023: guesses of inclusion from the scores,
+at the configured confidence), with the largest bound the k canaries could ever give (``ceiling``).
+
+This module is pure (numpy); it never sees a model, only the inner products the evaluator measured.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from sifl_ray.privacy.one_run import (
+    epsilon_estimate,
+    epsilon_lower_bound,
+    inclusion_draws,
+    lower_bound_ceiling,
+)
+
+THREAT_MODELS = {
+    "final_model": "the final model (what anyone sees at the end)",
+    "all_iterates": "every released global model (each round's change)",
+}
+
+
+def verdict(*, claimed: float | None, lower_bound: float, ceiling: float) -> str:
+    """What one run's lower bound says of a claimed ε: ``refuted`` (the bound is above the claim), ``not
+    refuted`` (the claim is below the ceiling, and the bound did not reach it), ``untestable`` (the claim is
+    at or above the largest bound these canaries could give: this run could never refute it), ``no claim``
+    (the arm claims no finite ε)."""
+    if claimed is None or not math.isfinite(claimed):
+        return "no claim"
+    if lower_bound > claimed:
+        return "refuted"
+    return "untestable" if claimed >= ceiling else "not refuted"
+
+
+@dataclass
+class CanaryAudit:
+    """The driver's record of one arm's canaries: which were inserted, and each statistic so far.
+
+    Args:
+        k: canaries; m: null directions (never inserted); seed: the auditor's secret seed.
+    """
+
+    k: int
+    m: int
+    seed: bytes
+    sums: np.ndarray | None = None  # (k + m,) Σ_s ⟨Δ_s, direction⟩: the final-model statistic
+    max_cos: np.ndarray | None = None  # (k + m,) max_s cos(Δ_s, direction): the all-iterates statistic
+
+    def __post_init__(self) -> None:
+        self.included = inclusion_draws(k=self.k, seed=self.seed)
+        if self.sums is None or self.max_cos is None:
+            self.reset()
+
+    def reset(self) -> None:
+        """Back to before round 0 (a rollback to the start)."""
+        self.sums = np.zeros(self.k + self.m)
+        self.max_cos = np.full(self.k + self.m, -1.0)  # a cosine is ≥ −1
+
+    def observe(self, dots: Any, norm: float) -> None:
+        """Round t's inner products ``⟨Δ_t, d⟩`` with the unit directions (canaries first, then the nulls)
+        and ``‖Δ_t‖`` (0: the model did not move, every cosine is 0)."""
+        dots = np.asarray(dots, dtype=np.float64)
+        if dots.shape != (self.k + self.m,):
+            raise ValueError(f"expected {self.k + self.m} inner products, got shape {dots.shape}")
+        self.sums += dots
+        cos = dots / norm if norm > 0 else np.zeros_like(dots)
+        np.maximum(self.max_cos, cos, out=self.max_cos)
+
+    def statistic(self, threat_model: str) -> np.ndarray:
+        return {"final_model": self.sums, "all_iterates": self.max_cos}[threat_model]
+
+    def figures(self, *, delta: float, confidence: float, claimed: float | None, t: int) -> dict[str, Any]:
+        """Per threat model: the estimate with its interval, the lower bound, its ceiling and the verdict
+        on ``claimed`` (the arm's ε; ``None``: no claim). The bootstrap is seeded by the round, so a
+        replayed round gives the same figures."""
+        out: dict[str, Any] = {}
+        for model in THREAT_MODELS:
+            scores = self.statistic(model)
+            canary, null = scores[: self.k], scores[self.k :]
+            inserted = canary[self.included]
+            row: dict[str, Any] = {}
+            # the estimate needs a spread of the nulls (none while the model has not moved)
+            if inserted.size >= 2 and null.size >= 2 and np.ptp(null) > 0:
+                est = epsilon_estimate(
+                    canary_cosines=inserted,
+                    null_cosines=null,
+                    delta=delta,
+                    confidence=confidence,
+                    rng_seed=t,
+                )
+                row.update(estimate=est.estimate, estimate_low=est.low, estimate_high=est.high, mu=est.mu)
+            bound = epsilon_lower_bound(
+                scores=canary, included=self.included, delta=delta, confidence=confidence
+            )
+            row.update(
+                lower_bound=bound.bound,
+                ceiling=bound.ceiling,
+                guesses=bound.guesses,
+                correct=bound.correct,
+                verdict=verdict(claimed=claimed, lower_bound=bound.bound, ceiling=bound.ceiling),
+            )
+            out[model] = row
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"sums": self.sums.tolist(), "max_cos": self.max_cos.tolist()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.sums = np.asarray(state["sums"], dtype=np.float64)
+        self.max_cos = np.asarray(state["max_cos"], dtype=np.float64)
+
+
+def ceiling(*, k: int, delta: float, confidence: float) -> float:
+    """The largest lower bound ``k`` canaries can ever give (the audit's ceiling)."""
+    return lower_bound_ceiling(k=k, delta=delta, confidence=confidence)
