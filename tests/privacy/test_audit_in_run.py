@@ -1,0 +1,126 @@
+"""The in-run audit (SPEC "Auditing inside the run"): canary clients go through a run's own steps, and the
+figures it logs refute an arm whose noise is weaker than it claims, never the honest arm."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+
+from sifl_ray.arms import register_arm, unregister_arm
+from sifl_ray.arms.dp_fedavg import DpFedAvg
+from sifl_ray.config import load_config
+from sifl_ray.runner import Simulation
+
+AUDITED = [
+    "ray.backend=sequential",
+    "clients.num_clients=20",
+    "train.rounds=10",
+    "dp_fedavg.epsilons=[1]",
+    "audit.canaries=100",
+    "audit.nulls=200",
+    "coding.key_seed=4",
+    "output.progress=false",
+    "output.plot=false",
+]
+
+
+class WeakDpFedAvg(DpFedAvg):
+    """DP-FedAvg whose aggregator adds a tenth of the noise it claims (a test's defect)."""
+
+    kind = "dp_fedavg_weak"
+
+    def steps(self, ctx):
+        steps = super().steps(ctx)
+        weak = dataclasses.replace(steps.aggregator, noise_multiplier=steps.aggregator.noise_multiplier / 10)
+        return dataclasses.replace(steps, aggregator=weak)
+
+
+@pytest.fixture
+def weak_arm():
+    register_arm(WeakDpFedAvg())
+    yield
+    unregister_arm("dp_fedavg_weak")
+
+
+def _run(tmp_path, overrides, name="run"):
+    cfg = load_config([*AUDITED, *overrides, f"output.dir={tmp_path}"])
+    sim = Simulation(cfg, run_dir=tmp_path / name)
+    try:
+        return sim.run()
+    finally:
+        sim.close()
+
+
+def test_the_audit_refutes_weak_noise_and_not_the_honest_arm(tmp_path, weak_arm):
+    """Both arms claim ε = 1 after 10 rounds; the weak one adds z/10. 100 canaries (about 50 inserted)
+    give a lower bound whose ceiling is above 1, so the claim is testable; the weak arm's bound passes it,
+    the honest arm's stays at or below it (the bound holds with probability 0.95, and this seed is fixed)."""
+    result = _run(tmp_path, ["arms=[dp_fedavg,dp_fedavg_weak]"])
+    honest = result.summary["arms"]["dp_fedavg_eps1"]["audit"]
+    weak = result.summary["arms"]["dp_fedavg_weak_eps1"]["audit"]
+    for audit in (honest, weak):
+        assert audit["canaries"] == 100 and 0 < audit["inserted"] < 100
+        assert audit["claimed_epsilon"] == pytest.approx(1.0, rel=1e-3)
+        for model in ("final_model", "all_iterates"):
+            assert audit[model]["ceiling"] > 1.0  # the claim is testable with these canaries
+    assert weak["final_model"]["verdict"] == "refuted"
+    assert weak["final_model"]["lower_bound"] > 1.0
+    for model in ("final_model", "all_iterates"):
+        assert honest[model]["verdict"] == "not refuted"
+        assert honest[model]["lower_bound"] <= 1.0
+    # the estimate sees the weak arm's canaries far more clearly than the honest arm's
+    assert weak["final_model"]["estimate"] > 3 * max(honest["final_model"]["estimate"], 0.1)
+    # summary.json carries the same figures
+    on_disk = json.loads((result.run_dir / "summary.json").read_text())
+    assert on_disk["arms"]["dp_fedavg_weak_eps1"]["audit"]["final_model"]["verdict"] == "refuted"
+
+    # TensorBoard: the audit tags, per threat model, every round, beside the accountant's ε
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(result.run_dir / "tb" / "dp_fedavg_weak_eps1"))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    for model in ("final_model", "all_iterates"):
+        for figure in ("epsilon_estimate", "epsilon_lower_bound"):
+            events = acc.Scalars(f"audit/{model}/{figure}")
+            assert [e.step for e in events] == list(range(10))
+            assert all(math.isfinite(e.value) for e in events)
+    assert "privacy/epsilon_cumulative" in tags
+    last = acc.Scalars("audit/final_model/epsilon_lower_bound")[-1].value
+    assert last == pytest.approx(weak["final_model"]["lower_bound"], rel=1e-6)
+
+
+def test_canaries_never_count_in_the_train_loss_and_are_counted_apart(tmp_path):
+    result = _run(tmp_path, ["arms=[fl]", "train.rounds=2", "audit.canaries=10"])
+    for row in result.history["fl"]:
+        assert row["clients/canaries"] > 0
+        assert row["clients/accepted"] == 20 + row["clients/canaries"]  # q = 1: every real client too
+        assert math.isfinite(row["train_loss"])
+    assert result.summary["arms"]["fl"]["audit"]["final_model"]["verdict"] == "no claim"
+
+
+def test_a_resumed_run_audits_the_same_canaries_as_the_run_it_continues(tmp_path):
+    """The record of the scores lives in the driver's checkpointed state: a run resumed from round 1 ends
+    with the same audit figures as the run that went straight through (coding.key_seed unset: the
+    auditor's seed is read back from its key file)."""
+    over = [
+        "arms=[dp_fedavg]",
+        "train.rounds=4",
+        "audit.canaries=20",
+        "coding.key_seed=null",
+        "checkpoint.keep=10",
+    ]
+    straight = _run(tmp_path, over, "straight")
+    resumed_sim = Simulation.resume(straight.run_dir / "checkpoints" / "round-000001")
+    try:
+        resumed = resumed_sim.run()
+    finally:
+        resumed_sim.close()
+    a = straight.summary["arms"]["dp_fedavg_eps1"]["audit"]
+    b = resumed.summary["arms"]["dp_fedavg_eps1"]["audit"]
+    for model in ("final_model", "all_iterates"):
+        assert a[model]["lower_bound"] == b[model]["lower_bound"]
+        assert a[model]["estimate"] == pytest.approx(b[model]["estimate"], rel=1e-9)
