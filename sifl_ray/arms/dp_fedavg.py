@@ -226,6 +226,9 @@ class DpFedAvg(Arm):
             "epsilon_roster_known": eps if q >= 1 else self.roster_known_epsilon(ctx, z),
             "roster_known": "the server draws the sample: against it (and anyone it tells) amplification by "
             "sampling does not hold, and the ε is that of a client sampled in every round",
+            "accountant_cross_check": _cross_check(
+                z, self.sample_rate(cfg), int(cfg.train.rounds), float(dp.delta)
+            ),
             "guarantee": "client-level (ε, δ) of the released global models over all rounds "
             "(add or remove one client's whole data set), Poisson-subsampled Gaussian, from dp_accounting; "
             "a round in which nobody was sampled still releases the noise",
@@ -245,6 +248,18 @@ def _calibrated(
     z = calibrate(target_epsilon=target, steps=rounds, **kw)
     history = epsilon_per_round(noise_multiplier=z, rounds=rounds, **kw)
     return (("noise_multiplier", z), ("epsilon_per_round", tuple(history)))
+
+
+@lru_cache(maxsize=64)
+def _cross_check(noise_multiplier: float, sample_rate: float, rounds: int, delta: float) -> dict[str, Any]:
+    """The same schedule's ε from RDP and from PLD (both ``dp_accounting``), their ratio, and whether they
+    disagree beyond the accountants' known slack (:func:`sifl_ray.privacy.dp_fedavg.cross_check`)."""
+    from dataclasses import asdict
+
+    from sifl_ray.privacy.dp_fedavg import cross_check
+
+    got = cross_check(noise_multiplier=noise_multiplier, sample_rate=sample_rate, steps=rounds, delta=delta)
+    return asdict(got)
 
 
 def _epsilons(cfg: Mapping) -> list[float]:

@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 
 from sifl_ray.arms import ArmContext, arm_of
 from sifl_ray.round import ArmState
-from sifl_ray.runner.parties import PartyPool
+from sifl_ray.runner.parties import PartyPool, say
 from sifl_ray.runner.state import Checkpoints, arm_shape
 from sifl_ray.sizing import arm_precision, arm_round_bound
 
@@ -157,6 +157,12 @@ def setup_arm(
         out.precision.update(bound or {"round_bound": None})
         ctx = ArmContext(cfg=cfg, arm=arm, n=n, key_norms=key_norms, agg_norms=agg_norms, **local)
     out.privacy = protocol.privacy(ctx)
+    check = (out.privacy or {}).get("accountant_cross_check") or {}
+    if check.get("disagree"):
+        say(
+            f"{arm}: the accountants disagree: RDP ε = {check['rdp']:.4g}, PLD ε = {check['pld']:.4g}: "
+            + str(check["reason"])
+        )
     record = getattr(protocol, "accountant_releases", None)
     out.releases = record(ctx) if record is not None else None
     if restored is not None:

@@ -337,6 +337,14 @@ def result_line(summary: dict[str, Any]) -> str:
             parts.append(f"eps_per_element_{arm}={e['per_element']:.3g}")
         if e["whole"] is not None:
             parts.append(f"eps_{arm}={e['whole']:.3g}")
+    for arm, a in summary["arms"].items():  # the in-run audit: estimate and lower bound per threat model
+        for model, short in (("final_model", "final"), ("all_iterates", "iter")):
+            row = (a.get("audit") or {}).get(model)
+            if row is None:
+                continue
+            if row.get("estimate") is not None:
+                parts.append(f"est_{short}_{arm}={row['estimate']:.3g}")
+            parts.append(f"lb_{short}_{arm}={row['lower_bound']:.3g}")
     for key in ("dev_estimate", "round_bound"):
         value = summary.get("deviation_estimate" if key == "dev_estimate" else key)
         parts.append(f"{key}={value:.3e}" if value is not None else f"{key}=none")
@@ -386,7 +394,53 @@ def summary_table(summary: dict[str, Any]) -> str:
         }
         for arm, a in summary["arms"].items()
     ]
-    return format_table(rows)
+    table = format_table(rows)
+    audited = audit_table(summary)
+    return table if audited is None else f"{table}\n\n{audited}"
+
+
+def audit_table(summary: dict[str, Any]) -> str | None:
+    """The in-run audit's table (``None`` without canaries): per arm and threat model, the ε the arm claims
+    (the accountant's, whole run), the estimate with its interval, the lower bound, the largest bound these
+    canaries could give, and the verdict."""
+    header = ["arm", "threat model", "claimed ε", "estimate [CI]", "lower bound", "ceiling", "verdict"]
+    lines = [header]
+    for arm, a in summary["arms"].items():
+        audit = a.get("audit")
+        if not audit:
+            continue
+        claimed = audit.get("claimed_epsilon")
+        for model in ("final_model", "all_iterates"):
+            row = audit[model]
+            est = (
+                "—"
+                if row.get("estimate") is None
+                else f"{row['estimate']:.3g} [{row['estimate_low']:.3g}, {row['estimate_high']:.3g}]"
+            )
+            lines.append(
+                [
+                    arm,
+                    model.replace("_", " "),
+                    "—" if claimed is None else f"{claimed:.3g}",
+                    est,
+                    f"{row['lower_bound']:.3g}",
+                    f"{row['ceiling']:.3g}",
+                    row["verdict"],
+                ]
+            )
+    if len(lines) == 1:
+        return None
+    widths = [max(len(str(r[i])) for r in lines) for i in range(len(header))]
+    out = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in lines]
+    out.insert(1, "  ".join("-" * w for w in widths))
+    first = next(a["audit"] for a in summary["arms"].values() if a.get("audit"))
+    out.insert(
+        0,
+        f"in-run audit: {first['canaries']} canary clients per arm ({first['inserted']} inserted), "
+        f"{first['nulls']} null directions; an estimate is not a bound, a lower bound is (at "
+        "audit.confidence)",
+    )
+    return "\n".join(out)
 
 
 def relation_name(relation: str | None) -> str | None:
