@@ -184,6 +184,58 @@ def plot_accuracy_vs_epsilon(
     return path
 
 
+def plot_audit(run_dir: Path, summary: dict[str, Any], title: str) -> Path | None:
+    """``audit.png``: each audited arm's ε estimate (with its interval) and lower bound against the ε it
+    claims (the accountant's, whole run), log axes, one marker per arm, the diagonal drawn (a lower bound
+    above it refutes the claim; an estimate far below it says the accounting is loose for this run, or the
+    canaries weak). Arms that claim no finite ε stand at the right edge, marked "no claim". One panel per
+    threat model. ``None`` when no arm was audited."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    audited = {arm: a["audit"] for arm, a in summary["arms"].items() if a.get("audit")}
+    if not audited:
+        return None
+    claims = [a["claimed_epsilon"] for a in audited.values() if a.get("claimed_epsilon")]
+    lo = min([*claims, 0.5]) / 2
+    edge = max([*claims, 2.0]) * 4  # where the arms without a claim stand
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.6), sharey=True)
+    colors = plt.get_cmap("tab20").colors
+    for ax, model in zip(axes, ("final_model", "all_iterates"), strict=True):
+        for i, (arm, a) in enumerate(audited.items()):
+            row, color = a[model], colors[i % len(colors)]
+            x = a["claimed_epsilon"] or edge
+            x *= 1 + 0.04 * (i % 5 - 2)  # arms with the same claim side by side
+            if row.get("estimate") is not None:
+                est = max(row["estimate"], lo)
+                err = [[est - max(row["estimate_low"], lo)], [max(row["estimate_high"], lo) - est]]
+                ax.errorbar([x], [est], yerr=err, fmt="o", color=color, capsize=3, label=f"{arm}")
+            ax.plot([x], [max(row["lower_bound"], lo)], "v", color=color, markersize=8)
+        ax.plot([lo, edge / 1.6], [lo, edge / 1.6], "k--", linewidth=1, label="ε measured = ε claimed")
+        ceiling = next(iter(audited.values()))[model]["ceiling"]
+        ax.axhline(ceiling, color="gray", linestyle=":", label=f"lower bound's ceiling ({ceiling:.2g})")
+        ax.axvspan(edge / 1.6, edge * 1.5, color="0.93", zorder=0)
+        ax.text(edge, lo * 1.15, "no\nclaim", ha="center", va="bottom", fontsize=8, color="0.35")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, edge * 1.5)
+        ax.set_ylim(bottom=lo)
+        ax.set_title(f"{model.replace('_', ' ')}: ● estimate (CI)  ▼ lower bound", fontsize=10)
+        ax.grid(alpha=0.3, which="both")
+    axes[0].set_ylabel("ε measured in this run")
+    fig.supxlabel("ε the arm claims (its accountant, whole run)", fontsize=10)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center right", fontsize=8, frameon=False)
+    fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0, 0.8, 1))
+    path = Path(run_dir) / "audit.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def format_table(rows: list[dict[str, Any]]) -> str:
     """The end-of-run table: arm, final accuracy, Δ vs fl, max deviation, the ε figures (per element for
     SIFL, whole vector for NbAFL and DP-FedAvg), the neighbour relation they are stated under, wall time."""

@@ -15,7 +15,7 @@ from omegaconf import DictConfig
 
 from sifl_ray.config import to_yaml
 from sifl_ray.faults import FaultJournal
-from sifl_ray.logging import RunLogger, plot_accuracy_vs_epsilon
+from sifl_ray.logging import RunLogger, plot_accuracy_vs_epsilon, plot_audit
 from sifl_ray.round import RoundResult
 from sifl_ray.runner.parties import say
 from sifl_ray.runner.state import DriverState
@@ -185,5 +185,6 @@ class Recorder:
             self.logger.plot(driver.history, f"{cfg.scenario}: test accuracy")
             title = f"{cfg.scenario}: accuracy against ε"
             plot_accuracy_vs_epsilon(self.run_dir, summary, arm_epsilons(summary), title)
+            plot_audit(self.run_dir, summary, f"{cfg.scenario}: the in-run audit against the claimed ε")
         self.logger.close()
         return RunResult(self.run_dir, summary, history=driver.history, result_line=result_line(summary))
