@@ -218,6 +218,9 @@ class AuditConfig:
     nulls: int = 200  # directions never inserted: the null of the canaries' statistic
     norm: float = 1.0  # a canary's norm where the arm clips no update (fl, SIFL, NbAFL); else the arm's clip
     confidence: float = 0.95  # of the lower bound and of the estimate's interval
+    # play the run again without canaries (in-process, same secrets: needs coding.key_seed) and report each
+    # arm's accuracy with and without them: how much the canaries moved the model
+    compare: bool = False
 
 
 @dataclass
@@ -397,6 +400,13 @@ def _cross_checks(cfg: dict, problems: list[str]) -> None:
     for kind in dict.fromkeys(arms):
         if kind in ARMS:
             problems.extend(ARMS[kind].problems(cfg))
+    audit = cfg.get("audit", {})
+    if audit.get("compare") and audit.get("canaries") and cfg.get("coding", {}).get("key_seed") is None:
+        problems.append(
+            "audit.compare: the run without canaries must draw the same secrets (sample, noise, keys) as "
+            "the run with them, which needs coding.key_seed, got null; set coding.key_seed=0 (or "
+            "audit.compare=false)"
+        )
     coding = cfg.get("coding", {})
     if coding.get("dtype") == "float32":
         problems.append(

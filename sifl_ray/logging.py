@@ -101,9 +101,7 @@ class RunLogger:
             top.close()
 
     def write_summary(self, summary: dict[str, Any]) -> Path:
-        path = self.run_dir / "summary.json"
-        atomic_write_text(path, json.dumps(_finite(summary), indent=2, allow_nan=False))
-        return path
+        return write_summary(self.run_dir, summary)
 
     def plot(self, history: dict[str, list[dict[str, float]]], title: str) -> Path | None:
         """Accuracy vs round for every arm (PNG)."""
@@ -181,6 +179,13 @@ def plot_accuracy_vs_epsilon(
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+    return path
+
+
+def write_summary(run_dir: Path, summary: dict[str, Any]) -> Path:
+    """``summary.json``, written atomically (non-finite numbers as strings: strict JSON)."""
+    path = Path(run_dir) / "summary.json"
+    atomic_write_text(path, json.dumps(_finite(summary), indent=2, allow_nan=False))
     return path
 
 

@@ -26,6 +26,7 @@ from sifl_ray.checkpoint import CheckpointError, describe_error
 from sifl_ray.config import ConfigError, arm_names
 from sifl_ray.data import sample_clients
 from sifl_ray.faults import FaultJournal, FaultPlan
+from sifl_ray.logging import write_summary
 from sifl_ray.privacy.canaries import CanaryAudit
 from sifl_ray.privacy.one_run import inclusion_draws
 from sifl_ray.round import ArmState, Parties, PartyLost, RoundPolicy, RoundResult, run_round
@@ -516,9 +517,41 @@ def run_scenario(
 ) -> RunResult:
     sim = Simulation(cfg, backend=backend, run_dir=run_dir, startup_marks=startup_marks)
     try:
-        return sim.run(close=True)
+        result = sim.run(close=True)
     finally:
         sim.close()
+    if cfg.audit.canaries and cfg.audit.compare:
+        compare_without_canaries(cfg, result)
+    return result
+
+
+def compare_without_canaries(cfg: DictConfig, result: RunResult) -> None:
+    """How much the canaries moved the model: the same run without them (in-process, which gives a Ray
+    run's numbers; ``coding.key_seed`` makes every secret the same), its final accuracy beside each arm's
+    in ``summary.json`` (``audit.accuracy_without_canaries``) and the audit table. The run folder of the
+    comparison is ``without_canaries/`` inside the run's."""
+    from omegaconf import OmegaConf
+
+    plain = OmegaConf.merge(
+        cfg,
+        {
+            "audit": {"canaries": 0, "compare": False},
+            "ray": {"backend": "sequential"},
+            "output": {"plot": False, "progress": False},
+            "checkpoint": {"every": 0},
+        },
+    )
+    say("audit.compare: the run again without canaries, in-process, to measure what they moved")
+    shadow = Simulation(plain, run_dir=result.run_dir / "without_canaries")
+    try:
+        without = shadow.run()
+    finally:
+        shadow.close()
+    for arm, a in result.summary["arms"].items():
+        if a.get("audit"):
+            a["audit"]["accuracy_with_canaries"] = a["final_accuracy"]
+            a["audit"]["accuracy_without_canaries"] = without.summary["arms"][arm]["final_accuracy"]
+    write_summary(result.run_dir, result.summary)
 
 
 def play_order(cfg: DictConfig, arms: list[str]) -> list[str]:

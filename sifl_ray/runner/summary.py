@@ -404,6 +404,9 @@ def audit_table(summary: dict[str, Any]) -> str | None:
     (the accountant's, whole run), the estimate with its interval, the lower bound, the largest bound these
     canaries could give, and the verdict."""
     header = ["arm", "threat model", "claimed ε", "estimate [CI]", "lower bound", "ceiling", "verdict"]
+    compared = any("accuracy_without_canaries" in (a.get("audit") or {}) for a in summary["arms"].values())
+    if compared:
+        header.append("accuracy with / without canaries")
     lines = [header]
     for arm, a in summary["arms"].items():
         audit = a.get("audit")
@@ -426,6 +429,14 @@ def audit_table(summary: dict[str, Any]) -> str | None:
                     f"{row['lower_bound']:.3g}",
                     f"{row['ceiling']:.3g}",
                     row["verdict"],
+                    *(
+                        [
+                            f"{100 * audit['accuracy_with_canaries']:.1f} % / "
+                            f"{100 * audit['accuracy_without_canaries']:.1f} %"
+                        ]
+                        if compared
+                        else []
+                    ),
                 ]
             )
     if len(lines) == 1:
