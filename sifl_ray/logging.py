@@ -81,6 +81,31 @@ class RunLogger:
                 writer.add_scalar(tag, float(value), t)
         writer.flush()
 
+    def chart_audit(self) -> None:
+        """TensorBoard's Custom Scalars tab: one chart per threat model with the accountant's ε and the
+        in-run audit's estimate and lower bound, so that a reader sees the claim and what the run measured
+        on the same axes (every arm's curves, as runs)."""
+        writer = next(iter(self.writers.values()), None)
+        if writer is None:
+            return
+        tags = {
+            model: [
+                "privacy/epsilon_cumulative",
+                f"audit/{model}/epsilon_estimate",
+                f"audit/{model}/epsilon_lower_bound",
+            ]
+            for model in ("final_model", "all_iterates")
+        }
+        writer.add_custom_scalars(
+            {
+                "privacy: the accountant's ε and the in-run audit": {
+                    f"{model.replace('_', ' ')}: claimed ε, estimate, lower bound": ["Multiline", names]
+                    for model, names in tags.items()
+                }
+            }
+        )
+        writer.flush()
+
     def log_text(self, arm: str, tag: str, text: str, t: int = 0) -> None:
         writer = self.writers.get(arm)
         if writer is not None:

@@ -74,6 +74,8 @@ class Recorder:
             tensorboard=self.cfg.output.tensorboard,
             purge_step=purge_step,
         )
+        if self.cfg.audit.canaries:
+            self.logger.chart_audit()
 
     def privacy(self, privacy: dict[str, dict[str, Any]]) -> None:
         """Each arm's privacy figures, once, at the start of a fresh run."""

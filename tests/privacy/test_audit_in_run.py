@@ -91,6 +91,21 @@ def test_the_audit_refutes_weak_noise_and_not_the_honest_arm(tmp_path, weak_arm)
     assert "privacy/epsilon_cumulative" in tags
     last = acc.Scalars("audit/final_model/epsilon_lower_bound")[-1].value
     assert last == pytest.approx(weak["final_model"]["lower_bound"], rel=1e-6)
+    # the Custom Scalars layout puts the claim and the two figures on one chart per threat model
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.plugins.custom_scalar import layout_pb2
+
+    charts = []
+    for f in (result.run_dir / "tb").glob("*/events.out.tfevents.*"):
+        for event in EventFileLoader(str(f)).Load():
+            for v in event.summary.value:
+                if v.tag == "custom_scalars__config__":
+                    layout = layout_pb2.Layout.FromString(v.tensor.string_val[0])
+                    charts += [c for cat in layout.category for c in cat.chart]
+    assert len(charts) == 2
+    for chart in charts:
+        tags = list(chart.multiline.tag)
+        assert "privacy/epsilon_cumulative" in tags and any("epsilon_lower_bound" in t for t in tags)
 
 
 def test_canaries_never_count_in_the_train_loss_and_are_counted_apart(tmp_path):
