@@ -89,10 +89,11 @@ class RunLogger:
         if writer is None:
             return
         tags = {
+            # regular expressions: anchored, or the estimate's interval ends (``..._low``) would match too
             model: [
-                "privacy/epsilon_cumulative",
-                f"audit/{model}/epsilon_estimate",
-                f"audit/{model}/epsilon_lower_bound",
+                "^privacy/epsilon_cumulative$",
+                f"^audit/{model}/epsilon_estimate$",
+                f"^audit/{model}/epsilon_lower_bound$",
             ]
             for model in ("final_model", "all_iterates")
         }

@@ -105,7 +105,7 @@ def test_the_audit_refutes_weak_noise_and_not_the_honest_arm(tmp_path, weak_arm)
     assert len(charts) == 2
     for chart in charts:
         tags = list(chart.multiline.tag)
-        assert "privacy/epsilon_cumulative" in tags and any("epsilon_lower_bound" in t for t in tags)
+        assert "^privacy/epsilon_cumulative$" in tags and any("epsilon_lower_bound$" in t for t in tags)
 
 
 def test_canaries_never_count_in_the_train_loss_and_are_counted_apart(tmp_path):
