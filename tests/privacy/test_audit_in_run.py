@@ -139,3 +139,23 @@ def test_a_resumed_run_audits_the_same_canaries_as_the_run_it_continues(tmp_path
     for model in ("final_model", "all_iterates"):
         assert a[model]["lower_bound"] == b[model]["lower_bound"]
         assert a[model]["estimate"] == pytest.approx(b[model]["estimate"], rel=1e-9)
+
+
+@pytest.mark.ray
+def test_ray_and_in_process_runs_audit_alike(ray_session, tmp_path):
+    """The canaries' directions, inclusion and sampling come from named secret streams, so a Ray run (the
+    canaries hosted by the worker actors, scored by the evaluator actor, masked under secure aggregation)
+    gives the in-process run's figures exactly."""
+    over = [
+        "arms=[fl,dp_fedavg_secagg]",
+        "train.rounds=2",
+        "audit.canaries=6",
+        "audit.nulls=10",
+        "clients.num_clients=6",
+        "dp_fedavg.epsilons=[5]",
+    ]
+    local = _run(tmp_path, over, "local")
+    on_ray = _run(tmp_path, [*over, "ray.backend=ray", "ray.num_workers=2"], "ray")
+    for arm in ("fl", "dp_fedavg_secagg_eps5"):
+        assert on_ray.summary["arms"][arm]["audit"] == local.summary["arms"][arm]["audit"], arm
+        assert on_ray.summary["arms"][arm]["final_accuracy"] == local.summary["arms"][arm]["final_accuracy"]
