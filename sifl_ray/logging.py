@@ -95,7 +95,7 @@ class RunLogger:
                 f"^audit/{model}/epsilon_estimate$",
                 f"^audit/{model}/epsilon_lower_bound$",
             ]
-            for model in ("final_model", "all_iterates")
+            for model in ("final_model", "all_iterates", "uploads")
         }
         writer.add_custom_scalars(
             {
@@ -229,15 +229,24 @@ def plot_audit(run_dir: Path, summary: dict[str, Any], title: str) -> Path | Non
     audited = {arm: a["audit"] for arm, a in summary["arms"].items() if a.get("audit")}
     if not audited:
         return None
-    claims = [a["claimed_epsilon"] for a in audited.values() if a.get("claimed_epsilon")]
+    claims = [
+        row["claimed_epsilon"]
+        for a in audited.values()
+        for row in a.values()
+        if isinstance(row, dict) and row.get("claimed_epsilon")
+    ]
     lo = min([*claims, 0.5]) / 2
     edge = max([*claims, 2.0]) * 4  # where the arms without a claim stand
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.6), sharey=True)
+    models = [m for m in ("final_model", "all_iterates", "uploads") if any(m in a for a in audited.values())]
+    fig, axes = plt.subplots(1, len(models), figsize=(5.5 * len(models), 4.6), sharey=True, squeeze=False)
+    axes = axes[0]
     colors = plt.get_cmap("tab20").colors
-    for ax, model in zip(axes, ("final_model", "all_iterates"), strict=True):
+    for ax, model in zip(axes, models, strict=True):
         for i, (arm, a) in enumerate(audited.items()):
+            if model not in a:
+                continue
             row, color = a[model], colors[i % len(colors)]
-            x = a["claimed_epsilon"] or edge
+            x = row.get("claimed_epsilon") or edge
             x *= 1 + 0.04 * (i % 5 - 2)  # arms with the same claim side by side
             if row.get("estimate") is not None:
                 est = max(row["estimate"], lo)
@@ -245,7 +254,7 @@ def plot_audit(run_dir: Path, summary: dict[str, Any], title: str) -> Path | Non
                 ax.errorbar([x], [est], yerr=err, fmt="o", color=color, capsize=3, label=f"{arm}")
             ax.plot([x], [max(row["lower_bound"], lo)], "v", color=color, markersize=8)
         ax.plot([lo, edge / 1.6], [lo, edge / 1.6], "k--", linewidth=1, label="ε measured = ε claimed")
-        ceiling = next(iter(audited.values()))[model]["ceiling"]
+        ceiling = next(a[model]["ceiling"] for a in audited.values() if model in a)
         ax.axhline(ceiling, color="gray", linestyle=":", label=f"lower bound's ceiling ({ceiling:.2g})")
         ax.axvspan(edge / 1.6, edge * 1.5, color="0.93", zorder=0)
         ax.text(edge, lo * 1.15, "no\nclaim", ha="center", va="bottom", fontsize=8, color="0.35")

@@ -94,9 +94,10 @@ class RoundResult:
     refused_partials: dict[int, str] = field(default_factory=dict)  # worker → why the aggregator refused it
     skipped: bool = False  # no update reached the aggregator: the model stays as it was
     skip_reason: str | None = None  # why, when it is not that every worker dropped (secure aggregation)
-    audit: dict | None = (
-        None  # the evaluator's inner products of the round's change with the audit directions
-    )
+    # the in-run audit: the evaluator's inner products of the round's change with the audit directions,
+    # and per direction the aggregator's best cosine with an upload (the workers measure it)
+    audit: dict | None = None
+    audit_uploads: list[float] | None = None
 
 
 def run_round(
@@ -236,7 +237,13 @@ def run_round(
         skipped=not released,
         skip_reason=None if secure is None else secure.failure,
         audit=audit,
+        audit_uploads=_largest([r.audit_max for r in trained.reports.values() if r.audit_max is not None]),
     )
+
+
+def _largest(rows: list[list[float]]) -> list[float] | None:
+    """Elementwise maximum over the workers' rows (``None``: no worker scored an upload)."""
+    return [max(col) for col in zip(*rows, strict=True)] if rows else None
 
 
 def _train_loss(reports: list) -> float:

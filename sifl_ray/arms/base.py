@@ -169,6 +169,9 @@ class Arm:
     #: what a client's (plain) upload carries: its ``model`` w_i, or its ``update`` w_i − w^t (the attack
     #: suite scores the aggregator's reading of an upload against the one or the other)
     uploads: ClassVar[str] = "model"
+    #: its guarantee is stated under the zero-out relation (a client's update replaced by 0, participation
+    #: public) rather than add/remove: the in-run audit then gives a left-out canary a zero update
+    zero_out: ClassVar[bool] = False
 
     def instances(self, cfg: Mapping) -> list[str]:
         """The arms this kind runs as in ``cfg`` (one, its kind, unless it sweeps a parameter)."""

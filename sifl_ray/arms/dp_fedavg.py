@@ -223,6 +223,7 @@ class DpFedAvg(Arm):
             "threat_model": "the released global models, all rounds, seen by anyone who cannot tell who was "
             "sampled (the clients, everyone downstream); the aggregator sees every clipped update in the "
             "clear and is not covered",
+            "aggregator_covered": False,  # it sees every clipped update in the clear
             "epsilon_roster_known": eps if q >= 1 else self.roster_known_epsilon(ctx, z),
             "roster_known": "the server draws the sample: against it (and anyone it tells) amplification by "
             "sampling does not hold, and the ε is that of a client sampled in every round",

@@ -204,6 +204,7 @@ class DpFedAvgSecAgg(DpFedAvg):
     kind: ClassVar[str] = "dp_fedavg_secagg"
     secure_aggregation: ClassVar[bool] = True
     amplified: ClassVar[bool] = False  # zero-out, participation public: the accountant's q is 1
+    zero_out: ClassVar[bool] = True
     summary: ClassVar[str] = (
         "DP-FedAvg, distributed: each client adds its share of the noise, uploads masked (secure aggregation)"
     )
@@ -259,6 +260,7 @@ class DpFedAvgSecAgg(DpFedAvg):
             mechanism="dp-fedavg-distributed-gaussian",
             num_noisers=t,
             amplified_by_sampling=False,  # the aggregator receives the roster: every round is counted
+            aggregator_covered=True,  # it unmasks only the noisy sum
             neighbour_relation="zero-out: the client takes part and adds its noise share, its update "
             "replaced by 0; who takes part is public",
             threat_model="the aggregator (which sees the roster and only the noisy sum), the server and "

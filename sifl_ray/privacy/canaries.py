@@ -10,6 +10,10 @@ and the driver keeps this record (checkpointed with its state, so a replay or a 
 * **final model** (what anyone sees at the end): ``⟨w^t − w^0, c⟩ = Σ_s ⟨Δ_s, c⟩``, a sum over rounds. The
   common factor ``1/‖w^t − w^0‖`` of the cosine is the same for every direction, and both estimators below
   are invariant under it, so the sum is the cosine statistic;
+* **uploads** (what the aggregator receives of each client): the largest cosine, over the rounds and the
+  uploads, of its reading of an upload with c (the clipped update it sees in the clear; a masked input
+  read as ring numbers; a SIFL upload decoded with one colluding client's ``P1L``, which every client
+  holds), measured by the client workers;
 * **all iterates** (every released global model): ``Σ_s cos(Δ_s, c)`` over the rounds so far, each round
   normalised by its own change: the matched filter of an adversary who sees every iterate and whose noise
   is the same every round (Andrew et al. take the maximum over rounds instead, which suits a canary that
@@ -42,6 +46,9 @@ from sifl_ray.privacy.one_run import (
 THREAT_MODELS = {
     "final_model": "the final model (what anyone sees at the end)",
     "all_iterates": "every released global model (each round's change)",
+    "uploads": "every upload as the aggregator reads it (in the clear, masked read as numbers, or encoded "
+    "and decoded with one colluding client's P1L); the aggregator also sees the aggregate, so its view is at "
+    "least as revealing as all iterates'",
 }
 
 
@@ -70,6 +77,7 @@ class CanaryAudit:
     seed: bytes
     sums: np.ndarray | None = None  # (k + m,) Σ_s ⟨Δ_s, direction⟩: the final-model statistic
     cos_sums: np.ndarray | None = None  # (k + m,) Σ_s cos(Δ_s, direction): the all-iterates statistic
+    upload_max: np.ndarray | None = None  # (k + m,) the aggregator's largest upload cosine (None: not read)
 
     def __post_init__(self) -> None:
         self.included = inclusion_draws(k=self.k, seed=self.seed)
@@ -80,6 +88,7 @@ class CanaryAudit:
         """Back to before round 0 (a rollback to the start)."""
         self.sums = np.zeros(self.k + self.m)
         self.cos_sums = np.zeros(self.k + self.m)
+        self.upload_max = None
 
     def observe(self, dots: Any, norm: float) -> None:
         """Round t's inner products ``⟨Δ_t, d⟩`` with the unit directions (canaries first, then the nulls)
@@ -91,16 +100,28 @@ class CanaryAudit:
         if norm > 0:
             self.cos_sums += dots / norm
 
-    def statistic(self, threat_model: str) -> np.ndarray:
-        return {"final_model": self.sums, "all_iterates": self.cos_sums}[threat_model]
+    def observe_uploads(self, largest: Any) -> None:
+        """Round t's largest cosine of the aggregator's reading of an upload with each direction."""
+        largest = np.asarray(largest, dtype=np.float64)
+        if largest.shape != (self.k + self.m,):
+            raise ValueError(f"expected {self.k + self.m} cosines, got shape {largest.shape}")
+        self.upload_max = largest if self.upload_max is None else np.maximum(self.upload_max, largest)
 
-    def figures(self, *, delta: float, confidence: float, claimed: float | None, t: int) -> dict[str, Any]:
+    def statistic(self, threat_model: str) -> np.ndarray | None:
+        stats = {"final_model": self.sums, "all_iterates": self.cos_sums, "uploads": self.upload_max}
+        return stats[threat_model]
+
+    def figures(
+        self, *, delta: float, confidence: float, claims: dict[str, float | None], t: int
+    ) -> dict[str, Any]:
         """Per threat model: the estimate with its interval, the lower bound, its ceiling and the verdict
-        on ``claimed`` (the arm's ε; ``None``: no claim). The bootstrap is seeded by the round, so a
-        replayed round gives the same figures."""
+        on the ε the arm claims against that threat model (``claims``; missing or ``None``: no claim). The
+        bootstrap is seeded by the round, so a replayed round gives the same figures."""
         out: dict[str, Any] = {}
         for model in THREAT_MODELS:
             scores = self.statistic(model)
+            if scores is None:  # the uploads' view, before any upload was read
+                continue
             canary, null = scores[: self.k], scores[self.k :]
             inserted = canary[self.included]
             row: dict[str, Any] = {}
@@ -122,17 +143,21 @@ class CanaryAudit:
                 ceiling=bound.ceiling,
                 guesses=bound.guesses,
                 correct=bound.correct,
-                verdict=verdict(claimed=claimed, lower_bound=bound.bound, ceiling=bound.ceiling),
+                claimed_epsilon=claims.get(model),
+                verdict=verdict(claimed=claims.get(model), lower_bound=bound.bound, ceiling=bound.ceiling),
             )
             out[model] = row
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        return {"sums": self.sums.tolist(), "cos_sums": self.cos_sums.tolist()}
+        uploads = None if self.upload_max is None else self.upload_max.tolist()
+        return {"sums": self.sums.tolist(), "cos_sums": self.cos_sums.tolist(), "upload_max": uploads}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.sums = np.asarray(state["sums"], dtype=np.float64)
         self.cos_sums = np.asarray(state["cos_sums"], dtype=np.float64)
+        uploads = state.get("upload_max")
+        self.upload_max = None if uploads is None else np.asarray(uploads, dtype=np.float64)
 
 
 def ceiling(*, k: int, delta: float, confidence: float) -> float:

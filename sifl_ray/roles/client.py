@@ -73,6 +73,10 @@ class ArmSetup:
     secagg: SecAggSpec | None = None
     # In-run audit: the norm of this arm's canary uploads (its update clip, or audit.norm); None: no canaries
     canary_norm: float | None = None
+    # what a plain upload carries (Arm.uploads): the local ``model`` or its ``update`` (the audit's reading)
+    uploads: str = "model"
+    # the arm's relation is zero-out: a canary left out takes part and uploads no change (else it is absent)
+    canary_zero_out: bool = False
 
 
 @dataclass(frozen=True)
@@ -145,8 +149,11 @@ class ClientWorkerRole:
         self._canary_seed: bytes | None = None
         self._canary_weight = 1.0
         self._canary_dirs: dict[int, torch.Tensor] = {}
+        self._audit_count = 0
+        self._audit_dirs: torch.Tensor | None = None
+        self._included: np.ndarray | None = None
 
-    def set_canaries(self, seed: bytes, canaries: dict[int, int], weight: float) -> None:
+    def set_canaries(self, seed: bytes, canaries: dict[int, int], weight: float, directions: int = 0) -> None:
         """Host the canary clients ``canaries`` (client id → canary index j): each uploads the global model
         plus its direction ``c_j`` (:func:`~sifl_ray.privacy.one_run.canary_directions`, from the auditor's
         ``seed``) at the arm's canary norm, through the arm's client step like any client. ``weight``: their
@@ -154,10 +161,44 @@ class ClientWorkerRole:
         self.canaries = {int(c): int(j) for c, j in canaries.items()}
         self._canary_seed, self._canary_weight = seed, float(weight)
         self._canary_dirs = {}
+        self._audit_count = int(directions)  # canaries + nulls: the aggregator's view is scored here
+        self._audit_dirs: torch.Tensor | None = None
+        self._included = None  # which canaries insert their direction (the auditor's draws)
+
+    def _aggregator_reads(self, report: WorkerReport, setup: ArmSetup, reading: torch.Tensor) -> None:
+        """The in-run audit's aggregator view (simulation only): the cosine of what the aggregator reads of
+        one upload (``reading``: the update it sees in the clear, or decodes with a colluding client's
+        ``P1L``, or a masked input read as numbers) with every audit direction; the worker keeps the
+        largest per direction, which is all the driver needs (the aggregator's best sighting)."""
+        if not self._audit_count or setup.canary_norm is None:
+            return
+        from sifl_ray.privacy.one_run import canary_directions
+
+        if self._audit_dirs is None or self._audit_dirs.shape[1] != reading.numel():
+            rows = canary_directions(d=reading.numel(), k=self._audit_count, seed=self._canary_seed, clip=1.0)
+            self._audit_dirs = torch.from_numpy(rows)
+        reading = reading.detach().to("cpu", CODING_DTYPE).reshape(-1)
+        norm = float(torch.linalg.vector_norm(reading))
+        cos = (
+            self._audit_dirs @ reading / norm
+            if norm > 0
+            else torch.zeros(self._audit_count, dtype=CODING_DTYPE)
+        )
+        report.audit_max = (
+            cos.tolist()
+            if report.audit_max is None
+            else torch.maximum(torch.tensor(report.audit_max), cos).tolist()
+        )
 
     def _canary_model(self, client: int, w0: torch.Tensor, norm: float) -> torch.Tensor:
-        """The canary's "trained" model: the round's start plus its direction at ``norm`` (float64)."""
-        from sifl_ray.privacy.one_run import canary_directions
+        """The canary's "trained" model: the round's start plus its direction at ``norm`` (float64); a
+        canary left out (only sampled under a zero-out arm) stays at the start: it uploads no change."""
+        from sifl_ray.privacy.one_run import canary_directions, inclusion_draws
+
+        if self._included is None:
+            self._included = inclusion_draws(k=max(self.canaries.values()) + 1, seed=self._canary_seed)
+        if not self._included[self.canaries[client]]:
+            return w0.to(CODING_DTYPE).clone()
 
         unit = self._canary_dirs.get(client)
         if unit is None:
@@ -335,6 +376,16 @@ class ClientWorkerRole:
                 continue
             if self.recorder is not None:
                 self.recorder.record_upload(t, client, upload.cpu())
+            if (
+                self._audit_count
+            ):  # the aggregator's reading: the update, decoded with a client's P1L if coded
+                if shortcut:
+                    reading = w_k - w0
+                elif w_tilde is not None:
+                    reading = setup.server_view.decode(upload.to(CODING_DTYPE)) - w0
+                else:
+                    reading = upload - w0 if setup.uploads == "model" else upload
+                self._aggregator_reads(report, setup, reading)
             if shortcut:
                 delta_sum.add_(w_k.sub_(w0), alpha=size)  # w_k is this worker's buffer
             else:
@@ -453,6 +504,8 @@ class ClientWorkerRole:
             report.coords_clipped += secure.clipped(t, client)
             if self.recorder is not None:  # what the aggregator receives: the masked input, read as numbers
                 self.recorder.record_upload(t, client, torch.from_numpy(codec.decode(masked)))
+            if self._audit_count:  # the aggregator's reading of a masked input: ring elements as numbers
+                self._aggregator_reads(report, setup, torch.from_numpy(codec.decode(masked)))
             np.add(ring, masked, out=ring)
             exact += np.clip(x, -codec.clip, codec.clip)
             protocol_ids.append(secure.index(t, client))

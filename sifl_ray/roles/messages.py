@@ -42,6 +42,8 @@ class WorkerReport:
     coords_clipped: int = 0  # secure aggregation: coordinates the fixed-point codec clipped to [-B, B]
     canaries: int = 0  # of the accepted uploads, canary clients' (the in-run audit: never trained)
     canary_weight: float = 0.0  # their share of ``weight`` (the train loss is over the real clients)
+    # in-run audit: per audit direction, the largest cosine of the aggregator's reading of an upload
+    audit_max: list[float] | None = None
 
 
 @dataclass

@@ -124,6 +124,9 @@ def setup_arm(
             "uniform_weights": protocol.uniform_weights,
             "secagg": steps.secagg,
             "canary_norm": canary_norm(cfg, protocol) if cfg.audit.canaries else None,
+            "uploads": protocol.uploads,
+            # zero-out (the arm's relation): a canary left out uploads no change instead of staying away
+            "canary_zero_out": protocol.zero_out,
         }
     )
     views = (server_view, agg_view)

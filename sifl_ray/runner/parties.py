@@ -178,9 +178,11 @@ class PartyPool:
         events = self.plan.for_worker(k, sorted(self._partitions[k]))
         if events:
             self.backend.call(handle, "set_faults", events)
-        if self.audit is not None and self.audit["hosted"].get(k):
+        if self.audit is not None:  # every worker scores the aggregator's view; some host canaries too
+            a = self.audit
+            directions = a["canaries"] + a["nulls"]
             self.backend.call(
-                handle, "set_canaries", self.audit["seed"], self.audit["hosted"][k], self.audit["weight"]
+                handle, "set_canaries", a["seed"], a["hosted"].get(k, {}), a["weight"], directions
             )
         return handle
 

@@ -103,7 +103,7 @@ class Recorder:
         else:
             metrics.update(epsilon_metrics(privacy, t))
         if result.audit is not None and arm in driver.audits:
-            metrics.update(self._audit(arm, t, result.audit, privacy, metrics))
+            metrics.update(self._audit(arm, t, result.audit, result.audit_uploads, privacy, metrics))
         driver.wall[arm] += metrics["time/round"]
         self.logger.log_round(arm, t, metrics)
         driver.history[arm].append({"round": t, **metrics})
@@ -117,19 +117,35 @@ class Recorder:
         return metrics["test_accuracy"]
 
     def _audit(
-        self, arm: str, t: int, measured: dict, privacy: dict | None, metrics: dict[str, float]
+        self,
+        arm: str,
+        t: int,
+        measured: dict,
+        uploads: list[float] | None,
+        privacy: dict | None,
+        metrics: dict[str, float],
     ) -> dict[str, float]:
         """The in-run audit after round ``t``: the canaries' scores so far, the estimate and the lower
-        bound per threat model, each beside the ε the arm claims after this round (the accountant's
-        cumulative ε where it has one; SIFL's per-element ε is no claim on the model)."""
+        bound per threat model, each beside the ε the arm claims against it after this round (the
+        accountant's cumulative ε where it has one). A record-level or per-element ε (NbAFL, SIFL) is no
+        claim about one whole client, which is what a canary is; the aggregator's view is claimed only by
+        an arm whose report says it covers the aggregator."""
         audit = self.driver.audits[arm]
         audit.observe(measured["dots"], measured["norm"])
+        if uploads is not None:
+            audit.observe_uploads(uploads)
         info = privacy or {}
         claimed = metrics.get("privacy/epsilon_cumulative", info.get("epsilon"))
+        relation = str(info.get("neighbour_relation", ""))
+        if not relation.startswith(("add/remove", "zero-out")):
+            claimed = None  # a record-level or per-element ε: the canaries test one whole client
+        claims = {
+            "final_model": claimed,
+            "all_iterates": claimed,
+            "uploads": claimed if info.get("aggregator_covered") else None,
+        }
         delta = float(info.get("delta", self.cfg.privacy.delta))
-        figures = audit.figures(
-            delta=delta, confidence=float(self.cfg.audit.confidence), claimed=claimed, t=t
-        )
+        figures = audit.figures(delta=delta, confidence=float(self.cfg.audit.confidence), claims=claims, t=t)
         self.audit[arm] = {
             "canaries": audit.k,
             "inserted": int(audit.included.sum()),

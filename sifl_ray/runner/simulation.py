@@ -251,9 +251,14 @@ class Simulation:
         return self.driver.next_round
 
     # ---------------------------------------------------------------- one round
-    def assignment(self, t: int) -> list[list[int]]:
+    def assignment(self, t: int, arm: str | None = None) -> list[list[int]]:
         """The clients of each worker in round ``t`` (the same in every arm), drawn from the sampling party's
-        secret seed (:meth:`Checkpoints.sampler_seed`), never from the public run seed."""
+        secret seed (:meth:`Checkpoints.sampler_seed`), never from the public run seed.
+
+        Canaries (``audit.canaries``) are sampled like clients, from their own stream. An inserted canary
+        takes part when sampled; one left out takes no part, except in an arm whose guarantee is zero-out
+        (``arm``'s neighbour relation), where the neighbour of a client's update is the same client
+        uploading 0: there the canary takes part and uploads no change (its worker knows which)."""
         clients = self.cfg.clients
         sampled = sample_clients(
             clients.num_clients, clients.fraction, t, self._sampler_seed, clients.sampling
@@ -263,10 +268,15 @@ class Simulation:
             out[self.owner[int(c)]].append(int(c))
         if self.canary_ids:  # an inserted canary is sampled like any client, from the sampler's stream
             draws = numpy_generator(self._sampler_seed, "canaries", t).random(len(self.canary_ids))
+            zero_out = arm is not None and self.zero_out(arm)
             for j, c in enumerate(self.canary_ids):
-                if self._canary_included[j] and draws[j] < clients.fraction:
+                if (self._canary_included[j] or zero_out) and draws[j] < clients.fraction:
                     out[self.owner[c]].append(c)
         return out
+
+    def zero_out(self, arm: str) -> bool:
+        """Whether ``arm`` states its guarantee under the zero-out relation (:attr:`Arm.zero_out`)."""
+        return arm_of(self.cfg, arm).zero_out
 
     def play_round(
         self, arm: str, t: int, assignment: list[list[int]] | None = None, *, supervise: bool = True
@@ -292,7 +302,7 @@ class Simulation:
             self.pool.parties,
             self.states[arm],
             t,
-            self.assignment(t) if assignment is None else assignment,
+            self.assignment(t, arm) if assignment is None else assignment,
             policy=self.policy,
             supervisor=self.pool if supervise else None,
         )
@@ -338,13 +348,12 @@ class Simulation:
         progress = Progress(rounds, self.cfg.output.progress)
         while t < rounds:
             try:
-                # 1. The clients of round t: the same in every arm.
-                assignment = self.assignment(t)
+                # 1. The clients of round t: the same in every arm (and its canaries, if the run audits).
                 latest: dict[str, float] = {}
                 for arm in self.play_order:
                     # 2. Every arm plays round t (encode → train → aggregate → decode), fl first, then the
                     #    driver records it: metrics, privacy releases, incidents.
-                    result = self.play_round(arm, t, assignment)
+                    result = self.play_round(arm, t, self.assignment(t, arm))
                     latest[arm] = self.recorder.round(
                         arm, t, result, releases=self.releases.get(arm), privacy=self.privacy.get(arm)
                     )

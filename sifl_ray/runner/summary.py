@@ -338,7 +338,7 @@ def result_line(summary: dict[str, Any]) -> str:
         if e["whole"] is not None:
             parts.append(f"eps_{arm}={e['whole']:.3g}")
     for arm, a in summary["arms"].items():  # the in-run audit: estimate and lower bound per threat model
-        for model, short in (("final_model", "final"), ("all_iterates", "iter")):
+        for model, short in (("final_model", "final"), ("all_iterates", "iter"), ("uploads", "upl")):
             row = (a.get("audit") or {}).get(model)
             if row is None:
                 continue
@@ -412,8 +412,9 @@ def audit_table(summary: dict[str, Any]) -> str | None:
         audit = a.get("audit")
         if not audit:
             continue
-        claimed = audit.get("claimed_epsilon")
-        for model in ("final_model", "all_iterates"):
+        for model in ("final_model", "all_iterates", "uploads"):
+            if model not in audit:
+                continue
             row = audit[model]
             est = (
                 "—"
@@ -424,7 +425,7 @@ def audit_table(summary: dict[str, Any]) -> str | None:
                 [
                     arm,
                     model.replace("_", " "),
-                    "—" if claimed is None else f"{claimed:.3g}",
+                    "—" if row.get("claimed_epsilon") is None else f"{row['claimed_epsilon']:.3g}",
                     est,
                     f"{row['lower_bound']:.3g}",
                     f"{row['ceiling']:.3g}",

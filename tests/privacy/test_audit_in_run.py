@@ -71,6 +71,16 @@ def test_the_audit_refutes_weak_noise_and_not_the_honest_arm(tmp_path, weak_arm)
     for model in ("final_model", "all_iterates"):
         assert honest[model]["verdict"] == "not refuted"
         assert honest[model]["lower_bound"] <= 1.0
+    # the aggregator sees DP-FedAvg's clipped updates in the clear, which its ε does not cover: no claim,
+    # and the canaries stand out as far as a lower bound of 100 canaries can show
+    from sifl_ray.keys import party_seed
+    from sifl_ray.privacy.one_run import epsilon_lower_bound, inclusion_draws
+
+    inserted = inclusion_draws(k=100, seed=party_seed(4, "run", "auditor"))  # coding.key_seed=4
+    perfect = epsilon_lower_bound(scores=inserted.astype(float), included=inserted, delta=1e-5).bound
+    for audit in (honest, weak):
+        assert audit["uploads"]["verdict"] == "no claim"
+        assert audit["uploads"]["lower_bound"] == pytest.approx(perfect)  # every canary told apart
     # the estimate sees the weak arm's canaries far more clearly than the honest arm's
     assert weak["final_model"]["estimate"] > 3 * max(honest["final_model"]["estimate"], 0.1)
     # summary.json carries the same figures
@@ -83,7 +93,7 @@ def test_the_audit_refutes_weak_noise_and_not_the_honest_arm(tmp_path, weak_arm)
     acc = EventAccumulator(str(result.run_dir / "tb" / "dp_fedavg_weak_eps1"))
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
-    for model in ("final_model", "all_iterates"):
+    for model in ("final_model", "all_iterates", "uploads"):
         for figure in ("epsilon_estimate", "epsilon_lower_bound"):
             events = acc.Scalars(f"audit/{model}/{figure}")
             assert [e.step for e in events] == list(range(10))
@@ -102,7 +112,7 @@ def test_the_audit_refutes_weak_noise_and_not_the_honest_arm(tmp_path, weak_arm)
                 if v.tag == "custom_scalars__config__":
                     layout = layout_pb2.Layout.FromString(v.tensor.string_val[0])
                     charts += [c for cat in layout.category for c in cat.chart]
-    assert len(charts) == 2
+    assert len(charts) == 3  # final model, all iterates, uploads
     for chart in charts:
         tags = list(chart.multiline.tag)
         assert "^privacy/epsilon_cumulative$" in tags and any("epsilon_lower_bound$" in t for t in tags)
@@ -159,3 +169,22 @@ def test_ray_and_in_process_runs_audit_alike(ray_session, tmp_path):
     for arm in ("fl", "dp_fedavg_secagg_eps5"):
         assert on_ray.summary["arms"][arm]["audit"] == local.summary["arms"][arm]["audit"], arm
         assert on_ray.summary["arms"][arm]["final_accuracy"] == local.summary["arms"][arm]["final_accuracy"]
+
+
+def test_a_zero_out_arm_keeps_its_left_out_canaries_in_the_round(tmp_path):
+    """Under zero-out the neighbour of a client's update is the same client uploading 0 (its noise share
+    included): every sampled canary takes part in dp_fedavg_secagg, the left-out ones with no change,
+    while an add/remove arm (dp_fedavg) sees only the inserted ones."""
+    result = _run(
+        tmp_path,
+        ["arms=[dp_fedavg,dp_fedavg_secagg]", "train.rounds=2", "audit.canaries=10", "clients.num_clients=6"],
+    )
+    inserted = result.summary["arms"]["dp_fedavg_eps1"]["audit"]["inserted"]
+    assert 0 < inserted < 10
+    for row in result.history["dp_fedavg_eps1"]:
+        assert row["clients/canaries"] == inserted  # q = 1: every inserted canary, every round
+    for row in result.history["dp_fedavg_secagg_eps1"]:
+        assert row["clients/canaries"] == 10
+    # the secure arm's aggregator reads masked inputs: no canary stands out, and its ε covers that view
+    uploads = result.summary["arms"]["dp_fedavg_secagg_eps1"]["audit"]["uploads"]
+    assert uploads["claimed_epsilon"] == pytest.approx(1.0, rel=1e-3) and uploads["verdict"] != "refuted"
