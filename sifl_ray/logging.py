@@ -241,6 +241,13 @@ def plot_audit(run_dir: Path, summary: dict[str, Any], title: str) -> Path | Non
     fig, axes = plt.subplots(1, len(models), figsize=(5.5 * len(models), 4.6), sharey=True, squeeze=False)
     axes = axes[0]
     colors = plt.get_cmap("tab20").colors
+    highs = [
+        max(row.get("estimate_high") or 0.0, row["lower_bound"])
+        for a in audited.values()
+        for row in a.values()
+        if isinstance(row, dict) and "lower_bound" in row
+    ]
+    top = max([*highs, edge]) * 2  # every panel shares this axis: the largest figure of any stays on it
     for ax, model in zip(axes, models, strict=True):
         for i, (arm, a) in enumerate(audited.items()):
             if model not in a:
@@ -261,7 +268,7 @@ def plot_audit(run_dir: Path, summary: dict[str, Any], title: str) -> Path | Non
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlim(lo, edge * 1.5)
-        ax.set_ylim(bottom=lo)
+        ax.set_ylim(lo, top)
         ax.set_title(f"{model.replace('_', ' ')}: ● estimate (CI)  ▼ lower bound", fontsize=10)
         ax.grid(alpha=0.3, which="both")
     axes[0].set_ylabel("ε measured in this run")
