@@ -121,7 +121,11 @@ def test_the_table_names_the_relation_each_epsilon_is_stated_under():
 
     summary = {
         "scenario": "s",
-        "arms": {"dp": arm("zero-out: the client takes part, its update replaced by 0"), "fl": arm(None)},
+        "arms": {
+            "dp": arm("zero-out: the client takes part, its update replaced by 0"),
+            "fl": arm(None),
+            "nb": arm("one sample of one client's data set replaced (record level): D_i and D_i' differ"),
+        },
         "deviation_estimate": None,
         "round_bound": None,
         "run_dir": "d",
@@ -131,3 +135,4 @@ def test_the_table_names_the_relation_each_epsilon_is_stated_under():
     dp, fl = rows[2], rows[3]
     assert "zero-out" in dp and "update replaced" not in dp  # the relation's name; its words in summary.json
     assert "zero-out" not in fl
+    assert "record level" in rows[4] and "one sample" not in rows[4]

@@ -457,11 +457,10 @@ def audit_table(summary: dict[str, Any]) -> str | None:
 
 def relation_name(relation: str | None) -> str | None:
     """The short name of a neighbour relation for the table: its words before a colon (``add/remove``,
-    ``zero-out``), else the words in its parentheses (``record level``); the whole text is in summary.json."""
+    ``zero-out``), or the words in their parentheses (``record level``); the whole text is in summary.json."""
     if not relation:
         return None
-    if ":" in relation:
-        return relation.split(":")[0].strip()
-    if "(" in relation and ")" in relation:
-        return relation[relation.index("(") + 1 : relation.index(")")].strip()
-    return relation
+    head = relation.split(":")[0].strip()
+    if "(" in head and ")" in head:
+        return head[head.index("(") + 1 : head.index(")")].strip()
+    return head
