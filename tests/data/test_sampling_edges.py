@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sifl_ray.data import client_batches
+from sifl_ray.data import client_batches, sample_clients
 from sifl_ray.seeding import numpy_generator
 
 
@@ -44,3 +44,25 @@ def test_the_order_comes_from_the_documented_stream():
     assert len(got) == len(expected) == 8
     for a, b in zip(got, expected, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((0, 1.0, 0), "num_clients must be at least 1"),
+        ((10, 1.5, 0), r"fraction must be in \(0, 1\]"),
+        ((10, 0.0, 0), r"fraction must be in \(0, 1\]"),
+        ((10, 0.5, -1), "round must be non-negative"),
+    ],
+)
+def test_sample_clients_refuses_bad_input_with_its_own_words(args, message):
+    """Each refusal names the argument and what it must be (not a message numpy happens to raise later)."""
+    with pytest.raises(ValueError, match=message):
+        sample_clients(*args, b"s" * 32)
+    with pytest.raises(ValueError, match="sampling must be one of fixed, poisson; got 'bernoulli'"):
+        sample_clients(10, 0.5, 0, b"s" * 32, "bernoulli")
+
+
+@pytest.mark.parametrize("sampling", ["fixed", "poisson"])
+def test_a_population_of_one_client_is_sampled(sampling):
+    assert sample_clients(1, 1.0, 0, b"s" * 32, sampling).tolist() == [0]
