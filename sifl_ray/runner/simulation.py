@@ -211,6 +211,16 @@ class Simulation:
         self.canary_ids = [first + j for j in range(k)]
         if not k:
             return
+        held = (k + m) * self.n * 8  # the audit directions, float64, in the evaluator and in every worker
+        if held > AUDIT_BYTES:
+            raise ConfigError(
+                [
+                    f"audit.canaries, audit.nulls: {k} + {m} directions of this model's {self.n:,} "
+                    f"parameters take {held / 2**30:.1f} GiB in the evaluator and in every worker (at most "
+                    f"{AUDIT_BYTES / 2**30:g} GiB); lower them, e.g. audit.nulls="
+                    f"{max(2, AUDIT_BYTES // (8 * self.n) - k)}"
+                ]
+            )
         auditor = self.checkpoints.auditor_seed()
         for arm in self.arms:
             self.driver.audits[arm] = CanaryAudit(k=k, m=m, seed=auditor)
@@ -515,6 +525,10 @@ class Simulation:
         self._closed = True
         self.pool.stop()
         self.backend.shutdown()
+
+
+#: the most memory the in-run audit's directions may take in one process (they are held, not regenerated)
+AUDIT_BYTES = 1 << 30
 
 
 def run_scenario(

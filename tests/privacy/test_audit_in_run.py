@@ -188,3 +188,13 @@ def test_a_zero_out_arm_keeps_its_left_out_canaries_in_the_round(tmp_path):
     # the secure arm's aggregator reads masked inputs: no canary stands out, and its ε covers that view
     uploads = result.summary["arms"]["dp_fedavg_secagg_eps1"]["audit"]["uploads"]
     assert uploads["claimed_epsilon"] == pytest.approx(1.0, rel=1e-3) and uploads["verdict"] != "refuted"
+
+
+def test_an_audit_too_large_for_memory_is_refused_with_the_fix(tmp_path):
+    """The directions are held in the evaluator and every worker: (k + m)·n float64 beyond 1 GiB is refused
+    before any party starts, naming both keys and a value that fits."""
+    from sifl_ray.config import ConfigError
+
+    cfg = load_config([*AUDITED, "audit.canaries=10", "audit.nulls=60000", f"output.dir={tmp_path}"])
+    with pytest.raises(ConfigError, match=r"audit.canaries, audit.nulls: .* e\.g\. audit\.nulls=\d+"):
+        Simulation(cfg, run_dir=tmp_path / "run")
