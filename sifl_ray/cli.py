@@ -1,17 +1,8 @@
 """``sifl``: run, describe and list scenarios; run the attack suite and the benchmarks.
 
-    sifl run [scenario=NAME] [key=value ...]        # same as: python run.py ...
-    sifl run --resume RUN_DIR                       # continue a run from its latest checkpoint
-    sifl describe [scenario=NAME] [key=value ...] [--json] [--frontier]
-    sifl list
-    sifl attack [scenario=attack_small] [key=value ...]
-    sifl bench <kernels|overhead|coding-overhead|memory|reliability> [options]
-
-Plug-ins (modules that register arms, coding backends, partitioners) are imported first: those named in
-``SIFL_PLUGINS`` (comma-separated) and the entry points of ``sifl_ray.plugins`` (:mod:`sifl_ray.plugins`).
-
 Configuration problems are printed all at once, one per line with the fix, and exit with code 2 (no
-traceback): a user's typo is not a crash.
+traceback): a user's typo is not a crash. ``--help`` / ``-h`` after any command prints its help
+(:data:`USAGE`, :data:`HELP`: plain text, what a terminal shows).
 """
 
 from __future__ import annotations
@@ -30,7 +21,52 @@ from sifl_ray.plugins import PluginError, load_plugins
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-USAGE = __doc__ or ""
+USAGE = """usage: sifl COMMAND [arguments]      (sifl COMMAND --help for one command)
+
+  sifl run [scenario=NAME] [key=value ...]     run a scenario (the same as: python run.py ...)
+  sifl run --resume RUN_DIR                    continue a run from its latest checkpoint
+  sifl config [scenario=NAME] [key=value ...]  every configuration key: value, default, type, allowed, meaning
+  sifl describe [scenario=NAME] [key=value ...] [--json] [--frontier]
+                                               sizes, precision and privacy figures, without training
+  sifl list                                    the shipped scenarios
+  sifl attack [scenario=attack_small] [key=value ...]
+                                               the attack suite and the DP audit of every arm
+  sifl bench NAME [options]                    benchmarks (python -m bench --help)
+
+Overrides are key=value pairs on the scenario's YAML (scenarios/NAME.yaml, default quickstart), e.g.
+  python run.py arms=[fl,sifl_m1] train.rounds=5 clients.num_clients=20
+Plug-ins (modules that register arms, coding backends, partitioners) are imported first: those named in
+SIFL_PLUGINS (comma-separated) and the entry points of the group sifl_ray.plugins.
+"""
+
+HELP = {
+    "run": """usage: sifl run [scenario=NAME] [key=value ...]
+       python run.py [scenario=NAME] [key=value ...]
+       sifl run --resume RUN_DIR
+
+Runs a scenario (scenarios/NAME.yaml; default quickstart) with the overrides given, every arm it lists,
+logs to TensorBoard (RUN_DIR/tb) and ends with a table, summary.json and one RESULT line.
+  every key, its default and what it means:  sifl config [scenario=NAME]
+  the scenarios:                             sifl list
+  a run's sizes and privacy figures first:   sifl describe [scenario=NAME]
+  continue an interrupted run:               sifl run --resume RUN_DIR
+""",
+    "config": """usage: sifl config [scenario=NAME] [key=value ...]
+
+Prints every configuration key with its value (the scenario's, with the overrides given), the default, the
+type, the allowed values and what it means, read from the schema the validator checks against.
+""",
+    "describe": """usage: sifl describe [scenario=NAME] [key=value ...] [--json] [--frontier]
+
+Sizes (n, ñ, n'), the predicted coding error against its tolerance and every arm's privacy figures, from
+the configuration and freshly made keys, without training. --json: machine-readable; --frontier: the
+precision-privacy frontier of the coding.
+""",
+    "list": """usage: sifl list
+
+The shipped scenarios (scenarios/*.yaml) with their first comment line and their arms.
+""",
+}
 
 
 def _fail(message: str) -> int:
@@ -173,8 +209,17 @@ def cmd_bench(argv: list[str]) -> int:
     return int(bench_main(argv) or 0)
 
 
+def cmd_config(argv: list[str]) -> int:
+    """``sifl config``: every key of the resolved configuration (:mod:`sifl_ray.config_help`)."""
+    from sifl_ray.config_help import describe_keys, format_keys
+
+    print(format_keys(describe_keys(load_config(argv))))
+    return 0
+
+
 COMMANDS = {
     "run": cmd_run,
+    "config": cmd_config,
     "describe": cmd_describe,
     "list": cmd_list,
     "attack": cmd_attack,
@@ -188,6 +233,18 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE)
         return 0
     command, rest = argv[0], argv[1:]
+    if command in HELP and any(a in ("-h", "--help") for a in rest):
+        print(HELP[command])
+        return 0
+    if command == "attack" and any(a in ("-h", "--help") for a in rest):
+        from sifl_ray.attacks import cli as attack_cli
+
+        print(
+            (attack_cli.__doc__ or "usage: sifl attack [scenario=attack_small] [key=value ...]").replace(
+                "``", ""
+            )
+        )
+        return 0
     if command not in COMMANDS:
         if "=" in command:  # `sifl scenario=quickstart` reads as `sifl run scenario=quickstart`
             command, rest = "run", argv
@@ -213,8 +270,18 @@ def entry(argv: list[str] | None = None) -> int:
     cores after the run has written and printed everything; nothing is left to collect there, so those
     objects are frozen out of it (``gc.freeze``: atexit handlers and module teardown still run). Only here:
     in a process that goes on (tests call :func:`main`), freezing would keep every object alive.
+
+    Output piped into a reader that stops early (``sifl config | head``) ends the program quietly, as a
+    Unix tool does, instead of with a ``BrokenPipeError`` traceback.
     """
-    code = main(argv)
+    try:
+        code = main(argv)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more reaches the pipe
+        return 141  # 128 + SIGPIPE, what a shell reports for a program stopped by its reader
     gc.freeze()
     return code
 

@@ -212,9 +212,8 @@ class FaultsConfig:
 class AuditConfig:
     """Canary clients: every run audits its own privacy (SPEC "Auditing inside the run")."""
 
-    canaries: int = (
-        0  # k canary clients per arm (0: off); an even k (the lower bound's theorem counts them all)
-    )
+    # k canary clients per arm (0: off); an even k (the lower bound's theorem counts every canary)
+    canaries: int = 0
     nulls: int = 200  # directions never inserted: the null of the canaries' statistic
     norm: float = 1.0  # a canary's norm where the arm clips no update (fl, SIFL, NbAFL); else the arm's clip
     confidence: float = 0.95  # of the lower bound and of the estimate's interval

@@ -1,0 +1,133 @@
+"""``sifl config``: every configuration key with its value, default, type, allowed values and meaning.
+
+Read from the schema itself (:mod:`sifl_ray.config`): the dataclasses give the keys, types and defaults,
+the validator's rules (:data:`sifl_ray.config.RULES`) the allowed values, and the comment written beside a
+field (or just above it) its meaning. So the reference cannot drift from what the validator accepts, and a
+user never has to read ``config.py``.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import io
+import tokenize
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from sifl_ray import config as schema
+from sifl_ray.validation import Choice, Range
+
+
+@dataclass(frozen=True)
+class KeyHelp:
+    """One configuration key, as ``sifl config`` shows it."""
+
+    key: str
+    value: Any
+    default: Any
+    type: str
+    allowed: str
+    meaning: str
+
+
+def field_comments() -> dict[tuple[str, str], str]:
+    """``(class name, field name) → comment``: the comment on a field's line, else the comment lines just
+    above it, from the source of :mod:`sifl_ray.config`."""
+    source = inspect.getsource(schema)
+    comments: dict[int, str] = {}
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            comments[tok.start[0]] = tok.string.lstrip("#").strip()
+    lines = source.splitlines()
+    out: dict[tuple[str, str], str] = {}
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for item in node.body:
+            if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                line = item.lineno
+                # a comment on the field's lines (a formatter may wrap a long one inside the value)
+                text = " ".join(
+                    comments[k] for k in range(line, (item.end_lineno or line) + 1) if k in comments
+                )
+                if not text:  # the comment lines right above the field
+                    above, k = [], line - 1
+                    while k >= 1 and lines[k - 1].strip().startswith("#"):
+                        above.insert(0, comments.get(k, ""))
+                        k -= 1
+                    text = " ".join(above)
+                out[(node.name, item.target.id)] = text
+    return out
+
+
+def _type_name(annotation: Any) -> str:
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+    return text.replace("typing.", "")
+
+
+def _allowed(key: str) -> str:
+    rule: Choice | Range | None = schema.RULES.choices.get(key) or schema.RULES.ranges.get(key)
+    if isinstance(rule, Choice):
+        names = ", ".join(rule.names())
+        return names + (f", or {rule.more_label}" if rule.more is not None else "")
+    if isinstance(rule, Range):
+        return rule.expected
+    if key == "arms":
+        from sifl_ray.arms import ARMS
+
+        return "a list of: " + ", ".join(ARMS)
+    return ""
+
+
+def describe_keys(cfg: DictConfig) -> list[KeyHelp]:
+    """Every key of the schema with its value in ``cfg`` (a loaded configuration)."""
+    comments = field_comments()
+    values = OmegaConf.to_container(cfg, resolve=True)
+    out: list[KeyHelp] = []
+
+    def walk(cls: type, prefix: str, value: Any) -> None:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            key = f"{prefix}{f.name}"
+            current = value.get(f.name) if isinstance(value, dict) else None
+            hint = hints.get(f.name)
+            if dataclasses.is_dataclass(hint):
+                walk(hint, key + ".", current)
+                continue
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            out.append(
+                KeyHelp(
+                    key=key,
+                    value=current,
+                    default=default,
+                    type=_type_name(f.type),
+                    allowed=_allowed(key),
+                    meaning=comments.get((cls.__name__, f.name), ""),
+                )
+            )
+
+    walk(schema.ScenarioConfig, "", values)
+    return out
+
+
+def format_keys(keys: list[KeyHelp]) -> str:
+    """Plain text, a block per section: ``key = value`` (and the default where it differs), then type,
+    allowed values and meaning on indented lines."""
+    lines: list[str] = []
+    section = None
+    for k in keys:
+        head = k.key.split(".")[0] if "." in k.key else ""
+        if head != section:
+            section = head
+            lines.append(f"\n[{head or 'top level'}]")
+        changed = "" if k.value == k.default else f"   (default: {k.default!r})"
+        lines.append(f"  {k.key} = {k.value!r}{changed}")
+        lines.append(f"      type: {k.type}" + (f"; allowed: {k.allowed}" if k.allowed else ""))
+        if k.meaning:
+            lines.append(f"      {k.meaning}")
+    return "\n".join(lines).lstrip("\n")
