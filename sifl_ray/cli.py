@@ -150,15 +150,32 @@ def cmd_resume(argv: list[str]) -> int:
     from actors.cluster import ClusterUnreachable
     from sifl_ray.checkpoint import CheckpointError, describe_error
     from sifl_ray.runner import Simulation, summary_table
+    from sifl_ray.runner.simulation import Interrupted, interrupted_message, sigterm_interrupts
+    from sifl_ray.runner.state import open_resume
 
     try:
-        sim = Simulation.resume(argv[i + 1])
+        cfg, run_dir, point = open_resume(argv[i + 1])  # reads files only: no Ray yet
+    except CheckpointError as err:
+        return _fail(f"cannot resume: {describe_error(err)}. Nothing was written.")
+    done = point.checkpoint is not None and point.checkpoint.round >= cfg.train.rounds - 1
+    if done:
+        print(
+            f"{run_dir}: finished, all {cfg.train.rounds} rounds (0-{cfg.train.rounds - 1}) were played; "
+            f"nothing to resume. Its results: {run_dir / 'summary.json'}"
+        )
+        return 0
+    try:
+        sim = Simulation(cfg, run_dir=run_dir, _resume=point)
     except CheckpointError as err:
         return _fail(f"cannot resume: {describe_error(err)}. Nothing was written.")
     except ClusterUnreachable as err:
         return _fail(str(err))
     try:
-        result = sim.run(close=True)
+        with sigterm_interrupts():
+            result = sim.run(close=True)
+    except KeyboardInterrupt:
+        sim.close()
+        raise Interrupted(interrupted_message(cfg, run_dir, sim.checkpoints.key_dir)) from None
     finally:
         sim.close()
     print(summary_table(result.summary))
@@ -258,8 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(str(err), file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+    except KeyboardInterrupt as err:  # a run's Interrupted says what was saved and how to resume
+        print(str(err) or "interrupted", file=sys.stderr)
         return 130
 
 

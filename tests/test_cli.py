@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -230,3 +231,64 @@ def test_config_lists_every_key_with_its_default_type_allowed_values_and_meaning
     meaning = {k.key: k.meaning for k in keys}
     assert "0: off" in meaning["audit.canaries"] and meaning["clients.sampling"].startswith("fixed: exactly")
     assert main(["config", "train.lr=-1"]) == 2  # a bad value is the validator's error, as for run
+
+
+def _interrupt(tmp_path: Path, sig: int, after: str, rounds: int = 200) -> tuple[int, str, Path]:
+    """Start ``python run.py`` in-process (no Ray), send ``sig`` once ``after`` appears on stderr."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "run.py",
+            "ray.backend=sequential",
+            f"train.rounds={rounds}",
+            f"output.dir={tmp_path}",
+            "output.plot=false",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if after in line:
+            proc.send_signal(sig)
+            break
+    rest = proc.stderr.read()
+    code = proc.wait(timeout=120)
+    return code, "".join(seen) + rest, tmp_path / "quickstart"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_an_interrupted_run_says_what_is_saved_and_how_to_resume(tmp_path, sig):
+    """Ctrl-C used to print only "interrupted"; now the run folder comes first, and an interrupt names the
+    last complete checkpoint and the exact resume command, which works; rounds are numbered from 0."""
+    code, err, scenario_dir = _interrupt(tmp_path, sig, "(3/200 done)")
+    assert code == 130, err
+    (run_dir,) = (p for p in scenario_dir.iterdir() if not p.name.startswith("."))
+    assert f"run folder: {run_dir}" in err.splitlines()[0] or f"run folder: {run_dir}" in err
+    assert "round 2 (3/200 done)" in err  # round 2 is the third: one numbering with TensorBoard and resume
+    assert f"resume with: sifl run --resume {run_dir}" in err
+    saved = [line for line in err.splitlines() if line.startswith("interrupted: rounds 0-")]
+    assert saved and str(run_dir / "checkpoints" / "round-") in saved[0]
+    assert "Traceback" not in err
+
+
+def test_an_interrupt_before_any_round_leaves_no_key_folder(tmp_path):
+    code, err, scenario_dir = _interrupt(tmp_path, signal.SIGINT, "run folder:")
+    assert code == 130, err
+    assert "nothing to resume" in err and "Traceback" not in err
+    assert not (scenario_dir / ".keys").exists()
+
+
+def test_resuming_a_finished_run_says_so_without_starting_ray(tmp_path):
+    from sifl_ray.cli import main
+
+    cfg_args = ["ray.backend=sequential", "train.rounds=2", f"output.dir={tmp_path}", "output.plot=false"]
+    assert main(["run", *cfg_args, "output.progress=false"]) == 0
+    (run_dir,) = (p for p in (tmp_path / "quickstart").iterdir() if not p.name.startswith("."))
+    got = sifl("run", "--resume", str(run_dir), timeout=120)
+    assert got.returncode == 0, got.stderr
+    assert "finished, all 2 rounds (0-1) were played; nothing to resume" in got.stdout
+    assert "Ray" not in got.stdout + got.stderr  # no backend was started

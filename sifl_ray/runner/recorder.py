@@ -48,7 +48,13 @@ class Progress:
         bar = "#" * (width * done // self.total) + "." * (width - width * done // self.total)
         arms = " ".join(f"{a}={100 * v:.1f}%" for a, v in accs.items())
         elapsed = time.perf_counter() - self.start
-        print(f"[{bar}] round {done}/{self.total} {elapsed:6.1f}s | {arms}", file=sys.stderr, flush=True)
+        # rounds are numbered from 0 everywhere (TensorBoard's steps, checkpoints, resume); the count beside
+        # says how many of the run's rounds are done
+        print(
+            f"[{bar}] round {t} ({done}/{self.total} done) {elapsed:6.1f}s | {arms}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 class Recorder:

@@ -7,9 +7,12 @@ differ only by what the arm does: nothing (fl), SIFL coding (sifl_m1, sifl_m2) o
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import os
+import shutil
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -22,7 +25,7 @@ from omegaconf import DictConfig
 
 from sifl_ray.arms import arm_of
 from sifl_ray.backend import Backend, make_backend
-from sifl_ray.checkpoint import CheckpointError, describe_error
+from sifl_ray.checkpoint import CheckpointError, CheckpointStore, describe_error
 from sifl_ray.config import ConfigError, arm_names
 from sifl_ray.data import sample_clients
 from sifl_ray.faults import FaultJournal, FaultPlan
@@ -76,8 +79,7 @@ class Simulation:
         # The order each round plays them in: the reference fl first (see play_order); the records, the
         # table and the RESULT line keep self.arms, the scenario's order.
         self.play_order = play_order(cfg, self.arms)
-        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
-        self.run_dir = Path(run_dir) if run_dir else Path(cfg.output.dir) / cfg.scenario / stamp
+        self.run_dir = Path(run_dir) if run_dir else new_run_dir(cfg)
         self._resume = _resume
         key_dir = Path(_resume.key_dir) if _resume and _resume.key_dir else default_key_dir(cfg, self.run_dir)
         self.checkpoints = Checkpoints(cfg, run_dir=self.run_dir, key_dir=key_dir, arms=self.arms)
@@ -538,14 +540,80 @@ def run_scenario(
     run_dir: Path | None = None,
     startup_marks: dict[str, float] | None = None,
 ) -> RunResult:
-    sim = Simulation(cfg, backend=backend, run_dir=run_dir, startup_marks=startup_marks)
+    """Build a :class:`Simulation` of ``cfg`` and run it to the end (``sifl run``, ``python run.py``).
+
+    Says the run folder first. An interrupt (Ctrl-C, or SIGTERM from a scheduler) becomes
+    :class:`Interrupted`, whose message names the last complete checkpoint and the exact resume command;
+    an interrupt before any checkpoint leaves no key folder behind.
+
+    Raises:
+        Interrupted: the run was interrupted.
+    """
+    run_dir = Path(run_dir) if run_dir else new_run_dir(cfg)
     try:
-        result = sim.run(close=True)
+        sim = Simulation(cfg, backend=backend, run_dir=run_dir, startup_marks=startup_marks)
+    except KeyboardInterrupt:
+        raise Interrupted(interrupted_message(cfg, run_dir, default_key_dir(cfg, run_dir))) from None
+    say(f"run folder: {run_dir}")
+    try:
+        with sigterm_interrupts():
+            result = sim.run(close=True)
+    except KeyboardInterrupt:
+        sim.close()
+        raise Interrupted(interrupted_message(cfg, run_dir, sim.checkpoints.key_dir)) from None
     finally:
         sim.close()
     if cfg.audit.canaries and cfg.audit.compare:
         compare_without_canaries(cfg, result)
     return result
+
+
+class Interrupted(KeyboardInterrupt):
+    """A run stopped by Ctrl-C or SIGTERM; its message says what was saved and how to resume."""
+
+
+def new_run_dir(cfg: DictConfig) -> Path:
+    """A fresh run folder: ``output.dir/<scenario>/<date-time>``."""
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+    return Path(cfg.output.dir) / cfg.scenario / stamp
+
+
+@contextlib.contextmanager
+def sigterm_interrupts():
+    """SIGTERM (a scheduler's, ``ray job stop``'s, ``kill``'s) is handled as Ctrl-C while the rounds run,
+    so that the driver says where the run stands instead of vanishing; the previous handler afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def interrupted_message(cfg: DictConfig, run_dir: Path, key_dir: Path) -> str:
+    """What an interrupted run tells its user: the last complete round and its checkpoint, and the resume
+    command; or, with no checkpoint yet, that nothing can be resumed (and its key folder is removed: the
+    keys of a run that cannot be resumed are of no use to anyone)."""
+    latest = None
+    with contextlib.suppress(CheckpointError):
+        latest = CheckpointStore(run_dir).latest()
+    if latest is not None:
+        return (
+            f"interrupted: rounds 0-{latest.round} of {cfg.train.rounds} are saved in {latest.dir}\n"
+            f"resume with: sifl run --resume {run_dir}"
+        )
+    key_dir = Path(key_dir)
+    if key_dir.exists():
+        shutil.rmtree(key_dir, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            key_dir.parent.rmdir()  # the scenario's .keys folder, if this run was its last
+    return f"interrupted before any round was saved: nothing to resume (run folder {run_dir})"
 
 
 def compare_without_canaries(cfg: DictConfig, result: RunResult) -> None:

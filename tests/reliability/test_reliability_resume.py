@@ -37,7 +37,7 @@ def _sigkill_run(out: Path) -> Path:
     )
     try:
         for line in proc.stderr:
-            if "round 2/5" in line:  # round 1 trained; the driver is checkpointing it or in round 2
+            if "(2/5 done)" in line:  # round 1 trained; the driver is checkpointing it or in round 2
                 os.kill(proc.pid, signal.SIGKILL)
                 break
         assert proc.wait(timeout=120) == -signal.SIGKILL
