@@ -150,7 +150,7 @@ def cmd_resume(argv: list[str]) -> int:
     from actors.cluster import ClusterUnreachable
     from sifl_ray.checkpoint import CheckpointError, describe_error
     from sifl_ray.runner import Simulation, summary_table
-    from sifl_ray.runner.simulation import Interrupted, interrupted_message, sigterm_interrupts
+    from sifl_ray.runner.simulation import run_to_end
     from sifl_ray.runner.state import open_resume
 
     try:
@@ -170,14 +170,7 @@ def cmd_resume(argv: list[str]) -> int:
         return _fail(f"cannot resume: {describe_error(err)}. Nothing was written.")
     except ClusterUnreachable as err:
         return _fail(str(err))
-    try:
-        with sigterm_interrupts():
-            result = sim.run(close=True)
-    except KeyboardInterrupt:
-        sim.close()
-        raise Interrupted(interrupted_message(cfg, run_dir, sim.checkpoints.key_dir)) from None
-    finally:
-        sim.close()
+    result = run_to_end(sim)
     print(summary_table(result.summary))
     print(f"run folder: {result.run_dir} (tensorboard --logdir {result.run_dir / 'tb'})")
     print(result.result_line)

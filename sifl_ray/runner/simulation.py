@@ -554,18 +554,24 @@ def run_scenario(
         sim = Simulation(cfg, backend=backend, run_dir=run_dir, startup_marks=startup_marks)
     except KeyboardInterrupt:
         raise Interrupted(interrupted_message(cfg, run_dir, default_key_dir(cfg, run_dir))) from None
-    say(f"run folder: {run_dir}")
-    try:
-        with sigterm_interrupts():
-            result = sim.run(close=True)
-    except KeyboardInterrupt:
-        sim.close()
-        raise Interrupted(interrupted_message(cfg, run_dir, sim.checkpoints.key_dir)) from None
-    finally:
-        sim.close()
+    result = run_to_end(sim)
     if cfg.audit.canaries and cfg.audit.compare:
         compare_without_canaries(cfg, result)
     return result
+
+
+def run_to_end(sim: Simulation) -> RunResult:
+    """``sim.run(close=True)``, with SIGTERM handled as Ctrl-C and an interrupt turned into
+    :class:`Interrupted` (what was saved, how to resume); the simulation is closed either way."""
+    try:
+        say(f"run folder: {sim.run_dir}")  # first, so that a user knows where it is before anything fails
+        with sigterm_interrupts():
+            return sim.run(close=True)
+    except KeyboardInterrupt:
+        sim.close()
+        raise Interrupted(interrupted_message(sim.cfg, sim.run_dir, sim.checkpoints.key_dir)) from None
+    finally:
+        sim.close()
 
 
 class Interrupted(KeyboardInterrupt):
