@@ -253,7 +253,9 @@ def calibrate(
             make_event,
             target_epsilon,
             delta,
-            bracket_interval=dp_accounting.LowerEndpointAndGuess(0.0, 1.0),
+            # the search starts at z = 0, where the sampled-without-replacement RDP divides by zero; any
+            # z below 1e-3 gives an ε in the thousands, so that is where its search starts instead
+            bracket_interval=dp_accounting.LowerEndpointAndGuess(0.0 if sampling == "poisson" else 1e-3, 1.0),
             tol=tol,
         )
     )
