@@ -40,7 +40,6 @@ from sifl_ray.privacy.one_run import (
     epsilon_estimate,
     epsilon_lower_bound,
     inclusion_draws,
-    lower_bound_ceiling,
 )
 
 THREAT_MODELS = {
@@ -158,8 +157,3 @@ class CanaryAudit:
         self.cos_sums = np.asarray(state["cos_sums"], dtype=np.float64)
         uploads = state.get("upload_max")
         self.upload_max = None if uploads is None else np.asarray(uploads, dtype=np.float64)
-
-
-def ceiling(*, k: int, delta: float, confidence: float) -> float:
-    """The largest lower bound ``k`` canaries can ever give (the audit's ceiling)."""
-    return lower_bound_ceiling(k=k, delta=delta, confidence=confidence)
