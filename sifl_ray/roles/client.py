@@ -165,13 +165,14 @@ class ClientWorkerRole:
         self._audit_dirs: torch.Tensor | None = None
         self._included = None  # which canaries insert their direction (the auditor's draws)
 
-    def _aggregator_reads(self, report: WorkerReport, setup: ArmSetup, reading: torch.Tensor) -> None:
+    def _aggregator_reads(self, best: torch.Tensor | None, setup: ArmSetup, reading: torch.Tensor):
         """The in-run audit's aggregator view (simulation only): the cosine of what the aggregator reads of
         one upload (``reading``: the update it sees in the clear, or decodes with a colluding client's
         ``P1L``, or a masked input read as numbers) with every audit direction; the worker keeps the
-        largest per direction, which is all the driver needs (the aggregator's best sighting)."""
-        if not self._audit_count or setup.canary_norm is None:
-            return
+        largest per direction (``best``, the round's so far; returned), which is all the driver needs (the
+        aggregator's best sighting); the report gets it once, at the end of the round."""
+        if setup.canary_norm is None:
+            return best
         from sifl_ray.privacy.one_run import canary_directions
 
         if self._audit_dirs is None or self._audit_dirs.shape[1] != reading.numel():
@@ -184,11 +185,7 @@ class ClientWorkerRole:
             if norm > 0
             else torch.zeros(self._audit_count, dtype=CODING_DTYPE)
         )
-        report.audit_max = (
-            cos.tolist()
-            if report.audit_max is None
-            else torch.maximum(torch.tensor(report.audit_max), cos).tolist()
-        )
+        return cos if best is None else torch.maximum(best, cos)
 
     def _canary_model(self, client: int, w0: torch.Tensor, norm: float) -> torch.Tensor:
         """The canary's "trained" model: the round's start plus its direction at ``norm`` (float64); a
@@ -299,6 +296,7 @@ class ClientWorkerRole:
         if setup.secagg is not None:
             return self._train_round_masked(arm, t, broadcast, clients, bounds, inboxes or {})
         report = WorkerReport(worker=self.worker, round=t)
+        best = None  # the in-run audit: the aggregator's best cosine per direction this round
         tic = time.perf_counter()
         broadcast = broadcast.to(self.device)
         if setup.mode == "plain":
@@ -385,13 +383,14 @@ class ClientWorkerRole:
                     reading = setup.server_view.decode(upload.to(CODING_DTYPE)) - w0
                 else:
                     reading = upload - w0 if setup.uploads == "model" else upload
-                self._aggregator_reads(report, setup, reading)
+                best = self._aggregator_reads(best, setup, reading)
             if shortcut:
                 delta_sum.add_(w_k.sub_(w0), alpha=size)  # w_k is this worker's buffer
             else:
                 acc.add_(upload.to(CODING_DTYPE), alpha=size)
             self._count(report, client, size, loss)
         report.accepted.sort()  # trained together, clients come in groups of equal minibatch counts
+        report.audit_max = None if best is None else best.tolist()
         if shortcut and report.weight > 0:
             t0 = time.perf_counter()
             acc = w_tilde * report.weight + setup.server_view.apply_P1(delta_sum)
@@ -466,6 +465,7 @@ class ClientWorkerRole:
         spec = setup.secagg
         codec = spec.codec
         report = WorkerReport(worker=self.worker, round=t)
+        best = None  # the in-run audit: the aggregator's best cosine per direction this round
         w0 = broadcast.to(self.device, CODING_DTYPE)
         start = w0.to(self.dtype)
         n = w0.shape[0]
@@ -505,12 +505,13 @@ class ClientWorkerRole:
             if self.recorder is not None:  # what the aggregator receives: the masked input, read as numbers
                 self.recorder.record_upload(t, client, torch.from_numpy(codec.decode(masked)))
             if self._audit_count:  # the aggregator's reading of a masked input: ring elements as numbers
-                self._aggregator_reads(report, setup, torch.from_numpy(codec.decode(masked)))
+                best = self._aggregator_reads(best, setup, torch.from_numpy(codec.decode(masked)))
             np.add(ring, masked, out=ring)
             exact += np.clip(x, -codec.clip, codec.clip)
             protocol_ids.append(secure.index(t, client))
             self._count(report, client, size, loss)
         report.accepted.sort()  # trained together, clients come in groups of equal minibatch counts
+        report.audit_max = None if best is None else best.tolist()
         ring_reduce_(ring, codec.ring_bits)
         ids = tuple(protocol_ids)
         partials = [
