@@ -19,11 +19,11 @@ FAMILY_COLORMAPS: dict[str, str] = {
     "fl": "Greys",
     "secagg": "Purples",
     "sifl": "Greens",
-    "nbafl": "Oranges",
+    "nbafl": "YlOrBr",
     "dp_fedavg": "Blues",
-    "dp_fedavg_secagg": "Reds",
+    "dp_fedavg_secagg": "RdPu",
 }
-_SPARE_COLORMAPS = ("YlOrBr", "PuRd", "BuGn", "RdPu", "GnBu", "YlGn")
+_SPARE_COLORMAPS = ("Reds", "BuGn", "Oranges", "GnBu", "YlGn", "PuBu")
 _LINESTYLES = ("-", "--", "-.", ":")
 _MARKERS = ("o", "s", "^", "D", "v", "P")
 #: Curves whose accuracies differ by at most this much (percentage points) every round are said to coincide.
@@ -118,17 +118,24 @@ def _pyplot() -> Any:
     return plt
 
 
-def _save(fig: Any, path: Path, caption: str | None) -> Path:
-    """Save with the legend outside the axes kept in the picture, and the caption under the axes."""
-    if caption:
-        fig.text(0.01, -0.01, caption, ha="left", va="top", fontsize=9, wrap=True)
+def _save(fig: Any, path: Path) -> Path:
+    """Save with what lies outside the axes (legend, caption) kept in the picture."""
     fig.savefig(path, dpi=120, bbox_inches="tight")
     _pyplot().close(fig)
     return path
 
 
-def _legend_outside(ax: Any, count: int) -> None:
+def _caption(fig: Any, caption: str | None) -> None:
+    """The caption under the axes (``fig.texts``: tests read it there)."""
+    if caption:
+        fig.text(0.01, -0.01, caption, ha="left", va="top", fontsize=9, wrap=True)
+
+
+def _legend_outside(ax: Any, handles: list[Any] | None = None, labels: list[str] | None = None) -> None:
+    """The legend to the right of ``ax``, outside it: with fifteen arms inside it would hide curves."""
+    count = len(labels) if labels is not None else len(ax.get_legend_handles_labels()[1])
     ax.legend(
+        *(() if handles is None else (handles, labels)),
         loc="upper left",
         bbox_to_anchor=(1.01, 1.0),
         fontsize=8,
@@ -140,7 +147,14 @@ def _legend_outside(ax: Any, count: int) -> None:
 def plot_accuracy(
     run_dir: Path, history: dict[str, list[dict[str, float]]], styles: dict[str, ArmStyle], title: str
 ) -> Path:
-    """``accuracy.png``: test accuracy per round (rounds from 0, as TensorBoard's steps), every arm in its
+    """``accuracy.png`` (:func:`accuracy_figure`)."""
+    return _save(accuracy_figure(history, styles, title), Path(run_dir) / "accuracy.png")
+
+
+def accuracy_figure(
+    history: dict[str, list[dict[str, float]]], styles: dict[str, ArmStyle], title: str
+) -> Any:
+    """Test accuracy per round (rounds from 0, as TensorBoard's steps), every arm in its
     :class:`ArmStyle`, the legend outside the axes, coinciding curves said under them."""
     from matplotlib.ticker import MaxNLocator
 
@@ -163,9 +177,9 @@ def plot_accuracy(
     ax.set_ylabel("test accuracy (%)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    _legend_outside(ax, len(history))
-    caption = coincide_caption(coinciding(curves), "test accuracy of every round")
-    return _save(fig, Path(run_dir) / "accuracy.png", caption)
+    _legend_outside(ax)
+    _caption(fig, coincide_caption(coinciding(curves), "test accuracy of every round"))
+    return fig
 
 
 def plot_accuracy_vs_epsilon(
@@ -175,8 +189,19 @@ def plot_accuracy_vs_epsilon(
     styles: dict[str, ArmStyle],
     title: str,
 ) -> Path | None:
-    """``accuracy_vs_epsilon.png``: final accuracy against ε (log axis), one marker per arm, one line per
-    family swept over ε. Two panels, never one axis: the ε of the whole model (NbAFL, DP-FedAvg: the usual
+    """``accuracy_vs_epsilon.png`` (:func:`accuracy_vs_epsilon_figure`; ``None``: no arm has an ε)."""
+    fig = accuracy_vs_epsilon_figure(summary, epsilons, styles, title)
+    return None if fig is None else _save(fig, Path(run_dir) / "accuracy_vs_epsilon.png")
+
+
+def accuracy_vs_epsilon_figure(
+    summary: dict[str, Any],
+    epsilons: dict[str, dict[str, float | None]],
+    styles: dict[str, ArmStyle],
+    title: str,
+) -> Any:
+    """Final accuracy against ε (log axis), one marker per arm, one line per kind swept over ε. Two
+    panels, never one axis: the ε of the whole model (NbAFL, DP-FedAvg: the usual
     (ε, δ)-DP of everything released about a client, over the rounds its scope says) and SIFL's per-element
     ε (one coordinate of one release, worst round). Arms without ε (fl, secagg) are horizontal lines
     (ε = ∞) on both. ``None`` when no arm has an ε."""
@@ -218,31 +243,24 @@ def plot_accuracy_vs_epsilon(
                     markersize=7,
                     label=arm,
                 )
-        for arm in no_eps:
-            s = styles[arm]
+        for i, arm in enumerate(no_eps):  # one dash each: lines at one accuracy stay apart
             accuracy = 100 * arms[arm]["final_accuracy"]
-            handles[f"{arm} (ε = ∞)"] = ax.axhline(accuracy, linestyle=s.linestyle, color=s.color, lw=1.5)
+            dash = _LINESTYLES[i % len(_LINESTYLES)]
+            handles[f"{arm} (ε = ∞)"] = ax.axhline(accuracy, linestyle=dash, color=styles[arm].color, lw=1.5)
         ax.set_xscale("log")
         ax.set_xlabel(panels[panel], fontsize=9)
         ax.grid(alpha=0.3, which="both")
     axes[0][0].set_ylabel("final test accuracy (%)")
-    axes[0][-1].legend(
-        list(handles.values()),
-        list(handles),
-        loc="upper left",
-        bbox_to_anchor=(1.01, 1.0),
-        fontsize=8,
-        ncol=1 if len(handles) <= 20 else 2,
-        frameon=False,
-    )
+    _legend_outside(axes[0][-1], list(handles.values()), list(handles))
     fig.suptitle(title + (f" (δ = {', '.join(f'{d:g}' for d in deltas)})" if deltas else ""))
     flat = {arm: [100 * arms[arm]["final_accuracy"]] for arm in no_eps}
     caption = coincide_caption(coinciding(flat), "final test accuracy")
     if len(drawn) == 2:
-        note = "the two panels' ε are different figures: compare arms within a panel, never across"
+        note = "The two panels' ε are different figures: compare arms within a panel, never across."
         caption = note if caption is None else f"{caption}. {note}"
     fig.tight_layout()
-    return _save(fig, Path(run_dir) / "accuracy_vs_epsilon.png", caption)
+    _caption(fig, caption)
+    return fig
 
 
 def plot_audit(run_dir: Path, summary: dict[str, Any], title: str) -> Path | None:
