@@ -110,7 +110,8 @@ def results_layout(*, audit: bool) -> dict[str, dict[str, list]]:
     """TensorBoard's Custom Scalars layout: every arm on one chart for each figure a reader compares. The
     layout cannot set a log axis; the charts whose values span decades (the deviation, ε, a diverging
     loss) say so in their title, and each chart's y-log button turns it on. With ``audit``, one chart per
-    threat model with the arm's claimed ε and the in-run audit's estimate and lower bound."""
+    threat model with the arm's ε of the whole model (a claim against the canaries only where the audit's
+    report says so: ``claimed_epsilon``) and the in-run audit's estimate and lower bound."""
     layout = {
         "results: every arm on one chart": {
             "test accuracy": ["Multiline", [f"^{RESULT_TAGS['test_accuracy']}$"]],
@@ -130,7 +131,7 @@ def results_layout(*, audit: bool) -> dict[str, dict[str, list]]:
     if audit:
         # regular expressions: anchored, or the estimate's interval ends (``..._low``) would match too
         layout["privacy: the accountant's ε and the in-run audit"] = {
-            f"{model.replace('_', ' ')}: claimed ε, estimate, lower bound": [
+            f"{model.replace('_', ' ')}: ε of the whole model, estimate, lower bound": [
                 "Multiline",
                 [
                     f"^{EPSILON_WHOLE_VECTOR}$",

@@ -234,7 +234,8 @@ def arm_hparams(cfg: DictConfig, arm: str) -> dict[str, Any]:
 
 def results_markdown(summary: dict[str, Any]) -> str:
     """Every arm's final figures side by side, as a Markdown table (TensorBoard's text tab, ``tb/_run``):
-    accuracy, its difference to fl, loss, the deviation from fl, and the ε figures with their scope."""
+    accuracy, its difference to fl, loss, the deviation from fl, and the ε figures with their δ (a whole
+    model's ε covers the rounds its scope in ``summary.json`` says)."""
     eps = arm_epsilons(summary)
 
     def fmt(x: float | None, spec: str) -> str:
@@ -242,7 +243,7 @@ def results_markdown(summary: dict[str, Any]) -> str:
 
     lines = [
         "| arm | final test accuracy | Δ vs fl (pp) | final test loss | max deviation from fl "
-        "| ε per element (SIFL, worst round) | ε whole model (all rounds) | δ |",
+        "| ε per element (SIFL, worst round) | ε whole model | δ |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for arm, a in summary["arms"].items():
