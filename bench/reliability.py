@@ -266,13 +266,16 @@ def driver_kill_drill(reference, reference_run: Path, out: Path) -> dict[str, An
 def _curves(run_dir: Path) -> dict[str, Any]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+    from sifl_ray.logging import tensorboard_tag
+
     out = {}
     for arm in ARMS:
         acc = EventAccumulator(str(run_dir / "tb" / arm))
         acc.Reload()
-        for tag in ("test_accuracy", "test_loss", "train_loss", "max_deviation"):
+        for metric in ("test_accuracy", "test_loss", "train_loss", "max_deviation"):
+            tag = tensorboard_tag(metric)  # eval/test_accuracy, ...: TensorBoard's name of the metric
             if tag in acc.Tags()["scalars"]:
-                out[f"{arm}/{tag}"] = [(e.step, e.value) for e in acc.Scalars(tag)]
+                out[f"{arm}/{metric}"] = [(e.step, e.value) for e in acc.Scalars(tag)]
     return out
 
 

@@ -1,8 +1,13 @@
-"""Run outputs: TensorBoard event files, ``summary.json``, the accuracy plot, the final table.
+"""Run outputs: TensorBoard event files, ``summary.json``, the final table (figures: :mod:`sifl_ray.plots`).
 
 One TensorBoard writer per arm (``<run_dir>/tb/<arm>/``) with the *same* tag names for every arm, so that
-TensorBoard overlays the arms on one chart per metric; the resolved configuration goes in as text and the
-scalar hyperparameters as hparams. Nothing written here may contain key material: callers pass metrics.
+TensorBoard overlays the arms on one chart per metric. TensorBoard sorts its groups by the tag's first word,
+so the tags (:func:`tensorboard_tag`) lead with the results: ``eval/`` (accuracy, loss), ``precision/`` (the
+deviation from fl), ``privacy/`` (ε per element and ε of the whole vector apart: they are different figures),
+then ``system/`` (time, bytes, clients: bookkeeping). ``summary.json`` keeps the metrics' own names. A Custom
+Scalars layout overlays the arms on the charts a reader compares; the HParams tab has one session per arm
+(its settings, its final figures); ``tb/_run`` holds the resolved configuration and the final results as
+text. Nothing written here may contain key material: callers pass metrics.
 """
 
 from __future__ import annotations
@@ -43,6 +48,112 @@ def _finite(x: Any) -> Any:
     return x
 
 
+# ------------------------------------------------------------------------------------- TensorBoard's tags
+#: The results' tags: first in TensorBoard's alphabetical order of groups (``audit/`` aside, which only a
+#: run with canaries writes). ``max_deviation`` is the coding's error against fl: a precision figure.
+RESULT_TAGS: dict[str, str] = {
+    "test_accuracy": "eval/test_accuracy",
+    "test_loss": "eval/test_loss",
+    "train_loss": "eval/train_loss",
+    "max_deviation": "precision/max_deviation_from_fl",
+    "secagg/quantisation_error": "precision/secagg_quantisation_error",
+    "secagg/quantisation_bound": "precision/secagg_quantisation_bound",
+}
+#: An arm's ε of the whole model vector (NbAFL's stated figure; DP-FedAvg's accountant after rounds 0..t).
+EPSILON_WHOLE_VECTOR = "privacy/epsilon_whole_vector"
+#: SIFL's per-element, per-round ε of one release (``local``, ``broadcast``, ``global``) follows this prefix.
+EPSILON_PER_ELEMENT = "privacy/epsilon_per_element_"
+
+
+def tensorboard_tag(metric: str, *, per_element: bool = False) -> str:
+    """The TensorBoard tag of a round metric (its name in ``summary.json``'s rounds).
+
+    Args:
+        metric: e.g. ``test_accuracy``, ``time/round``, ``privacy/epsilon_local``.
+        per_element: the arm's ``privacy/epsilon_*`` figures are the accountant's per-element, per-round
+            ε (SIFL); otherwise they are the mechanism's ε of the whole vector (NbAFL, DP-FedAvg), and every
+            one of them maps to :data:`EPSILON_WHOLE_VECTOR` (:func:`tensorboard_scalars` keeps one).
+    """
+    if metric in RESULT_TAGS:
+        return RESULT_TAGS[metric]
+    if metric.startswith("privacy/epsilon_"):
+        release = metric.removeprefix("privacy/epsilon_")
+        return EPSILON_PER_ELEMENT + release if per_element else EPSILON_WHOLE_VECTOR
+    if metric.startswith("audit/"):
+        return metric
+    return f"system/{metric}"
+
+
+def tensorboard_scalars(metrics: dict[str, Any], *, per_element: bool) -> dict[str, float]:
+    """One round's metrics as TensorBoard scalars (tag → value; non-finite values left out: TensorBoard
+    draws no NaN). An arm without per-element figures gets one whole-vector ε: the accountant's ε after
+    this round where it composes rounds (``privacy/epsilon_cumulative``), else the largest it states."""
+    out: dict[str, float] = {}
+    whole: list[float] = []
+    for metric, value in metrics.items():
+        if not isinstance(value, int | float) or not math.isfinite(float(value)):
+            continue
+        tag = tensorboard_tag(metric, per_element=per_element)
+        if tag == EPSILON_WHOLE_VECTOR:
+            whole.append(float(value))
+        else:
+            out[tag] = float(value)
+    cumulative = metrics.get("privacy/epsilon_cumulative")
+    if cumulative is not None and not per_element and math.isfinite(float(cumulative)):
+        out[EPSILON_WHOLE_VECTOR] = float(cumulative)
+    elif whole:
+        out[EPSILON_WHOLE_VECTOR] = max(whole)
+    return out
+
+
+def results_layout(*, audit: bool) -> dict[str, dict[str, list]]:
+    """TensorBoard's Custom Scalars layout: every arm on one chart for each figure a reader compares. The
+    layout cannot set a log axis; the charts whose values span decades (the deviation, ε, a diverging
+    loss) say so in their title, and each chart's y-log button turns it on. With ``audit``, one chart per
+    threat model with the arm's ε of the whole model (a claim against the canaries only where the audit's
+    report says so: ``claimed_epsilon``) and the in-run audit's estimate and lower bound."""
+    layout = {
+        "results: every arm on one chart": {
+            "test accuracy": ["Multiline", [f"^{RESULT_TAGS['test_accuracy']}$"]],
+            "test loss (spans decades under noise: log axis)": [
+                "Multiline",
+                [f"^{RESULT_TAGS['test_loss']}$"],
+            ],
+            "max deviation from fl (tiny: log axis)": ["Multiline", [f"^{RESULT_TAGS['max_deviation']}$"]],
+            "ε of the whole model vector (NbAFL, DP-FedAvg; log axis)": [
+                "Multiline",
+                [f"^{EPSILON_WHOLE_VECTOR}$"],
+            ],
+            "ε per element and round (SIFL; tiny: log axis)": ["Multiline", [f"^{EPSILON_PER_ELEMENT}"]],
+            "wall time per round (s)": ["Multiline", ["^system/time/round$"]],
+        }
+    }
+    if audit:
+        # regular expressions: anchored, or the estimate's interval ends (``..._low``) would match too
+        layout["privacy: the accountant's ε and the in-run audit"] = {
+            f"{model.replace('_', ' ')}: ε of the whole model, estimate, lower bound": [
+                "Multiline",
+                [
+                    f"^{EPSILON_WHOLE_VECTOR}$",
+                    f"^audit/{model}/epsilon_estimate$",
+                    f"^audit/{model}/epsilon_lower_bound$",
+                ],
+            ]
+            for model in ("final_model", "all_iterates", "uploads")
+        }
+    return layout
+
+
+#: The HParams tab's metric columns (it shows five by default, in this order): each arm's last value.
+HPARAM_METRICS: tuple[tuple[str, str], ...] = (
+    (RESULT_TAGS["test_accuracy"], "final test accuracy"),
+    (RESULT_TAGS["test_loss"], "final test loss"),
+    (RESULT_TAGS["max_deviation"], "deviation from fl (last round)"),
+    (EPSILON_WHOLE_VECTOR, "ε whole model (run)"),
+    (EPSILON_PER_ELEMENT + "local", "ε per element (last round)"),
+)
+
+
 class RunLogger:
     """Writes one run's outputs under ``run_dir``."""
 
@@ -52,16 +163,21 @@ class RunLogger:
         arms: list[str],
         *,
         config_yaml: str,
-        hparams: dict[str, Any],
+        hparams: dict[str, dict[str, Any]],
         tensorboard: bool = True,
         purge_step: int | None = None,
     ):
+        """``hparams``: per arm, the settings the HParams tab shows (name → str, float, int or bool; the
+        same names for every arm). The tab shows the first five hparams by name (those whose values differ
+        first): give it the few a reader compares, the whole configuration is ``tb/_run``'s text."""
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.arms = arms
         self.writers: dict[str, Any] = {}
-        self.hparams = {k: v for k, v in hparams.items() if isinstance(v, int | float | str | bool)}
-        self.final: dict[str, float] = {}  # latest test accuracy per arm: the hparams metrics at close()
+        self.hparams = {
+            arm: {k: v for k, v in values.items() if isinstance(v, int | float | str | bool)}
+            for arm, values in hparams.items()
+        }
         self.config_yaml = config_yaml
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -70,41 +186,23 @@ class RunLogger:
                 self.writers[arm] = SummaryWriter(str(self.run_dir / "tb" / arm), purge_step=purge_step)
         atomic_write_text(self.run_dir / "config.yaml", config_yaml)
 
-    def log_round(self, arm: str, t: int, metrics: dict[str, float]) -> None:
+    def log_round(self, arm: str, t: int, metrics: dict[str, float], *, per_element: bool = False) -> None:
+        """Round ``t`` of ``arm`` under :func:`tensorboard_tag`'s names (``per_element``: its ε figures are
+        SIFL's per-element ones)."""
         writer = self.writers.get(arm)
         if writer is None:
             return
-        if "test_accuracy" in metrics:
-            self.final[arm] = float(metrics["test_accuracy"])
-        for tag, value in metrics.items():
-            if isinstance(value, int | float) and math.isfinite(float(value)):
-                writer.add_scalar(tag, float(value), t)
+        for tag, value in tensorboard_scalars(metrics, per_element=per_element).items():
+            writer.add_scalar(tag, value, t)
         writer.flush()
 
-    def chart_audit(self) -> None:
-        """TensorBoard's Custom Scalars tab: one chart per threat model with the accountant's ε and the
-        in-run audit's estimate and lower bound, so that a reader sees the claim and what the run measured
-        on the same axes (every arm's curves, as runs)."""
+    def chart(self, *, audit: bool) -> None:
+        """TensorBoard's Custom Scalars tab (:func:`results_layout`), written once with the first arm's
+        writer (TensorBoard merges the layouts of all runs; each chart draws every arm)."""
         writer = next(iter(self.writers.values()), None)
         if writer is None:
             return
-        tags = {
-            # regular expressions: anchored, or the estimate's interval ends (``..._low``) would match too
-            model: [
-                "^privacy/epsilon_cumulative$",
-                f"^audit/{model}/epsilon_estimate$",
-                f"^audit/{model}/epsilon_lower_bound$",
-            ]
-            for model in ("final_model", "all_iterates", "uploads")
-        }
-        writer.add_custom_scalars(
-            {
-                "privacy: the accountant's ε and the in-run audit": {
-                    f"{model.replace('_', ' ')}: claimed ε, estimate, lower bound": ["Multiline", names]
-                    for model, names in tags.items()
-                }
-            }
-        )
+        writer.add_custom_scalars(results_layout(audit=audit))
         writer.flush()
 
     def log_text(self, arm: str, tag: str, text: str, t: int = 0) -> None:
@@ -113,99 +211,51 @@ class RunLogger:
             writer.add_text(tag, text, t)
             writer.flush()
 
-    def close(self) -> None:
-        """Flush the arms' writers and record the run (configuration text, hparams with final accuracies)."""
-        for writer in self.writers.values():
-            writer.close()
-        if self.writers and self.final:
-            from torch.utils.tensorboard import SummaryWriter
+    def close(self, results: str | None = None) -> None:
+        """Flush the arms' writers, each one an HParams session (its settings; its metrics are its own last
+        scalars), and record the run in ``tb/_run``: the configuration, the HParams experiment (which
+        settings and metrics the tab shows) and ``results`` (Markdown: the final figures of every arm, side
+        by side)."""
+        if not self.writers:
+            return
+        from tensorboard.plugins.hparams import summary_v2 as hp
 
-            top = SummaryWriter(str(self.run_dir / "tb" / "_run"))
-            top.add_text("config", "```yaml\n" + self.config_yaml + "\n```", 0)
-            metrics = {f"final_accuracy/{arm}": acc for arm, acc in self.final.items()}
-            top.add_hparams(self.hparams, metrics, run_name=".")
-            top.close()
+        declared = self._hparams_declared()
+        for arm, writer in self.writers.items():
+            if self.hparams.get(arm):
+                writer.file_writer.add_summary(hp.hparams_pb(self.hparams[arm], trial_id=arm))
+            writer.close()
+        from torch.utils.tensorboard import SummaryWriter
+
+        top = SummaryWriter(str(self.run_dir / "tb" / "_run"))
+        top.add_text("config", "```yaml\n" + self.config_yaml + "\n```", 0)
+        if results:
+            top.add_text("eval/final_results", results, 0)
+        if declared:
+            metrics = [hp.Metric(tag, display_name=name) for tag, name in HPARAM_METRICS]
+            top.file_writer.add_summary(hp.hparams_config_pb(hparams=declared, metrics=metrics))
+        top.close()
+
+    def _hparams_declared(self) -> list[Any]:
+        """The HParams experiment's settings: every name given, with the values the arms took."""
+        from tensorboard.plugins.hparams import summary_v2 as hp
+
+        values: dict[str, list[Any]] = {}
+        for arm_values in self.hparams.values():
+            for name, value in arm_values.items():
+                values.setdefault(name, [])
+                if value not in values[name]:
+                    values[name].append(value)
+        declared = []
+        for name, seen in values.items():
+            kinds = {type(v) for v in seen}
+            # one type per domain: the plugin infers it from the values (mixed ones: no domain)
+            domain = hp.Discrete(sorted(seen)) if len(kinds) == 1 else None
+            declared.append(hp.HParam(name, domain))
+        return declared
 
     def write_summary(self, summary: dict[str, Any]) -> Path:
         return write_summary(self.run_dir, summary)
-
-    def plot(self, history: dict[str, list[dict[str, float]]], title: str) -> Path | None:
-        """Accuracy vs round for every arm (PNG)."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        styles = ["-", "--", ":", "-."]
-        for i, (arm, rows) in enumerate(history.items()):
-            xs = [r["round"] + 1 for r in rows]
-            ys = [100 * r["test_accuracy"] for r in rows]
-            ax.plot(xs, ys, styles[i % len(styles)], marker="o", markersize=3, label=arm)
-        ax.set_xlabel("round")
-        ax.set_ylabel("test accuracy (%)")
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-        ax.legend()
-        path = self.run_dir / "accuracy.png"
-        fig.tight_layout()
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        return path
-
-
-def plot_accuracy_vs_epsilon(
-    run_dir: Path, summary: dict[str, Any], epsilons: dict[str, dict[str, float | None]], title: str
-) -> Path | None:
-    """``accuracy_vs_epsilon.png``: final accuracy against ε (log axis), one marker per arm, one line per
-    kind swept over ε (NbAFL, DP-FedAvg: ε of the whole vector over the run); SIFL arms at their per-element
-    ε (worst round), drawn hollow because that ε is a different, per-element figure; arms without ε (fl) as
-    a horizontal line (ε = ∞). ``None`` when no arm has an ε."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    arms = summary["arms"]
-    points: dict[str, list[tuple[float, float, str]]] = {}
-    for arm, e in epsilons.items():
-        eps = e["whole"] if e["whole"] is not None else e["per_element"]
-        if eps is not None and eps > 0:
-            points.setdefault(arms[arm].get("kind", arm), []).append(
-                (float(eps), 100 * arms[arm]["final_accuracy"], "whole" if e["whole"] is not None else "elem")
-            )
-    if not points:
-        return None
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    markers = "osD^v<>p*h"
-    for i, (kind, pts) in enumerate(sorted(points.items())):
-        pts.sort()
-        hollow = all(p[2] == "elem" for p in pts)
-        label = f"{kind} (per-element ε, worst round)" if hollow else f"{kind} (ε of the whole run)"
-        ax.plot(
-            [p[0] for p in pts],
-            [p[1] for p in pts],
-            "-" if len(pts) > 1 else "",
-            marker=markers[i % len(markers)],
-            markerfacecolor="none" if hollow else None,
-            label=label,
-        )
-    styles = ["--", ":", "-."]
-    no_eps = [a for a, e in epsilons.items() if all(v is None for v in e.values())]
-    for i, arm in enumerate(no_eps):
-        accuracy = 100 * arms[arm]["final_accuracy"]
-        ax.axhline(accuracy, linestyle=styles[i % 3], color="gray", label=f"{arm} (ε = ∞)")
-    ax.set_xscale("log")
-    ax.set_xlabel("ε (δ in summary.json; scope per arm: see the legend)")
-    ax.set_ylabel("final test accuracy (%)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
-    path = Path(run_dir) / "accuracy_vs_epsilon.png"
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
 
 
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> Path:
@@ -215,85 +265,19 @@ def write_summary(run_dir: Path, summary: dict[str, Any]) -> Path:
     return path
 
 
-def plot_audit(run_dir: Path, summary: dict[str, Any], title: str) -> Path | None:
-    """``audit.png``: each audited arm's ε estimate (with its interval) and lower bound against the ε it
-    claims (the accountant's, whole run), log axes, one marker per arm, the diagonal drawn (a lower bound
-    above it refutes the claim; an estimate far below it says the accounting is loose for this run, or the
-    canaries weak). Arms that claim no finite ε stand at the right edge, marked "no claim". One panel per
-    threat model. ``None`` when no arm was audited."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    audited = {arm: a["audit"] for arm, a in summary["arms"].items() if a.get("audit")}
-    if not audited:
-        return None
-    claims = [
-        row["claimed_epsilon"]
-        for a in audited.values()
-        for row in a.values()
-        if isinstance(row, dict) and row.get("claimed_epsilon")
-    ]
-    lo = min([*claims, 0.5]) / 2
-    edge = max([*claims, 2.0]) * 4  # where the arms without a claim stand
-    models = [m for m in ("final_model", "all_iterates", "uploads") if any(m in a for a in audited.values())]
-    fig, axes = plt.subplots(1, len(models), figsize=(5.5 * len(models), 4.6), sharey=True, squeeze=False)
-    axes = axes[0]
-    colors = plt.get_cmap("tab20").colors
-    highs = [
-        max(row.get("estimate_high") or 0.0, row["lower_bound"])
-        for a in audited.values()
-        for row in a.values()
-        if isinstance(row, dict) and "lower_bound" in row
-    ]
-    top = max([*highs, edge]) * 2  # every panel shares this axis: the largest figure of any stays on it
-    for ax, model in zip(axes, models, strict=True):
-        for i, (arm, a) in enumerate(audited.items()):
-            if model not in a:
-                continue
-            row, color = a[model], colors[i % len(colors)]
-            x = row.get("claimed_epsilon") or edge
-            x *= 1 + 0.04 * (i % 5 - 2)  # arms with the same claim side by side
-            if row.get("estimate") is not None:
-                est = max(row["estimate"], lo)
-                err = [[est - max(row["estimate_low"], lo)], [max(row["estimate_high"], lo) - est]]
-                ax.errorbar([x], [est], yerr=err, fmt="o", color=color, capsize=3, label=f"{arm}")
-            ax.plot([x], [max(row["lower_bound"], lo)], "v", color=color, markersize=8)
-        ax.plot([lo, edge / 1.6], [lo, edge / 1.6], "k--", linewidth=1, label="ε measured = ε claimed")
-        ceiling = next(a[model]["ceiling"] for a in audited.values() if model in a)
-        ax.axhline(ceiling, color="gray", linestyle=":", label=f"lower bound's ceiling ({ceiling:.2g})")
-        ax.axvspan(edge / 1.6, edge * 1.5, color="0.93", zorder=0)
-        ax.text(edge, lo * 1.15, "no\nclaim", ha="center", va="bottom", fontsize=8, color="0.35")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlim(lo, edge * 1.5)
-        ax.set_ylim(lo, top)
-        ax.set_title(f"{model.replace('_', ' ')}: ● estimate (CI)  ▼ lower bound", fontsize=10)
-        ax.grid(alpha=0.3, which="both")
-    axes[0].set_ylabel("ε measured in this run")
-    fig.supxlabel("ε the arm claims (its accountant, whole run)", fontsize=10)
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="center right", fontsize=8, frameon=False)
-    fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0, 0.8, 1))
-    path = Path(run_dir) / "audit.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
 def format_table(rows: list[dict[str, Any]]) -> str:
     """The end-of-run table: arm, final accuracy, Δ vs fl, max deviation, the ε figures (per element for
-    SIFL, whole vector for NbAFL and DP-FedAvg), the neighbour relation they are stated under, wall time."""
+    SIFL: a client's upload and the arm's global model; the whole model for NbAFL and DP-FedAvg) with their
+    δ, the neighbour relation they are stated under, wall time."""
     header = [
         "arm",
         "final acc",
         "Δ vs fl (pp)",
         "max dev",
-        "ε local (per-element, worst round)",
-        "ε global (worst round)",
-        "ε whole vector (scope: summary.json)",
+        "ε per element: upload",
+        "ε per element: global model",
+        "ε whole model",
+        "δ",
         "relation",
         "wall s",
     ]
@@ -308,6 +292,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
                 "—" if r.get("epsilon_local") is None else f"{r['epsilon_local']:.3g}",
                 "—" if r.get("epsilon_global") is None else f"{r['epsilon_global']:.3g}",
                 "—" if r.get("epsilon_whole") is None else f"{r['epsilon_whole']:.3g}",
+                "—" if r.get("delta") is None else f"{r['delta']:g}",
                 r.get("relation") or "—",
                 f"{r['wall_s']:.1f}",
             ]

@@ -12,6 +12,7 @@ import torch
 
 from sifl_ray.config import load_config
 from sifl_ray.keys import key_inventory, party_seed
+from sifl_ray.logging import tensorboard_tag
 from sifl_ray.runner import Simulation
 
 TINY = [
@@ -23,7 +24,7 @@ TINY = [
     "output.progress=false",
     "arms=[fl,sifl_m1,sifl_m2,nbafl]",
 ]
-EXPECTED_TAGS = {
+EXPECTED_METRICS = {
     "test_accuracy",
     "test_loss",
     "train_loss",
@@ -35,6 +36,7 @@ EXPECTED_TAGS = {
     "time/transfer",
     "bytes/object_store",
 }
+EXPECTED_TAGS = {tensorboard_tag(m) for m in EXPECTED_METRICS}  # eval/test_accuracy, system/time/round, ...
 
 
 @pytest.fixture(scope="module")
@@ -125,18 +127,20 @@ def test_tensorboard_files_carry_every_tag_for_every_arm(ray_run):
         acc.Reload()
         tags = set(acc.Tags()["scalars"])
         assert tags >= EXPECTED_TAGS, (arm, EXPECTED_TAGS - tags)
-        steps = [e.step for e in acc.Scalars("test_accuracy")]
+        steps = [e.step for e in acc.Scalars("eval/test_accuracy")]
         assert steps == list(range(cfg.train.rounds))
         if arm.startswith("sifl"):
-            assert "max_deviation" in tags and "privacy/epsilon_local" in tags
+            assert "precision/max_deviation_from_fl" in tags and "privacy/epsilon_per_element_local" in tags
     summary = json.loads((Path(result.run_dir) / "summary.json").read_text())
     assert set(summary["arms"]) == set(result.history)
     assert (Path(result.run_dir) / "accuracy.png").stat().st_size > 1000
 
 
 def test_summary_rounds_carry_the_tensorboard_epsilons(sequential_run):
-    """Every per-round row of summary.json carries the privacy/epsilon_* scalars TensorBoard shows, with the
-    same values; M2's round 0 is an M1 round: M1's broadcast, and a local ε ‖P2R‖ = 1/γ times round 1's."""
+    """Every per-round row of summary.json carries the privacy/epsilon_* figures TensorBoard shows, with the
+    same values, under tags that say their scope: SIFL's per element (one tag per release), NbAFL's for the
+    whole model (one tag), never one tag for both; M2's round 0 is an M1 round: M1's broadcast, and a local
+    ε ‖P2R‖ = 1/γ times round 1's."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     cfg, result, _ = sequential_run
@@ -150,9 +154,21 @@ def test_summary_rounds_carry_the_tensorboard_epsilons(sequential_run):
             if tag.startswith("privacy/")
         }
         rows = a["rounds"]
-        assert set(tb) == {k for r in rows for k in r if k.startswith("privacy/")}, arm
-        for tag, by_step in tb.items():  # TensorBoard keeps float32
-            assert by_step == pytest.approx({r["round"]: r[tag] for r in rows if tag in r}, rel=1e-6, abs=0)
+        per_element = arm.startswith("sifl")
+        named = {
+            tensorboard_tag(k, per_element=per_element) for r in rows for k in r if k.startswith("privacy/")
+        }
+        assert set(tb) == named, arm
+        if per_element:
+            assert all(t.startswith("privacy/epsilon_per_element_") for t in tb), arm
+            for tag, by_step in tb.items():  # TensorBoard keeps float32
+                metric = "privacy/epsilon_" + tag.removeprefix("privacy/epsilon_per_element_")
+                expected = {r["round"]: r[metric] for r in rows if metric in r}
+                assert by_step == pytest.approx(expected, rel=1e-6, abs=0), (arm, tag)
+        elif arm != "fl":  # NbAFL: its stated ε of the whole model, every round
+            assert set(tb) == {"privacy/epsilon_whole_vector"}, arm
+            expected = {r["round"]: a["privacy"]["epsilon"] for r in rows}
+            assert tb["privacy/epsilon_whole_vector"] == pytest.approx(expected, rel=1e-6), arm
         if arm != "fl":
             assert all("privacy/epsilon_local" in r for r in rows), arm
     m2 = summary["arms"]["sifl_m2"]

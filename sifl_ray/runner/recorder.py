@@ -13,9 +13,11 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from sifl_ray.arms import arm_of
 from sifl_ray.config import to_yaml
 from sifl_ray.faults import FaultJournal
-from sifl_ray.logging import RunLogger, plot_accuracy_vs_epsilon, plot_audit
+from sifl_ray.logging import RunLogger
+from sifl_ray.plots import plot_accuracy, plot_accuracy_vs_epsilon, plot_audit, summary_styles
 from sifl_ray.round import RoundResult
 from sifl_ray.runner.parties import say
 from sifl_ray.runner.state import DriverState
@@ -24,7 +26,6 @@ from sifl_ray.runner.summary import (
     arm_epsilons,
     end_of_run_messages,
     epsilon_metrics,
-    flat_hparams,
     record_text,
     result_line,
     round_incidents,
@@ -76,12 +77,11 @@ class Recorder:
             self.run_dir,
             self.arms,
             config_yaml=to_yaml(self.cfg),
-            hparams=flat_hparams(self.cfg),
+            hparams={arm: arm_hparams(self.cfg, arm) for arm in self.arms},
             tensorboard=self.cfg.output.tensorboard,
             purge_step=purge_step,
         )
-        if self.cfg.audit.canaries:
-            self.logger.chart_audit()
+        self.logger.chart(audit=bool(self.cfg.audit.canaries))
 
     def privacy(self, privacy: dict[str, dict[str, Any]]) -> None:
         """Each arm's privacy figures, once, at the start of a fresh run."""
@@ -111,7 +111,7 @@ class Recorder:
         if result.audit is not None and arm in driver.audits:
             metrics.update(self._audit(arm, t, result.audit, result.audit_uploads, privacy, metrics))
         driver.wall[arm] += metrics["time/round"]
-        self.logger.log_round(arm, t, metrics)
+        self.logger.log_round(arm, t, metrics, per_element=releases is not None)
         driver.history[arm].append({"round": t, **metrics})
         got = round_incidents(arm, t, result)
         if got is not None:
@@ -176,10 +176,12 @@ class Recorder:
         precision: dict[str, dict[str, Any]],
         privacy: dict[str, dict[str, Any]],
         coded_arms: list[str],
+        chance_accuracy: float | None = None,
         **figures: Any,
     ) -> RunResult:
-        """``summary.json`` (``figures``: :func:`~sifl_ray.runner.summary.summarise`'s other arguments),
-        the end-of-run messages, the accountant's report (for ``coded_arms``), the plot."""
+        """``summary.json`` (``figures``: :func:`~sifl_ray.runner.summary.summarise`'s other arguments;
+        ``chance_accuracy``: a guess's, 1 / the classes, for the table to say when an arm learnt nothing),
+        the end-of-run messages, the accountant's report (for ``coded_arms``), the plots."""
         cfg, driver = self.cfg, self.driver
         summary = summarise(
             cfg,
@@ -198,6 +200,7 @@ class Recorder:
         )
         for arm, figures in self.audit.items():
             summary["arms"][arm]["audit"] = figures
+        summary["chance_accuracy"] = chance_accuracy
         for message in end_of_run_messages(summary, precision):
             say(message)
         self.logger.write_summary(summary)
@@ -206,9 +209,48 @@ class Recorder:
             for arm in coded_arms:
                 self.logger.log_text(arm, "privacy/accountant", report, cfg.train.rounds - 1)
         if cfg.output.plot:
-            self.logger.plot(driver.history, f"{cfg.scenario}: test accuracy")
-            title = f"{cfg.scenario}: accuracy against ε"
-            plot_accuracy_vs_epsilon(self.run_dir, summary, arm_epsilons(summary), title)
+            epsilons = arm_epsilons(summary)
+            styles = summary_styles(summary, epsilons)
+            plot_accuracy(self.run_dir, driver.history, styles, f"{cfg.scenario}: test accuracy")
+            title = f"{cfg.scenario}: final accuracy against ε"
+            plot_accuracy_vs_epsilon(self.run_dir, summary, epsilons, styles, title)
             plot_audit(self.run_dir, summary, f"{cfg.scenario}: the in-run audit against the claimed ε")
-        self.logger.close()
+        self.logger.close(results=results_markdown(summary))
         return RunResult(self.run_dir, summary, history=driver.history, result_line=result_line(summary))
+
+
+def arm_hparams(cfg: DictConfig, arm: str) -> dict[str, Any]:
+    """The settings TensorBoard's HParams tab shows for ``arm`` (five: the tab's default; every other
+    setting is in ``tb/_run``'s config text): the scenario, the model, optimizer and learning rate, and
+    the arm's coding (``plain``, ``m1``, ``m2``). The arm itself is the session's name."""
+    return {
+        "scenario": str(cfg.scenario),
+        "train.model": str(cfg.train.model),
+        "train.optimizer": str(cfg.train.optimizer),
+        "train.lr": float(cfg.train.lr),
+        "coding": str(arm_of(cfg, arm).coding),
+    }
+
+
+def results_markdown(summary: dict[str, Any]) -> str:
+    """Every arm's final figures side by side, as a Markdown table (TensorBoard's text tab, ``tb/_run``):
+    accuracy, its difference to fl, loss, the deviation from fl, and the ε figures with their δ (a whole
+    model's ε covers the rounds its scope in ``summary.json`` says)."""
+    eps = arm_epsilons(summary)
+
+    def fmt(x: float | None, spec: str) -> str:
+        return "—" if x is None else format(x, spec)
+
+    lines = [
+        "| arm | final test accuracy | Δ vs fl (pp) | final test loss | max deviation from fl "
+        "| ε per element (SIFL, worst round) | ε whole model | δ |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for arm, a in summary["arms"].items():
+        delta = (a.get("privacy") or {}).get("delta")
+        lines.append(
+            f"| {arm} | {100 * a['final_accuracy']:.2f} % | {fmt(a['delta_vs_fl_pp'], '+.2f')} "
+            f"| {fmt(a['final_test_loss'], '.4g')} | {fmt(a['max_deviation'], '.2e')} "
+            f"| {fmt(eps[arm]['per_element'], '.3g')} | {fmt(eps[arm]['whole'], '.3g')} | {fmt(delta, 'g')} |"
+        )
+    return "\n".join(lines)

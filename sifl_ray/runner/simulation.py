@@ -480,6 +480,7 @@ class Simulation:
                 precision=self.precision,
                 privacy=self.privacy,
                 coded_arms=list(self.releases),
+                chance_accuracy=1 / self.dataset.num_classes,
                 n=self.n,
                 num_workers=self.num_workers,
                 backend=self.backend.name,

@@ -353,21 +353,26 @@ def result_line(summary: dict[str, Any]) -> str:
 
 
 def arm_epsilons(summary: dict[str, Any]) -> dict[str, dict[str, float | None]]:
-    """Each arm's ε figures, named for what they are: ``per_element`` (SIFL: the largest per-round local
-    figure the accountant recorded, M2's round 0 included), ``global`` (SIFL: broadcast or global release),
-    ``whole`` (a mechanism that states one ε for the whole vector: NbAFL, DP-FedAvg; its scope is in its
-    privacy report). ``None`` where an arm has no such figure."""
+    """Each arm's ε figures, named for what they are: ``per_element`` (SIFL: the largest per-round figure of
+    a client's upload the accountant recorded, M2's round 0 included), ``global`` (SIFL: the largest
+    per-round figure of the arm's own global-model release: M1's broadcast, M2's global model; M2's round
+    0, an M1 broadcast, is ``global_round0``), ``whole`` (a mechanism that states one ε for the whole
+    vector: NbAFL, DP-FedAvg; its scope is in its privacy report). ``None`` where an arm has no such
+    figure."""
     recorded = (summary.get("accountant") or {}).get("arms", {})
 
-    def largest(arm: str, releases: tuple[str, ...]) -> float | None:
-        rows = recorded.get(arm, {})
-        got = [float(rows[r]["largest_per_round_epsilon"]) for r in releases if r in rows]
-        return max(got) if got else None
+    def largest(arm: str, release: str) -> float | None:
+        row = recorded.get(arm, {}).get(release)
+        return None if row is None else float(row["largest_per_round_epsilon"])
+
+    def own_global(arm: str) -> str:
+        return "global" if "global" in recorded.get(arm, {}) else "broadcast"
 
     return {
         arm: {
-            "per_element": largest(arm, ("local",)),
-            "global": largest(arm, ("broadcast", "global")),
+            "per_element": largest(arm, "local"),
+            "global": largest(arm, own_global(arm)),
+            "global_round0": largest(arm, "broadcast") if own_global(arm) == "global" else None,
             "whole": None if arm in recorded else (a["privacy"] or {}).get("epsilon"),
         }
         for arm, a in summary["arms"].items()
@@ -375,9 +380,9 @@ def arm_epsilons(summary: dict[str, Any]) -> dict[str, dict[str, float | None]]:
 
 
 def summary_table(summary: dict[str, Any]) -> str:
-    """The end-of-run table; a SIFL arm's ε is its largest per-round figure per element (M2: round 0's, an M1
-    round); a mechanism whose ε covers the whole vector (NbAFL, DP-FedAvg) has its own column, so the two
-    kinds are never read as one (summary.json says each one's scope)."""
+    """The end-of-run table with its notes: what the two kinds of ε mean (a SIFL arm's per-element,
+    per-round figures; NbAFL's and DP-FedAvg's ε of the whole model, in their own column, so the two are
+    never read as one), M2's round 0, and arms that ended at chance accuracy."""
     eps = arm_epsilons(summary)
     rows = [
         {
@@ -388,15 +393,56 @@ def summary_table(summary: dict[str, Any]) -> str:
             "epsilon_local": eps[arm]["per_element"],
             "epsilon_global": eps[arm]["global"],
             "epsilon_whole": eps[arm]["whole"],
+            "delta": (a["privacy"] or {}).get("delta"),
             # the neighbour relation the arm's ε is stated under (its first words; the rest in summary.json)
             "relation": relation_name((a["privacy"] or {}).get("neighbour_relation")),
             "wall_s": a["wall_s"],
         }
         for arm, a in summary["arms"].items()
     ]
-    table = format_table(rows)
+    notes = table_notes(summary, eps)
+    table = format_table(rows) + ("\n" + "\n".join(notes) if notes else "")
     audited = audit_table(summary)
     return table if audited is None else f"{table}\n\n{audited}"
+
+
+def table_notes(summary: dict[str, Any], eps: dict[str, dict[str, float | None]]) -> list[str]:
+    """The lines under the table: the ε columns' meaning (for the kinds of ε the run has), M2's round 0,
+    and the arms whose final accuracy is a guess's (a scale demo's few rounds, or noise that drowned the
+    model)."""
+    notes = []
+    if any(e["per_element"] is not None for e in eps.values()):
+        notes.append(
+            "ε per element (SIFL, worst round): what one coordinate of one release in one round tells "
+            "about one record; it bounds neither the whole model nor many rounds (upload: what the "
+            "aggregator sees of a client; global model: what the clients receive)"
+        )
+    if any(e["whole"] is not None for e in eps.values()):
+        notes.append(
+            "ε whole model (NbAFL, DP-FedAvg): the usual (ε, δ) guarantee on everything the arm releases "
+            "about a client, all coordinates together, over the rounds its scope says "
+            "(arms.<arm>.privacy.scope in summary.json)"
+        )
+    for arm, e in eps.items():
+        if e["global_round0"] is not None:
+            notes.append(
+                f"{arm}: round 0 is an M1 round; its broadcast's ε per element is {e['global_round0']:.3g} "
+                "(the global-model column is the M2 rounds' worst)"
+            )
+    chance = summary.get("chance_accuracy")
+    guessing = [a for a, row in summary["arms"].items() if chance and row["final_accuracy"] <= 1.5 * chance]
+    if guessing and len(guessing) == len(summary["arms"]):
+        notes.append(
+            f"every arm ended at chance level ({100 * chance:.0f} % = a guess): expected in a scale demo "
+            "(scale_1000: a few rounds at a small learning rate, to measure the platform at 1000 clients, "
+            "not accuracy); for learning curves run quickstart or a paper_* scenario"
+        )
+    elif guessing:
+        notes.append(
+            f"{', '.join(guessing)}: final accuracy at chance level ({100 * chance:.0f} % = a guess): the "
+            "noise, the clipping or the learning rate drowned the training"
+        )
+    return notes
 
 
 def audit_table(summary: dict[str, Any]) -> str | None:

@@ -96,7 +96,7 @@ def test_a_run_with_a_small_clip_clips_every_arm_and_counts_it(tmp_path, capsys)
         assert float(torch.linalg.vector_norm(model)) <= 0.5 * (1 + 1e-6), arm
         acc = EventAccumulator(str(result.run_dir / "tb" / arm))
         acc.Reload()
-        assert [e.value for e in acc.Scalars("clients/clipped")] == [4.0, 4.0], arm
+        assert [e.value for e in acc.Scalars("system/clients/clipped")] == [4.0, 4.0], arm
         assert [r["clients/clipped"] for r in summary["rounds"]] == [4.0, 4.0], arm
 
 

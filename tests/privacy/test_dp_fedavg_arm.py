@@ -107,7 +107,7 @@ def test_dp_fedavg_run_reports_the_accountants_epsilon_round_by_round(tmp_path):
     assert priv["epsilon"] == history[-1] and priv["sampling"] == "poisson"
     acc = EventAccumulator(str(tmp_path / "run" / "tb" / "dp_fedavg_eps5"))
     acc.Reload()
-    logged = [(e.step, e.value) for e in acc.Scalars("privacy/epsilon_cumulative")]
+    logged = [(e.step, e.value) for e in acc.Scalars("privacy/epsilon_whole_vector")]
     assert [s for s, _ in logged] == [0, 1, 2]
     assert [v for _, v in logged] == pytest.approx(history, rel=1e-6)  # TensorBoard stores float32
     # the noise is there: the model is not FedAvg's

@@ -199,7 +199,7 @@ def test_an_aggregator_killed_mid_run_replays_the_releases_it_made(ray_session, 
     for f in sorted((result.run_dir / "tb" / "dp_fedavg_eps5").glob("events.out.tfevents.*")):
         for event in EventFileLoader(str(f)).Load():
             for v in event.summary.value:
-                if v.tag == "test_loss":
+                if v.tag == "eval/test_loss":
                     values.setdefault(event.step, set()).add(float(v.tensor.float_val[0]))
                     writes += 1
     assert writes > 6  # round 3 was released twice: before the fault and in the replay

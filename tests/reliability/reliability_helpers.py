@@ -24,7 +24,7 @@ BASE = [
     "output.plot=false",
 ]
 ARMS = ("fl", "sifl_m1", "sifl_m2")
-CURVES = ("test_accuracy", "test_loss", "train_loss", "max_deviation")  # deterministic tags (not time/*)
+CURVES = ("test_accuracy", "test_loss", "train_loss", "max_deviation")  # deterministic metrics (not time/*)
 
 
 @dataclass
@@ -65,13 +65,18 @@ def max_deviation(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> flo
 
 
 def scalars(run_dir: Path, arm: str) -> dict[str, list[tuple[int, float]]]:
-    """Every deterministic curve of ``arm`` as TensorBoard shows it (purged steps already dropped)."""
+    """Every deterministic curve of ``arm`` as TensorBoard shows it (purged steps already dropped), by
+    metric name; at least the accuracy's (a renamed tag would otherwise leave nothing to compare)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from sifl_ray.logging import tensorboard_tag
 
     acc = EventAccumulator(str(Path(run_dir) / "tb" / arm))
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
-    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in CURVES if tag in tags}
+    curves = {m: tensorboard_tag(m) for m in CURVES if tensorboard_tag(m) in tags}
+    assert "test_accuracy" in curves, (arm, sorted(tags))
+    return {m: [(e.step, e.value) for e in acc.Scalars(tag)] for m, tag in curves.items()}
 
 
 def tree_digest(root: Path) -> dict[str, str]:

@@ -1,0 +1,331 @@
+"""The run's figures (PNG): accuracy per round, final accuracy against ε, the in-run audit.
+
+Up to fifteen arms and more must stay readable: one colour map per mechanism family (fl, secagg, sifl,
+nbafl, dp_fedavg, dp_fedavg_secagg, then spare maps for plug-in arms), one shade per arm of a family in the
+order of its ε (light: strong privacy), line style and marker cycling within the family so that no two arms
+share a (colour, style); the legend outside the axes; integer rounds; curves that coincide said in the
+caption, since one hides the other. Per-element ε (SIFL) and whole-model ε (NbAFL, DP-FedAvg) are different
+figures and get different panels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: A colour map per mechanism family (a family's arms differ in shade).
+FAMILY_COLORMAPS: dict[str, str] = {
+    "fl": "Greys",
+    "secagg": "Purples",
+    "sifl": "Greens",
+    "nbafl": "YlOrBr",
+    "dp_fedavg": "Blues",
+    "dp_fedavg_secagg": "RdPu",
+}
+_SPARE_COLORMAPS = ("Reds", "BuGn", "Oranges", "GnBu", "YlGn", "PuBu")
+_LINESTYLES = ("-", "--", "-.", ":")
+_MARKERS = ("o", "s", "^", "D", "v", "P")
+#: Curves whose accuracies differ by at most this much (percentage points) every round are said to coincide.
+COINCIDE_PP = 0.1
+
+
+@dataclass(frozen=True)
+class ArmStyle:
+    """How one arm is drawn: its family's colour in the arm's shade, a line style and a marker."""
+
+    color: tuple[float, float, float, float]
+    linestyle: str
+    marker: str
+
+
+def family(kind: str) -> str:
+    """An arm kind's mechanism family: the SIFL modes are one family (``sifl_m1``, ``sifl_m2``)."""
+    return "sifl" if kind.startswith("sifl") else kind
+
+
+def arm_styles(arms: dict[str, tuple[str, float | None]]) -> dict[str, ArmStyle]:
+    """A distinct (colour, line style, marker) per arm.
+
+    Args:
+        arms: arm → (its family, its ε or ``None`` for none); the arms of a family are shaded in the order
+            of their ε, light to dark (no ε: darkest), and take the line styles and markers in turn.
+    """
+    from matplotlib import colormaps
+
+    families: dict[str, list[str]] = {}
+    for arm, (fam, _) in arms.items():
+        families.setdefault(fam, []).append(arm)
+    spare = iter(_SPARE_COLORMAPS * (1 + len(families) // len(_SPARE_COLORMAPS)))
+    styles = {}
+    for fam, members in families.items():
+        cmap = colormaps[FAMILY_COLORMAPS.get(fam) or next(spare)]
+        eps = {a: arms[a][1] for a in members}
+        members = sorted(members, key=lambda a: (eps[a] is None, eps[a] or 0.0, a))
+        k = len(members)
+        shades = [0.7] if k == 1 else [0.4 + 0.55 * i / (k - 1) for i in range(k)]
+        for i, (arm, shade) in enumerate(zip(members, shades, strict=True)):
+            color = tuple(float(c) for c in cmap(shade))
+            styles[arm] = ArmStyle(color, _LINESTYLES[i % len(_LINESTYLES)], _MARKERS[i % len(_MARKERS)])
+    return {arm: styles[arm] for arm in arms}
+
+
+def summary_styles(
+    summary: dict[str, Any], epsilons: dict[str, dict[str, float | None]]
+) -> dict[str, ArmStyle]:
+    """:func:`arm_styles` for a run's arms (``epsilons``: :func:`~sifl_ray.runner.summary.arm_epsilons`)."""
+    arms = {}
+    for arm, a in summary["arms"].items():
+        e = epsilons.get(arm, {})
+        eps = e.get("whole") if e.get("whole") is not None else e.get("per_element")
+        arms[arm] = (family(str(a.get("kind", arm))), eps)
+    return arm_styles(arms)
+
+
+def coinciding(curves: dict[str, list[float]], tolerance: float = COINCIDE_PP) -> list[list[str]]:
+    """Groups of curves (in ``curves``' order) that stay within ``tolerance`` of one another at every point
+    (linked pairwise: a group is a connected set); only groups of two or more."""
+    names = list(curves)
+    group = {name: i for i, name in enumerate(names)}
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            ya, yb = curves[a], curves[b]
+            if len(ya) == len(yb) and all(abs(x - y) <= tolerance for x, y in zip(ya, yb, strict=True)):
+                old, new = group[b], group[a]
+                for name in names:
+                    if group[name] == old:
+                        group[name] = new
+    out: dict[int, list[str]] = {}
+    for name in names:
+        out.setdefault(group[name], []).append(name)
+    return [members for members in out.values() if len(members) > 1]
+
+
+def coincide_caption(groups: list[list[str]], what: str) -> str | None:
+    """``"fl and secagg coincide (…)"`` for each group; ``None`` when no curves coincide."""
+    if not groups:
+        return None
+    said = [(", ".join(g[:-1]) + " and " + g[-1]) + " coincide" for g in groups]
+    return "; ".join(said) + f" ({what} within {COINCIDE_PP:g} pp: the lines lie on one another)"
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, path: Path) -> Path:
+    """Save with what lies outside the axes (legend, caption) kept in the picture."""
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    _pyplot().close(fig)
+    return path
+
+
+def _caption(fig: Any, caption: str | None) -> None:
+    """The caption under the axes (``fig.texts``: tests read it there)."""
+    if caption:
+        fig.text(0.01, -0.01, caption, ha="left", va="top", fontsize=9, wrap=True)
+
+
+def _legend_outside(ax: Any, handles: list[Any] | None = None, labels: list[str] | None = None) -> None:
+    """The legend to the right of ``ax``, outside it: with fifteen arms inside it would hide curves."""
+    count = len(labels) if labels is not None else len(ax.get_legend_handles_labels()[1])
+    ax.legend(
+        *(() if handles is None else (handles, labels)),
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        fontsize=8,
+        ncol=1 if count <= 20 else 2,
+        frameon=False,
+    )
+
+
+def plot_accuracy(
+    run_dir: Path, history: dict[str, list[dict[str, float]]], styles: dict[str, ArmStyle], title: str
+) -> Path:
+    """``accuracy.png`` (:func:`accuracy_figure`)."""
+    return _save(accuracy_figure(history, styles, title), Path(run_dir) / "accuracy.png")
+
+
+def accuracy_figure(
+    history: dict[str, list[dict[str, float]]], styles: dict[str, ArmStyle], title: str
+) -> Any:
+    """Test accuracy per round (rounds from 0, as TensorBoard's steps), every arm in its
+    :class:`ArmStyle`, the legend outside the axes, coinciding curves said under them."""
+    from matplotlib.ticker import MaxNLocator
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    curves = {arm: [100 * r["test_accuracy"] for r in rows] for arm, rows in history.items()}
+    for arm, rows in history.items():
+        style = styles[arm]
+        ax.plot(
+            [r["round"] for r in rows],
+            curves[arm],
+            linestyle=style.linestyle,
+            marker=style.marker,
+            markersize=3.5,
+            color=style.color,
+            label=arm,
+        )
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("round")
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    _legend_outside(ax)
+    _caption(fig, coincide_caption(coinciding(curves), "test accuracy of every round"))
+    return fig
+
+
+def plot_accuracy_vs_epsilon(
+    run_dir: Path,
+    summary: dict[str, Any],
+    epsilons: dict[str, dict[str, float | None]],
+    styles: dict[str, ArmStyle],
+    title: str,
+) -> Path | None:
+    """``accuracy_vs_epsilon.png`` (:func:`accuracy_vs_epsilon_figure`; ``None``: no arm has an ε)."""
+    fig = accuracy_vs_epsilon_figure(summary, epsilons, styles, title)
+    return None if fig is None else _save(fig, Path(run_dir) / "accuracy_vs_epsilon.png")
+
+
+def accuracy_vs_epsilon_figure(
+    summary: dict[str, Any],
+    epsilons: dict[str, dict[str, float | None]],
+    styles: dict[str, ArmStyle],
+    title: str,
+) -> Any:
+    """Final accuracy against ε (log axis), one marker per arm, one line per kind swept over ε. Two
+    panels, never one axis: the ε of the whole model (NbAFL, DP-FedAvg: the usual
+    (ε, δ)-DP of everything released about a client, over the rounds its scope says) and SIFL's per-element
+    ε (one coordinate of one release, worst round). Arms without ε (fl, secagg) are horizontal lines
+    (ε = ∞) on both. ``None`` when no arm has an ε."""
+    arms = summary["arms"]
+    panels = {
+        "whole": "ε of the whole model (NbAFL, DP-FedAvg: all coordinates, all rounds)",
+        "per_element": "ε per element (SIFL: one coordinate, one release, worst round)",
+    }
+    points: dict[str, dict[str, list[tuple[float, float, str]]]] = {p: {} for p in panels}
+    for arm, e in epsilons.items():
+        scope = "whole" if e["whole"] is not None else "per_element"
+        eps = e[scope]
+        if eps is not None and eps > 0:
+            kind = str(arms[arm].get("kind", arm))  # a kind's arms are one mechanism swept over ε
+            points[scope].setdefault(kind, []).append((float(eps), 100 * arms[arm]["final_accuracy"], arm))
+    drawn = [p for p in panels if points[p]]
+    if not drawn:
+        return None
+    no_eps = [a for a, e in epsilons.items() if all(v is None for v in e.values())]
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(drawn), figsize=(5.5 * len(drawn) + 1, 4.6), sharey=True, squeeze=False)
+    deltas = sorted(
+        {float(d) for a in arms.values() if (d := (a.get("privacy") or {}).get("delta")) is not None}
+    )
+    handles: dict[str, Any] = {}
+    for ax, panel in zip(axes[0], drawn, strict=True):
+        for pts in points[panel].values():
+            pts.sort()
+            if len(pts) > 1:  # the kind's darkest shade joins its arms
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], "-", color=styles[pts[-1][2]].color, lw=1)
+            for eps, accuracy, arm in pts:
+                s = styles[arm]
+                (handles[arm],) = ax.plot(
+                    [eps],
+                    [accuracy],
+                    s.marker,
+                    color=s.color,
+                    markeredgecolor="black",
+                    markersize=7,
+                    label=arm,
+                )
+        for i, arm in enumerate(no_eps):  # one dash each: lines at one accuracy stay apart
+            accuracy = 100 * arms[arm]["final_accuracy"]
+            dash = _LINESTYLES[i % len(_LINESTYLES)]
+            handles[f"{arm} (ε = ∞)"] = ax.axhline(accuracy, linestyle=dash, color=styles[arm].color, lw=1.5)
+        ax.set_xscale("log")
+        ax.set_xlabel(panels[panel], fontsize=9)
+        ax.grid(alpha=0.3, which="both")
+    axes[0][0].set_ylabel("final test accuracy (%)")
+    _legend_outside(axes[0][-1], list(handles.values()), list(handles))
+    fig.suptitle(title + (f" (δ = {', '.join(f'{d:g}' for d in deltas)})" if deltas else ""))
+    flat = {arm: [100 * arms[arm]["final_accuracy"]] for arm in no_eps}
+    caption = coincide_caption(coinciding(flat), "final test accuracy")
+    if len(drawn) == 2:
+        note = "The two panels' ε are different figures: compare arms within a panel, never across."
+        caption = note if caption is None else f"{caption}. {note}"
+    fig.tight_layout()
+    _caption(fig, caption)
+    return fig
+
+
+def plot_audit(run_dir: Path, summary: dict[str, Any], title: str) -> Path | None:
+    """``audit.png``: each audited arm's ε estimate (with its interval) and lower bound against the ε it
+    claims (the accountant's, whole run), log axes, one marker per arm, the diagonal drawn (a lower bound
+    above it refutes the claim; an estimate far below it says the accounting is loose for this run, or the
+    canaries weak). Arms that claim no finite ε stand at the right edge, marked "no claim". One panel per
+    threat model. ``None`` when no arm was audited."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    audited = {arm: a["audit"] for arm, a in summary["arms"].items() if a.get("audit")}
+    if not audited:
+        return None
+    claims = [
+        row["claimed_epsilon"]
+        for a in audited.values()
+        for row in a.values()
+        if isinstance(row, dict) and row.get("claimed_epsilon")
+    ]
+    lo = min([*claims, 0.5]) / 2
+    edge = max([*claims, 2.0]) * 4  # where the arms without a claim stand
+    models = [m for m in ("final_model", "all_iterates", "uploads") if any(m in a for a in audited.values())]
+    fig, axes = plt.subplots(1, len(models), figsize=(5.5 * len(models), 4.6), sharey=True, squeeze=False)
+    axes = axes[0]
+    colors = plt.get_cmap("tab20").colors
+    highs = [
+        max(row.get("estimate_high") or 0.0, row["lower_bound"])
+        for a in audited.values()
+        for row in a.values()
+        if isinstance(row, dict) and "lower_bound" in row
+    ]
+    top = max([*highs, edge]) * 2  # every panel shares this axis: the largest figure of any stays on it
+    for ax, model in zip(axes, models, strict=True):
+        for i, (arm, a) in enumerate(audited.items()):
+            if model not in a:
+                continue
+            row, color = a[model], colors[i % len(colors)]
+            x = row.get("claimed_epsilon") or edge
+            x *= 1 + 0.04 * (i % 5 - 2)  # arms with the same claim side by side
+            if row.get("estimate") is not None:
+                est = max(row["estimate"], lo)
+                err = [[est - max(row["estimate_low"], lo)], [max(row["estimate_high"], lo) - est]]
+                ax.errorbar([x], [est], yerr=err, fmt="o", color=color, capsize=3, label=f"{arm}")
+            ax.plot([x], [max(row["lower_bound"], lo)], "v", color=color, markersize=8)
+        ax.plot([lo, edge / 1.6], [lo, edge / 1.6], "k--", linewidth=1, label="ε measured = ε claimed")
+        ceiling = next(a[model]["ceiling"] for a in audited.values() if model in a)
+        ax.axhline(ceiling, color="gray", linestyle=":", label=f"lower bound's ceiling ({ceiling:.2g})")
+        ax.axvspan(edge / 1.6, edge * 1.5, color="0.93", zorder=0)
+        ax.text(edge, lo * 1.15, "no\nclaim", ha="center", va="bottom", fontsize=8, color="0.35")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, edge * 1.5)
+        ax.set_ylim(lo, top)
+        ax.set_title(f"{model.replace('_', ' ')}: ● estimate (CI)  ▼ lower bound", fontsize=10)
+        ax.grid(alpha=0.3, which="both")
+    axes[0].set_ylabel("ε measured in this run")
+    fig.supxlabel("ε the arm claims (its accountant, whole run)", fontsize=10)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center right", fontsize=8, frameon=False)
+    fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0, 0.8, 1))
+    path = Path(run_dir) / "audit.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

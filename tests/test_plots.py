@@ -1,0 +1,154 @@
+"""The run's figures with fifteen arms (dp_compare_small's): a distinct look per arm, one colour per
+mechanism family, the legend outside the axes, integer rounds, coinciding curves said, and the two kinds of
+ε on separate panels. The figures are real matplotlib figures, read back through matplotlib's objects."""
+
+from __future__ import annotations
+
+import colorsys
+
+import pytest
+from matplotlib import colormaps
+
+from sifl_ray.plots import (
+    FAMILY_COLORMAPS,
+    accuracy_figure,
+    accuracy_vs_epsilon_figure,
+    arm_styles,
+    coinciding,
+    plot_accuracy,
+    summary_styles,
+)
+
+KINDS = ("nbafl", "dp_fedavg", "dp_fedavg_secagg")
+EPSILONS = (1.0, 5.0, 10.0, 20.0)
+ARMS = {"fl": "fl", "secagg": "secagg", "sifl_m2": "sifl_m2"} | {
+    f"{k}_eps{e:g}": k for k in KINDS for e in EPSILONS
+}
+ROUNDS = 20
+
+
+def _run() -> tuple[dict, dict, dict]:
+    """A 15-arm run as the recorder hands it over: history, summary, ε per arm. fl, secagg and sifl_m2
+    learn the same curve (secagg's is fl's up to the ring; sifl_m2's within its coding bound)."""
+    history, arms, epsilons = {}, {}, {}
+    for i, (arm, kind) in enumerate(ARMS.items()):
+        eps = (
+            None if kind in ("fl", "secagg") else (7e-4 if kind == "sifl_m2" else float(arm.split("eps")[1]))
+        )
+        same = kind in ("fl", "secagg", "sifl_m2")
+        acc = [
+            (0.95 if same else 0.1 + 0.02 * i) * (1 - 0.5**t) + (1e-5 * i if same else 0)
+            for t in range(ROUNDS)
+        ]
+        history[arm] = [{"round": t, "test_accuracy": a} for t, a in enumerate(acc)]
+        per_element = eps if kind == "sifl_m2" else None
+        whole = eps if kind in KINDS else None
+        epsilons[arm] = {"per_element": per_element, "global": None, "global_round0": None, "whole": whole}
+        privacy = None if eps is None else {"delta": 1e-5}
+        arms[arm] = {"kind": kind, "final_accuracy": acc[-1], "privacy": privacy}
+    return history, {"scenario": "dp_compare_small", "arms": arms}, epsilons
+
+
+def test_fifteen_arms_each_get_their_own_look_and_each_family_its_own_colour():
+    _, summary, epsilons = _run()
+    styles = summary_styles(summary, epsilons)
+    assert set(styles) == set(ARMS)
+    looks = {(s.color, s.linestyle, s.marker) for s in styles.values()}
+    assert len(looks) == 15  # no two arms drawn alike
+    assert len({s.color for s in styles.values()}) == 15  # not even in colour alone
+
+    def shade_in(cmap_name: str, color: tuple) -> float | None:
+        """Where on ``cmap_name`` ``color`` lies (``None``: not on it)."""
+        cmap = colormaps[cmap_name]
+        for k in range(1001):
+            if max(abs(a - b) for a, b in zip(cmap(k / 1000), color, strict=True)) < 2e-3:
+                return k / 1000
+        return None
+
+    def lightness(arm: str) -> float:
+        r, g, b, _ = styles[arm].color
+        return colorsys.rgb_to_hls(r, g, b)[1]
+
+    for arm, kind in ARMS.items():  # each arm in its family's colour map, and in no other family's
+        fam = "sifl" if kind.startswith("sifl") else kind
+        assert shade_in(FAMILY_COLORMAPS[fam], styles[arm].color) is not None, arm
+        others = [m for f, m in FAMILY_COLORMAPS.items() if f != fam]
+        assert all(shade_in(m, styles[arm].color) is None for m in others), arm
+    for kind in KINDS:  # a family: darker as ε grows (weaker privacy), and a dash of its own each
+        members = [f"{kind}_eps{e:g}" for e in EPSILONS]
+        shades = [lightness(a) for a in members]
+        assert shades == sorted(shades, reverse=True), (kind, shades)
+        assert len({styles[a].linestyle for a in members}) == 4, kind
+
+
+def test_accuracy_plot_puts_the_legend_outside_uses_integer_rounds_and_says_which_curves_coincide(tmp_path):
+    history, summary, epsilons = _run()
+    styles = summary_styles(summary, epsilons)
+    fig = accuracy_figure(history, styles, "dp_compare_small: test accuracy")
+    fig.canvas.draw()
+    (ax,) = fig.axes
+    legend = ax.get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == list(ARMS)
+    inside, box = ax.get_window_extent(), legend.get_window_extent()
+    assert box.x0 >= inside.x1  # entirely to the right of the axes: it covers no curve
+    ticks = [t for t in ax.get_xticks() if 0 <= t <= ROUNDS - 1]
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks
+    # every line carries its arm's style
+    for line in ax.get_lines():
+        style = styles[line.get_label()]
+        assert (tuple(line.get_color()), line.get_linestyle(), line.get_marker()) == (
+            style.color,
+            {"-": "-", "--": "--", "-.": "-.", ":": ":"}[style.linestyle],
+            style.marker,
+        )
+    captions = " ".join(t.get_text() for t in fig.texts)
+    assert "fl, secagg and sifl_m2 coincide" in captions
+    assert "nbafl" not in captions
+    path = plot_accuracy(tmp_path, history, styles, "t")
+    assert path.stat().st_size > 10_000
+
+
+def test_accuracy_against_epsilon_keeps_per_element_and_whole_model_epsilon_on_separate_panels():
+    _, summary, epsilons = _run()
+    styles = summary_styles(summary, epsilons)
+    fig = accuracy_vs_epsilon_figure(summary, epsilons, styles, "dp_compare_small: final accuracy against ε")
+    fig.canvas.draw()
+    whole, per_element = fig.axes
+    assert "whole model" in whole.get_xlabel() and "per element" in per_element.get_xlabel()
+
+    def xs(ax) -> set[float]:
+        return {float(x) for line in ax.get_lines() for x in line.get_xdata() if line.get_marker() != "None"}
+
+    assert xs(whole) == set(EPSILONS)  # NbAFL, DP-FedAvg, DP-FedAvg + secagg
+    assert xs(per_element) == {7e-4}  # SIFL alone
+    assert whole.get_xscale() == per_element.get_xscale() == "log"
+    legend = per_element.get_legend()
+    assert legend.get_window_extent().x0 >= per_element.get_window_extent().x1
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert set(labels) == set(ARMS) - {"fl", "secagg"} | {"fl (ε = ∞)", "secagg (ε = ∞)"}
+    # fl and secagg end at one accuracy: said, and drawn with different dashes so both show
+    captions = " ".join(t.get_text() for t in fig.texts)
+    assert "fl and secagg coincide" in captions and "different figures" in captions
+    flat = [
+        line for line in whole.get_lines() if line.get_marker() == "None" and len(set(line.get_ydata())) == 1
+    ]
+    assert len({line.get_linestyle() for line in flat}) == 2
+    assert "δ = 1e-05" in fig._suptitle.get_text()
+
+
+@pytest.mark.parametrize(
+    "curves, groups",
+    [
+        ({"a": [1.0, 2.0], "b": [1.05, 2.0], "c": [5.0, 6.0]}, [["a", "b"]]),
+        ({"a": [1.0, 2.0], "b": [1.5, 2.0]}, []),  # 0.5 pp apart: two curves a reader can tell apart
+        ({"a": [0.0], "b": [0.08], "c": [0.16]}, [["a", "b", "c"]]),  # linked through b
+        ({"a": [1.0, 2.0], "b": [1.0]}, []),  # different lengths never coincide
+    ],
+)
+def test_coinciding_groups_curves_within_the_tolerance(curves, groups):
+    assert coinciding(curves) == groups
+
+
+def test_a_family_of_one_and_an_unknown_family_still_get_distinct_colours():
+    styles = arm_styles({"fl": ("fl", None), "my_arm": ("plugin", 2.0), "other": ("plugin2", None)})
+    assert len({s.color for s in styles.values()}) == 3
