@@ -201,7 +201,7 @@ def test_fresh_noise_on_replay_is_out_of_the_audits_sight_and_the_replay_check_c
         for f in sorted((result.run_dir / "tb" / arm).glob("events.out.tfevents.*")):
             for event in EventFileLoader(str(f)).Load():
                 for v in event.summary.value:
-                    if v.tag == "test_loss":
+                    if v.tag == "eval/test_loss":
                         out.setdefault(event.step, set()).add(float(v.tensor.float_val[0]))
         return out
 
