@@ -10,8 +10,9 @@ import torch
 
 from actors.process import node_id, placement, prepare_process
 from sifl_ray.checkpoint import CheckpointError, load_party_key, save_party_key
-from sifl_ray.keys import aggregator_from_state, key_inventory, make_party_aggregator_state
+from sifl_ray.keys import key_inventory
 from sifl_ray.roles.aggregator import Aggregator
+from sifl_ray.roles.factories import aggregator_from_state, make_party_aggregator_state
 from sifl_ray.roles.messages import Partial
 from sifl_ray.specs import CodingSpec
 

@@ -19,7 +19,8 @@ from sifl_ray.checkpoint import (
     write_checkpoint_file,
 )
 from sifl_ray.coding.keys import server_key_class
-from sifl_ray.keys import key_inventory, make_party_server_key
+from sifl_ray.keys import key_inventory
+from sifl_ray.roles.factories import make_party_server_key
 from sifl_ray.roles.server import Server
 from sifl_ray.specs import CodingSpec
 

@@ -8,8 +8,8 @@ uses it.
 Two kinds of seed. The public run seed (an integer in the configuration) drives what needs no secrecy: data,
 initial model, minibatches. A party's noise is the secret that protects its release: whoever knows the seed
 of a noise stream subtracts the noise and holds the release without it, whatever σ. So noise streams come
-only from a party's secret seed (:func:`sifl_ray.keys.party_seed`: 256 bits from the operating system, or
-derived from ``coding.key_seed`` for reproducible simulations, not secret) and carry at least 128 bits of
+only from a party's secret seed (:func:`sifl_ray.party_seeds.party_seed`: 256 bits from the operating system,
+or derived from ``coding.key_seed`` for reproducible simulations, not secret) and carry at least 128 bits of
 it: :func:`noise_generator` (the SIFL parties' ``r1``, ``R1``, ``R2``) and :func:`secret_torch_generator`
 (NbAFL's client noise, drawn by ``torch.randn``). ``torch.Generator.manual_seed`` takes 64 bits, which
 would cap the secret at 2^64 guesses; :func:`torch_generator` is for the public streams only.
@@ -73,8 +73,8 @@ def _check_secret(seed: object) -> bytes:
         got = f"{len(seed)} bytes" if isinstance(seed, bytes | bytearray) else type(seed).__name__
         raise ValueError(
             f"a noise stream needs a secret seed of at least {MIN_SECRET_BYTES} bytes (128 bits), got {got}: "
-            "pass the party's secret seed (sifl_ray.keys.party_seed), never the run seed: whoever knows the "
-            "seed of the noise removes it"
+            "pass the party's secret seed (sifl_ray.party_seeds.party_seed), never the run seed: whoever "
+            "knows the seed of the noise removes it"
         )
     return bytes(seed)
 
@@ -89,7 +89,7 @@ def noise_generator(seed: bytes, *names: object) -> np.random.Generator:
     cryptographic generator; the keys themselves use SHAKE-256 (:mod:`sifl_ray.coding._common`).
 
     Args:
-        seed: the party's secret seed (at least 16 bytes; :func:`sifl_ray.keys.party_seed` gives 32).
+        seed: the party's secret seed (at least 16 bytes; :func:`sifl_ray.party_seeds.party_seed` gives 32).
         names: the stream's name, e.g. ``("server", "r1", epoch, round)``.
     """
     entropy = int.from_bytes(derive_bytes(_check_secret(seed), *names, nbytes=32), "little")
@@ -148,7 +148,7 @@ def secret_torch_generator(seed: bytes, *names: object) -> torch.Generator:
 
     ``manual_seed`` would take 64 bits; instead the whole Mersenne Twister state (624 words) is filled from
     the SHA-256 expansion of ``(seed, *names)``, so the stream carries all of the seed's secret (256 bits
-    from :func:`sifl_ray.keys.party_seed`). Used for NbAFL's client noise
+    from :func:`sifl_ray.party_seeds.party_seed`). Used for NbAFL's client noise
     (:func:`sifl_ray.privacy.nbafl.privatize_upload` takes a ``torch.Generator``).
 
     Args:

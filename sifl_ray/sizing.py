@@ -266,8 +266,8 @@ def dataset_sizes(cfg: DictConfig) -> tuple[int, int]:
 
 def describe_scenario(cfg: DictConfig) -> dict[str, Any]:
     """Sizes, predicted decode error and ε per release of a scenario, without training (``sifl describe``)."""
-    from sifl_ray.keys import make_party_aggregator_state, make_party_server_key
     from sifl_ray.models import build_model, count_params
+    from sifl_ray.roles.factories import make_party_aggregator_state, make_party_server_key
     from sifl_ray.seeding import torch_generator
 
     from .coding import make_aggregator_key

@@ -20,7 +20,7 @@ class CodingSpec:
 
     ``noise_distribution``, ``sigma1`` and ``sigma2`` are ``coding.noise.*``: the law of every party's
     coding noise, the server's scale (``r1``, ``R1``) and the aggregator's (``R2``). ``key_seed`` ``None``
-    means secure random keys (see :func:`sifl_ray.keys.party_seed`).
+    means secure random keys (see :func:`sifl_ray.party_seeds.party_seed`).
     """
 
     backend: str

@@ -15,17 +15,12 @@ import torch
 from sifl_ray.arms.steps import ClipAndNoise
 from sifl_ray.coding import make_server_key
 from sifl_ray.coding.base import NoiseSpec
-from sifl_ray.keys import (
-    ClientNoiseSeeds,
-    aggregator_from_state,
-    key_inventory,
-    make_party_aggregator_state,
-    make_party_server_key,
-    party_seed,
-)
+from sifl_ray.keys import key_inventory
 from sifl_ray.models import build_model, flatten_params
 from sifl_ray.optim import TorchTrainer
+from sifl_ray.party_seeds import ClientNoiseSeeds, party_seed
 from sifl_ray.roles.client import ArmSetup, ClientWorkerRole, LocalTraining
+from sifl_ray.roles.factories import aggregator_from_state, make_party_aggregator_state, make_party_server_key
 from sifl_ray.roles.messages import Partial
 from sifl_ray.roles.server import Server
 from sifl_ray.seeding import (

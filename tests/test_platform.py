@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from sifl_ray.config import load_config
-from sifl_ray.keys import key_inventory, party_seed
+from sifl_ray.keys import key_inventory
 from sifl_ray.logging import tensorboard_tag
+from sifl_ray.party_seeds import party_seed
 from sifl_ray.runner import Simulation
 
 TINY = [

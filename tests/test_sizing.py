@@ -13,7 +13,7 @@ from sifl_ray.coding.base import NoiseSpec
 from sifl_ray.coding.precision import PrecisionError, PrecisionWarning, measure_round_trip_error
 from sifl_ray.config import load_config
 from sifl_ray.data import load_dataset, partition_dataset
-from sifl_ray.keys import make_party_server_key
+from sifl_ray.roles.factories import make_party_server_key
 from sifl_ray.sizing import arm_precision, dataset_sizes, predict
 from sifl_ray.specs import CodingSpec
 

@@ -8,8 +8,8 @@ runner, the summary and the attack suite all ask the registry, so a new arm is o
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
+# The built-in arms register themselves on import.
+from sifl_ray.arms import builtin as _builtin  # noqa: F401
 from sifl_ray.arms.base import (
     CODINGS,
     AggregatorStep,
@@ -21,78 +21,16 @@ from sifl_ray.arms.base import (
     ServerStep,
     plain_releases,
 )
-
-ARMS: dict[str, Arm] = {}
-
-
-def register_arm(arm: Arm, *, replace: bool = False) -> Arm:
-    """Make ``arm`` available under ``arm.kind`` (``replace``: take the place of an arm of that name).
-
-    Raises:
-        ValueError: the kind is empty or taken, the coding unknown, or secure aggregation asked of a coded
-            arm.
-    """
-    if not arm.kind or not arm.kind.isidentifier():
-        raise ValueError(f"an arm's kind must be a name like 'fl_momentum', got {arm.kind!r}")
-    if arm.kind in ARMS and not replace:
-        raise ValueError(f"an arm {arm.kind!r} is already registered ({ARMS[arm.kind]!r}); pass replace=True")
-    if arm.coding not in CODINGS:
-        raise ValueError(f"arm {arm.kind!r}: coding must be one of {', '.join(CODINGS)}, got {arm.coding!r}")
-    if arm.secure_aggregation and arm.coding != "plain":
-        raise ValueError(
-            f"arm {arm.kind!r}: secure aggregation masks plain uploads; an immersion-coded ({arm.coding}) "
-            "upload is not a fixed-point vector the ring can carry. Give it coding 'plain'"
-        )
-    ARMS[arm.kind] = arm
-    return arm
-
-
-def unregister_arm(kind: str) -> None:
-    """Remove ``kind`` from the registry (tests that register arms of their own)."""
-    ARMS.pop(kind, None)
-
-
-def arm_kinds() -> tuple[str, ...]:
-    """Every registered arm's name, in registration order (the built-in ones first)."""
-    return tuple(ARMS)
-
-
-def get_arm(kind: str) -> Arm:
-    try:
-        return ARMS[kind]
-    except KeyError:
-        raise KeyError(f"no arm {kind!r}; registered: {', '.join(ARMS)}") from None
-
-
-def arm_instances(cfg: Mapping) -> dict[str, str]:
-    """Concrete arm names of ``cfg`` → their kind (``nbafl`` runs as ``nbafl_eps1``, ``nbafl_eps5``, ...).
-
-    ``cfg`` is the validated configuration or the raw mapping being validated; unknown kinds are skipped
-    (the validator reports them).
-    """
-    out: dict[str, str] = {}
-    for kind in cfg.get("arms") or ():
-        if kind in ARMS:
-            for name in ARMS[kind].instances(cfg):
-                out[name] = kind
-    return out
-
-
-def arm_names(cfg: Mapping) -> list[str]:
-    """Concrete arm names of ``cfg``, in the order the scenario lists them."""
-    return list(arm_instances(cfg))
-
-
-def arm_of(cfg: Mapping, name: str) -> Arm:
-    """The arm object behind the concrete name ``name`` of ``cfg``."""
-    kind = arm_instances(cfg).get(name)
-    if kind is None:
-        raise KeyError(f"no arm {name!r} in this configuration; it runs {', '.join(arm_names(cfg))}")
-    return ARMS[kind]
-
-
-# The built-in arms register themselves on import (after the registry above exists).
-from sifl_ray.arms import builtin as _builtin  # noqa: E402, F401
+from sifl_ray.arms.registry import (
+    ARMS,
+    arm_instances,
+    arm_kinds,
+    arm_names,
+    arm_of,
+    get_arm,
+    register_arm,
+    unregister_arm,
+)
 
 __all__ = [
     "ARMS",

@@ -45,7 +45,7 @@ class ClientStep(Protocol):
     ``start`` is the round's global model the client trained from (read-only: an update is ``w − start``).
     Returns the model to upload (it may be ``w`` changed in place) and whether the step clipped it (counted
     in ``clients/clipped``). Runs in the client worker; any secret it draws on (a noise seed) must be made
-    there, never sent by the driver (see :class:`sifl_ray.keys.ClientNoiseSeeds`).
+    there, never sent by the driver (see :class:`sifl_ray.party_seeds.ClientNoiseSeeds`).
     """
 
     def __call__(

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from sifl_ray.arms import register_arm
 from sifl_ray.arms.dp_fedavg import DpFedAvg
 from sifl_ray.arms.fedavg import FedAvg
 from sifl_ray.arms.nbafl import NbAFL
+from sifl_ray.arms.registry import register_arm
 from sifl_ray.arms.secagg import DpFedAvgSecAgg, SecAgg
 from sifl_ray.arms.sifl import SiflM1, SiflM2
 

@@ -82,7 +82,7 @@ class CentralNoise:
     ) -> torch.Tensor:
         import torch
 
-        from sifl_ray.keys import party_seed
+        from sifl_ray.party_seeds import party_seed
         from sifl_ray.privacy.dp_fedavg import central_noise_std
         from sifl_ray.seeding import secret_torch_generator
 

@@ -58,7 +58,7 @@ class NbAFL(Arm):
         )
 
     def steps(self, ctx: ArmContext) -> PartySteps:
-        from sifl_ray.keys import ClientNoiseSeeds
+        from sifl_ray.party_seeds import ClientNoiseSeeds
 
         # Each client's noise seed is made in its worker (secure random, or from coding.key_seed).
         seeds = ClientNoiseSeeds(key_seed=ctx.cfg.coding.key_seed, key_dir=ctx.key_dir)

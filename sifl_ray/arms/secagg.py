@@ -153,12 +153,12 @@ class SecAgg(Arm):
 class ClipAndNoiseShare:
     """Client step of distributed DP: clip the update to C, then add this client's share ``N(0, σ²)``,
     ``σ = zC/√t``, of the round's noise, from the client's own secret stream (made in the worker, like
-    NbAFL's: :class:`sifl_ray.keys.ClientNoiseSeeds`)."""
+    NbAFL's: :class:`sifl_ray.party_seeds.ClientNoiseSeeds`)."""
 
     clip: float
     noise_multiplier: float
     num_noisers: int
-    seeds: Any  # sifl_ray.keys.ClientNoiseSeeds
+    seeds: Any  # sifl_ray.party_seeds.ClientNoiseSeeds
 
     def __call__(
         self, w: torch.Tensor, *, start: torch.Tensor, arm: str, client: int, t: int
@@ -228,7 +228,7 @@ class DpFedAvgSecAgg(DpFedAvg):
         return int(sa.threshold) if sa.threshold is not None else default_threshold(closed)
 
     def steps(self, ctx: ArmContext) -> PartySteps:
-        from sifl_ray.keys import ClientNoiseSeeds
+        from sifl_ray.party_seeds import ClientNoiseSeeds
         from sifl_ray.privacy.dp_fedavg import distributed_noise_std
 
         cfg, clip = ctx.cfg, float(ctx.cfg.dp_fedavg.clip)

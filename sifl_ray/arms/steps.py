@@ -30,12 +30,12 @@ class ClipModel:
 @dataclass(frozen=True)
 class ClipAndNoise:
     """NbAFL's client mechanism: clip to ``‖w_i‖₂ ≤ C``, add ``N(0, σ² I)`` from the client's own secret
-    stream (:class:`~sifl_ray.keys.ClientNoiseSeeds`: made in the worker, never the run seed, which would
-    let anyone holding the configuration subtract the noise)."""
+    stream (:class:`~sifl_ray.party_seeds.ClientNoiseSeeds`: made in the worker, never the run seed,
+    which would let anyone holding the configuration subtract the noise)."""
 
     clip: float
     sigma: float
-    seeds: Any = field(compare=False)  # sifl_ray.keys.ClientNoiseSeeds
+    seeds: Any = field(compare=False)  # sifl_ray.party_seeds.ClientNoiseSeeds
 
     def __call__(
         self, w: torch.Tensor, *, start: torch.Tensor | None = None, arm: str, client: int, t: int

@@ -14,8 +14,9 @@ records what travelled on each channel into a :class:`TranscriptRecorder`:
 * server → clients: each round's broadcast, the reference the driver holds (in-process it resolves).
 
 Keys are made by the server and aggregator actors themselves from a ``coding`` section, as the runner has
-them make keys (:func:`sifl_ray.keys.make_party_server_key`); the platform never re-keys, so a design that
-does (``-rekey<k>``) sets the arm up again every k rounds with a fresh key, from the current global model.
+them make keys (:func:`sifl_ray.roles.factories.make_party_server_key`); the platform never re-keys,
+so a design that does (``-rekey<k>``) sets the arm up again every k rounds with a fresh key, from the current
+global model.
 
 The scorer's truth (:class:`GroundTruth`) never comes from decoding an upload (that would make a decoding
 adversary look perfect by construction). It comes from simulation-only instruments, labelled so:

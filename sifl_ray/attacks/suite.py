@@ -1068,7 +1068,11 @@ def _audit_m2_broadcast(
     every client reads it (the evaluator's decoding: strip code 2, then ``P1L``)."""
     from sifl_ray.arms import arm_of
     from sifl_ray.attacks.audit import audit_release
-    from sifl_ray.keys import aggregator_from_state, make_party_aggregator_state, make_party_server_key
+    from sifl_ray.roles.factories import (
+        aggregator_from_state,
+        make_party_aggregator_state,
+        make_party_server_key,
+    )
     from sifl_ray.roles.messages import Partial
     from sifl_ray.roles.server import Server
     from sifl_ray.specs import CodingSpec

@@ -9,9 +9,9 @@ actors and the same faults as every other arm:
   degree, the threshold, the weight scale).
 * :class:`WorkerSecAgg`: in a client worker, the SecAgg client of every virtual client it hosts, one round
   at a time. Each client's secrets (its two X25519 keys, its self-mask seed, its Shamir coefficients) are
-  made in the worker from the client's own :func:`~sifl_ray.keys.party_seed` and never leave it, except as
-  the protocol sends them: public keys, shares encrypted to a neighbour, and at the end the shares the
-  aggregator needs.
+  made in the worker from the client's own :func:`~sifl_ray.party_seeds.party_seed` and never leave it,
+  except as the protocol sends them: public keys, shares encrypted to a neighbour, and at the end the shares
+  the aggregator needs.
 * :class:`AggregatorSecAgg`: in aggregator shard 0, SecAgg's server for one round at a time: it opens the
   round (roster, graph), routes the public keys and the encrypted shares it cannot read, announces the
   survivors and reconstructs the masks left in the sum (:class:`~sifl_ray.privacy.secagg.MaskPlan`). Every
@@ -68,7 +68,7 @@ class SecAggSpec:
             FedAvg weight), so that every coordinate stays within the codec's clip whatever its weight; the
             aggregator multiplies the decoded sum back by ``weight_ref / Σ weight_i``.
         key_seed: ``coding.key_seed``; ``None`` draws every secret from ``secrets`` (see
-            :func:`sifl_ray.keys.party_seed`).
+            :func:`sifl_ray.party_seeds.party_seed`).
     """
 
     codec: FixedPointCodec
@@ -168,7 +168,7 @@ class WorkerSecAgg:
         self._clients: dict[int, SecAggClient] = {}  # protocol id → the client's half
 
     def _seed(self, client: int, t: int) -> bytes:
-        from sifl_ray.keys import party_seed
+        from sifl_ray.party_seeds import party_seed
 
         return party_seed(self.spec.key_seed, self.arm, f"secagg-client-{client}-round-{t}")
 
@@ -242,7 +242,7 @@ class AggregatorSecAgg:
     def open(self, t: int, roster: Sequence[int]) -> RoundPublic:
         """Start round ``t`` over ``roster``: its public parameters and its masking graph (the shuffle from
         the aggregator's own seed)."""
-        from sifl_ray.keys import party_seed
+        from sifl_ray.party_seeds import party_seed
 
         roster = tuple(sorted(int(c) for c in roster))
         params = self.spec.params(len(roster), t)

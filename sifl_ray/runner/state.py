@@ -246,7 +246,7 @@ class Checkpoints:
     def _driver_secret(self, party: str) -> bytes:
         """A secret of a party the driver plays (the sampler, the auditor): derived from
         ``coding.key_seed`` when set, else secure random and kept in ``<party>-run.key``."""
-        from sifl_ray.keys import party_seed
+        from sifl_ray.party_seeds import party_seed
 
         if self.cfg.coding.key_seed is not None:
             return party_seed(self.cfg.coding.key_seed, "run", party)

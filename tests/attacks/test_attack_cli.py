@@ -189,7 +189,7 @@ def test_outputs_carry_no_seed_and_no_derived_key_bytes(run):
     nor value, nor any key seed derived from it, may appear in result.json, report.md, TensorBoard or the
     transcripts."""
     from sifl_ray.attacks.suite import design_key_seed, m2_design
-    from sifl_ray.keys import party_seed
+    from sifl_ray.party_seeds import party_seed
     from sifl_ray.seeding import derive_bytes
 
     out, _ = run

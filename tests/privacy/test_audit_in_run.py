@@ -73,7 +73,7 @@ def test_the_audit_refutes_weak_noise_and_not_the_honest_arm(tmp_path, weak_arm)
         assert honest[model]["lower_bound"] <= 1.0
     # the aggregator sees DP-FedAvg's clipped updates in the clear, which its ε does not cover: no claim,
     # and the canaries stand out as far as a lower bound of 100 canaries can show
-    from sifl_ray.keys import party_seed
+    from sifl_ray.party_seeds import party_seed
     from sifl_ray.privacy.one_run import epsilon_lower_bound, inclusion_draws
 
     inserted = inclusion_draws(k=100, seed=party_seed(4, "run", "auditor"))  # coding.key_seed=4

@@ -16,7 +16,7 @@ from sifl_ray.arms import arm_of
 from sifl_ray.arms.dp_fedavg import CentralNoise
 from sifl_ray.config import load_config
 from sifl_ray.data import sample_clients
-from sifl_ray.keys import ClientNoiseSeeds, party_seed
+from sifl_ray.party_seeds import ClientNoiseSeeds, party_seed
 from sifl_ray.roles.messages import Partial
 from sifl_ray.runner import Simulation
 from sifl_ray.runner.state import Checkpoints

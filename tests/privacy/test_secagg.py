@@ -14,6 +14,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from scipy import stats
 
+from sifl_ray.party_seeds import party_seed
 from sifl_ray.privacy.secagg import (
     Dropouts,
     FixedPointCodec,
@@ -140,7 +141,7 @@ def test_ring_sum_is_exact_under_random_dropouts(degree, threshold, ring_bits, m
     for trial in range(14):
         xs = list(rng.normal(scale=2.0, size=(n, length)))
         key_seed = 1000 * trial + (degree or 0)
-        graph = harary_graph(n, params.graph_degree, seed=crypto.party_seed(key_seed, "graph"))
+        graph = harary_graph(n, params.graph_degree, seed=party_seed(key_seed, "secagg", "graph"))
         drops = _random_dropouts(rng, n, n - t if max_drops is None else max_drops)
         expect_ok = _predicted_ok(graph, t, drops)
         if degree is None:

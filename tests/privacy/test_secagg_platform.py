@@ -11,13 +11,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from sifl_ray.party_seeds import party_seed
 from sifl_ray.privacy.secagg import FixedPointCodec, SecAggError, crypto, ring_sum
 from sifl_ray.roles.aggregator import shard_bounds
 from sifl_ray.roles.secure import AggregatorSecAgg, SecAggSpec, WorkerSecAgg, fit_codec, unmask_rows
 
 
 def test_a_shard_expands_only_its_rows_of_a_mask():
-    seed = crypto.party_seed(5, "mask")
+    seed = party_seed(5, "secagg", "mask")
     for ring_bits in (13, 32, 33, 64):
         full = crypto.prg_ring(seed, 777, ring_bits)
         for a, b in [(0, 777), (1, 9), (7, 8), (8, 777), (63, 129), (500, 776)]:

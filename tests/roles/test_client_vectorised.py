@@ -31,9 +31,9 @@ from training_roundoff import U64, gamma, reference
 from sifl_ray.arms.dp_fedavg import ClipUpdate
 from sifl_ray.arms.steps import ClipAndNoise
 from sifl_ray.coding import NoiseSpec, make_aggregator_key, make_server_key
-from sifl_ray.keys import ClientNoiseSeeds
 from sifl_ray.models import MLP, flatten_params
 from sifl_ray.optim import TorchTrainer, vectorised
+from sifl_ray.party_seeds import ClientNoiseSeeds
 from sifl_ray.roles.client import ArmSetup, ClientWorkerRole, LocalTraining
 from sifl_ray.seeding import torch_generator
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from sifl_ray.arms.steps import ClipAndNoise
-from sifl_ray.keys import ClientNoiseSeeds
 from sifl_ray.models import build_model, flatten_params
 from sifl_ray.optim import TorchTrainer
+from sifl_ray.party_seeds import ClientNoiseSeeds
 from sifl_ray.roles.client import ArmSetup, ClientWorkerRole, LocalTraining, all_finite
 from sifl_ray.seeding import torch_generator
 

@@ -13,7 +13,7 @@ The platform's arms use it through :mod:`sifl_ray.roles.secure` (the client work
 aggregator plays the server); :func:`secure_sum` is the in-process reference the tests compare against.
 """
 
-from sifl_ray.privacy.secagg.crypto import KeySeed, party_seed, prg_ring
+from sifl_ray.privacy.secagg.crypto import prg_ring
 from sifl_ray.privacy.secagg.graph import NeighbourGraph, complete_graph, default_threshold, harary_graph
 from sifl_ray.privacy.secagg.protocol import (
     MaskedInput,
@@ -33,7 +33,6 @@ from sifl_ray.privacy.secagg.simulate import Dropouts, SecAggResult, make_graph,
 __all__ = [
     "Dropouts",
     "FixedPointCodec",
-    "KeySeed",
     "MaskPlan",
     "MaskedInput",
     "NeighbourGraph",
@@ -50,7 +49,6 @@ __all__ = [
     "harary_graph",
     "make_graph",
     "make_parties",
-    "party_seed",
     "prg_ring",
     "recovery_problems",
     "ring_sum",

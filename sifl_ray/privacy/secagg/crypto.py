@@ -1,10 +1,10 @@
 """The cryptographic primitives of secure aggregation, all from the ``cryptography`` package.
 
 * Seeds: every secret a party needs is HKDF-SHA256 of a 32-byte party seed and a label naming its use, so one
-  seed per party and round fixes everything, and two uses never share key material. The party seed comes from
-  ``secrets`` unless the simulation passes a ``key_seed`` (:func:`party_seed`), which is for reproducible
-  experiments only: whoever holds it can derive every party's secrets. It is never the run seed, so that a
-  published run seed (configs, logs) reveals no key.
+  seed per party and round fixes everything, and two uses never share key material. The party seed comes
+  from the platform's one rule, :func:`sifl_ray.party_seeds.party_seed`: ``secrets``, unless the simulation
+  passes a ``key_seed``, which is for reproducible experiments only (whoever holds it can derive every
+  party's secrets). It is never the run seed, so that a published run seed (configs, logs) reveals no key.
 * Key agreement: X25519; the shared secret goes through HKDF with the pair's ids and the round in the label
   (:func:`derive`), never used raw.
 * Mask expansion (:func:`prg_ring`): ChaCha20 keyed by a 32-byte seed, zero nonce (each seed keys one stream),
@@ -18,8 +18,6 @@
 """
 
 from __future__ import annotations
-
-import secrets
 
 import numpy as np
 from cryptography.hazmat.primitives import hashes
@@ -37,30 +35,10 @@ _ZERO_CHACHA_NONCE = bytes(16)
 _CHACHA_BLOCK_BYTES = 64
 _ZERO_GCM_NONCE = bytes(12)
 
-KeySeed = bytes | int | None
-
 
 def derive(seed: bytes, label: str, length: int = SEED_BYTES) -> bytes:
     """HKDF-SHA256 of ``seed`` for the use named by ``label`` (domain separation: one label, one use)."""
     return HKDF(algorithm=hashes.SHA256(), length=length, salt=_SALT, info=label.encode()).derive(seed)
-
-
-def _key_seed_bytes(key_seed: bytes | int) -> bytes:
-    if isinstance(key_seed, bool) or not isinstance(key_seed, bytes | int):
-        raise TypeError(f"key_seed must be bytes, an int or None, got {type(key_seed).__name__}")
-    if isinstance(key_seed, int):
-        if key_seed < 0:
-            raise ValueError(f"an int key_seed must be >= 0, got {key_seed}")
-        return b"int:" + str(key_seed).encode()
-    return b"bytes:" + key_seed
-
-
-def party_seed(key_seed: KeySeed, label: str) -> bytes:
-    """A 32-byte seed for one party (``label``, e.g. ``"client=3 round=0"``): from ``key_seed`` if given,
-    else fresh from ``secrets``."""
-    if key_seed is None:
-        return secrets.token_bytes(SEED_BYTES)
-    return derive(_key_seed_bytes(key_seed), label)
 
 
 def x25519_from_seed(seed: bytes) -> X25519PrivateKey:

@@ -157,7 +157,7 @@ class SecAggClient:
         params: the round's public parameters.
         graph: the round's public masking graph.
         seed: 32 bytes from which all of this client's secrets for the round derive; None draws them from
-            ``secrets``. A simulation passes ``crypto.party_seed(key_seed, ...)`` to reproduce a run.
+            ``secrets``. A simulation passes a :func:`sifl_ray.party_seeds.party_seed` to reproduce a run.
     """
 
     def __init__(

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sifl_ray.privacy.secagg.crypto import KeySeed, party_seed
+from sifl_ray.party_seeds import party_seed
 from sifl_ray.privacy.secagg.graph import NeighbourGraph, harary_graph
 from sifl_ray.privacy.secagg.protocol import PartyStats, SecAggClient, SecAggParams, SecAggServer
 
@@ -71,19 +71,21 @@ class SecAggResult:
     clipped: Mapping[int, int] = field(repr=False)
 
 
-def make_graph(params: SecAggParams, *, key_seed: KeySeed = None) -> NeighbourGraph:
+def make_graph(params: SecAggParams, *, key_seed: int | None = None) -> NeighbourGraph:
     """The round's masking graph; its shuffle derives from ``key_seed`` (else ``secrets``)."""
-    seed = party_seed(key_seed, f"graph round={params.round_index}")
+    seed = party_seed(key_seed, "secagg", f"graph round={params.round_index}")
     return harary_graph(params.num_clients, params.graph_degree, seed=seed)
 
 
 def make_parties(
-    params: SecAggParams, *, key_seed: KeySeed = None, graph: NeighbourGraph | None = None
+    params: SecAggParams, *, key_seed: int | None = None, graph: NeighbourGraph | None = None
 ) -> tuple[SecAggServer, list[SecAggClient], NeighbourGraph]:
     """The server and the N clients of one round, each with only its own secrets."""
     graph = make_graph(params, key_seed=key_seed) if graph is None else graph
     clients = [
-        SecAggClient(i, params, graph, seed=party_seed(key_seed, f"client={i} round={params.round_index}"))
+        SecAggClient(
+            i, params, graph, seed=party_seed(key_seed, "secagg", f"client={i} round={params.round_index}")
+        )
         for i in range(params.num_clients)
     ]
     return SecAggServer(params, graph), clients, graph
@@ -93,7 +95,7 @@ def secure_sum(
     updates: Sequence[np.ndarray],
     params: SecAggParams,
     *,
-    key_seed: KeySeed = None,
+    key_seed: int | None = None,
     dropouts: Dropouts = Dropouts(),
     graph: NeighbourGraph | None = None,
 ) -> SecAggResult:

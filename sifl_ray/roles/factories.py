@@ -1,0 +1,79 @@
+"""Each party's role for one arm, made inside the party's own process from its own secret seed.
+
+Why here and not in the driver: SPEC "Parties": no actor may receive another party's key material, and the
+driver orchestrates every party, so it must never hold a key either. The server's actor calls
+:func:`make_party_server_key`; aggregator shard 0 calls :func:`make_party_aggregator_state` and every shard
+:func:`aggregator_from_state` with the state shard 0 kept in its key file.
+"""
+
+from __future__ import annotations
+
+from sifl_ray.coding import IdentityKey, make_aggregator_key, make_server_key
+from sifl_ray.coding.base import NoiseSpec
+from sifl_ray.coding.keys import server_key_class
+from sifl_ray.party_seeds import party_seed
+from sifl_ray.roles.aggregator import Aggregator
+from sifl_ray.roles.server import Server
+from sifl_ray.seeding import derive_bytes
+from sifl_ray.specs import CodingSpec
+
+
+def make_party_server_key(*, arm: str, mode: str, n: int, coding: CodingSpec, run_seed: int):
+    """The server's role for ``arm`` with its fresh key 1, and the clients' view of that key."""
+    if mode == "plain":
+        key = IdentityKey(n)
+        role = Server(mode=mode, key=key, noise=NoiseSpec(), noise_seed=b"")
+        return role, None
+    seed = party_seed(coding.key_seed, arm, "server")
+    server_key_class(coding.backend, coding.backend_path)  # a backend the user registered: import it here
+    key = make_server_key(
+        n=n,
+        n_tilde=n + coding.n_extra,
+        backend=coding.backend,
+        left_inverse=coding.left_inverse,
+        alpha=coding.alpha,
+        beta=coding.beta,
+        kappa=coding.kappa,
+        block_size=coding.block_size,
+        seed=seed,
+    )
+    role = Server(
+        mode=mode,
+        key=key,
+        noise=NoiseSpec(distribution=coding.noise_distribution, scale=coding.sigma1),
+        noise_seed=derive_bytes(seed, "noise"),
+        p=coding.p,
+    )
+    return role, key.client_view()
+
+
+def make_party_aggregator_state(*, arm: str, mode: str, coding: CodingSpec, run_seed: int) -> dict:
+    """The aggregator's secrets of ``arm``, made by aggregator shard 0, kept in its key file and shared with
+    the other shards by reference: key 2's seed (M2 only) and the seed of its step's noise (every arm:
+    DP-FedAvg's central noise). Both live in the key file so that a respawned aggregator replaying a round
+    draws the same noise (SPEC "A replay reproduces, never redraws"): two independent draws on one sum
+    would let whoever sees both releases average the noise down."""
+    state = {"step_seed": party_seed(coding.key_seed, arm, "aggregator-dp-noise")}
+    if mode == "m2":
+        state["seed"] = party_seed(coding.key_seed, arm, "aggregator")
+    return state
+
+
+def aggregator_from_state(
+    *, mode: str, coding: CodingSpec, state: dict | None, bounds: tuple[int, int], shard: int
+) -> Aggregator:
+    key = None
+    noise_seed = b""
+    if mode == "m2":
+        assert state is not None
+        key = make_aggregator_key(p=coding.p, gamma=coding.gamma, eta=coding.eta, seed=state["seed"])
+        noise_seed = derive_bytes(state["seed"], "noise")
+    return Aggregator(
+        mode=mode,
+        key=key,
+        noise=NoiseSpec(distribution=coding.noise_distribution, scale=coding.sigma2),
+        noise_seed=noise_seed,
+        step_seed=(state or {}).get("step_seed"),
+        bounds=bounds,
+        shard=shard,
+    )
