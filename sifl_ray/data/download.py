@@ -68,11 +68,12 @@ class ChecksumMismatchError(DatasetError):
 
 
 class CorruptFileError(DatasetError):
-    """A local file is not the one expected (wrong checksum, truncated, not an IDX file): ``path``."""
+    """A local file is not the one expected: ``path``, and why (``reason``: its checksum, truncated, not an
+    IDX file)."""
 
-    def __init__(self, problem: str, fix: str = "", *, folder: Path | None = None, path: Path):
+    def __init__(self, problem: str, fix: str = "", *, folder: Path | None = None, path: Path, reason: str):
         super().__init__(problem, fix, folder=folder)
-        self.path = path
+        self.path, self.reason = path, reason
 
 
 class LocalChecksumMismatchError(CorruptFileError, ChecksumMismatchError):
@@ -213,7 +214,13 @@ def _fetch(fname: str, folder: Path, mirrors: Sequence[str], expected: str, time
         except ChecksumMismatchError as e:
             any_mismatch = True
             failures.append(e.problem)
-        except (urllib.error.URLError, http.client.HTTPException, OSError, DatasetDownloadError) as e:
+        except (
+            urllib.error.URLError,
+            http.client.HTTPException,
+            OSError,
+            ValueError,
+            DatasetDownloadError,
+        ) as e:
             failures.append(f"{url}: {getattr(e, 'problem', None) or e}")
     error = DownloadMismatchError if any_mismatch else DatasetDownloadError
     raise error(
@@ -303,6 +310,7 @@ def mnist_files(
                 "you replaced it on purpose.",
                 folder=folder,
                 path=found,
+                reason=problem,
             )
         corrupt[role] = (found, problem)
     if missing and not download:
