@@ -316,14 +316,26 @@ def _open_brackets(value: str) -> int:
 
 def join_split_lists(texts: Iterable[str]) -> list[str]:
     """Command-line items with the pieces of a bracketed value joined again: ``["arms=[fl,", "sifl_m1]"]``
-    (what a shell makes of ``arms=[fl, sifl_m1]``) gives ``["arms=[fl, sifl_m1]"]``. An item joins the
-    one before it while that one, a ``key=value``, has a bracket still open."""
+    (what a shell makes of ``arms=[fl, sifl_m1]``) gives ``["arms=[fl, sifl_m1]"]``. A ``key=value`` item
+    whose brackets are still open takes the items after it up to the one that closes them; if none does,
+    the items after it that are no ``key=value`` (the unclosed value is then reported with its fix)."""
+    items = list(texts)
     out: list[str] = []
-    for text in texts:
-        if out and "=" in out[-1] and _open_brackets(out[-1].split("=", 1)[1]) > 0:
-            out[-1] = f"{out[-1]} {text}"
-        else:
-            out.append(text)
+    i = 0
+    while i < len(items):
+        text = items[i]
+        depth = _open_brackets(text.split("=", 1)[1]) if "=" in text else 0
+        k = i
+        while depth > 0 and k + 1 < len(items):
+            k += 1
+            depth += _open_brackets(items[k])
+        if depth > 0:  # never closed: its pieces are the items after it that are no key=value
+            k = i
+            while k + 1 < len(items) and "=" not in items[k + 1]:
+                k += 1
+        text = " ".join(items[i : k + 1])
+        out.append(text)
+        i = k + 1
     return out
 
 

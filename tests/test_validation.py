@@ -160,7 +160,8 @@ def test_overrides_are_parsed_with_every_malformed_one_reported():
     )
     assert parsed == [("a.b", 3), ("c", None)]
     assert problems == [
-        "override 'd=[1, 2': the value is not valid YAML (ParserError)",
+        "override 'd=[1, 2': a '[' or '{' is never closed; write d=[1,2] (no spaces, or the whole item in "
+        "quotes)",
         "override 'nokey': expected key=value (for example train.rounds=5)",
     ]
     tree: dict = {"a": 1}
