@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -287,9 +288,10 @@ def parse_overrides(
         except yaml.YAMLError as err:
             unclosed = _open_brackets(value)
             if unclosed > 0:
+                closed = _AFTER_COMMA.sub(",", value) + "]" * unclosed
                 problems.append(
-                    f"{noun} {text!r}: a '[' or '{{' is never closed; write {key.strip()}="
-                    f"{value.replace(' ', '')}{']' * unclosed} (no spaces, or the whole item in quotes)"
+                    f"{noun} {text!r}: a '[' or '{{' is never closed; write {key.strip()}={closed} "
+                    "(no spaces, or the whole item in quotes)"
                 )
             else:
                 problems.append(
@@ -297,6 +299,9 @@ def parse_overrides(
                     f"{key.strip()}=[a,b]; text with special characters goes in quotes: {key.strip()}='...'"
                 )
     return parsed, problems
+
+
+_AFTER_COMMA = re.compile(r",\s+")
 
 
 def _open_brackets(value: str) -> int:
