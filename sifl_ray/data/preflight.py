@@ -76,6 +76,14 @@ def check_data(cfg: DictConfig, *, log: Callable[[str], None] | None = None) -> 
                 )
     except (DatasetError, IDXFormatError) as err:
         raise ConfigError([data_problem(err, cfg)]) from None
+    except OSError as err:  # the folder cannot be made or written (a download needs both)
+        where = err.filename or _root(cfg) / name
+        raise ConfigError(
+            [
+                f"data.root: cannot write {where} ({err.strerror or err}); set data.root to a folder you can "
+                f"write, or put the files in {_root(cfg) / name} and set data.download=false"
+            ]
+        ) from None
 
 
 def data_problem(err: DatasetError | IDXFormatError, cfg: DictConfig) -> str:
