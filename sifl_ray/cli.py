@@ -146,6 +146,7 @@ def cmd_run(argv: list[str]) -> int:
     except PrecisionError as err:
         return _fail(str(err))
     except (DatasetError, IDXFormatError) as err:  # what the pre-flight check cannot see: the values
+        backend.shutdown()
         raise ConfigError([data_problem(err, cfg)]) from None
     print(summary_table(result.summary))
     print(f"run folder: {result.run_dir} (tensorboard --logdir {result.run_dir / 'tb'})")

@@ -209,3 +209,27 @@ def test_sifl_run_fetches_a_corrupt_file_again_and_trains(
     assert f"data: {folder / 't10k-labels-idx1-ubyte.gz'} is corrupt" in err
     assert (folder / "t10k-labels-idx1-ubyte.gz").read_bytes() == files["t10k-labels-idx1-ubyte.gz"]
     assert out.strip().splitlines()[-1].startswith("RESULT quickstart ")
+
+
+def test_a_bad_value_seen_only_when_the_data_is_read_is_a_configuration_error_too(tmp_path: Path) -> None:
+    """A label file of the right shape and length with a label out of 0..9 passes the header check; the
+    run meets it when it reads the values, and answers as the pre-flight check does (exit code 2)."""
+    folder = tmp_path / "mnist"
+    _raw_files(folder)
+    arrays, _ = mnist_like()
+    labels = arrays["train_labels"].copy()
+    labels[3] = 12
+    (folder / IDX_FILES["train_labels"]).write_bytes(encode_idx(labels))
+    args = ["data.name=mnist", "train.model=mlp", f"data.root={tmp_path}", "data.download=false"]
+    args += ["ray.backend=sequential", "train.rounds=1", f"output.dir={tmp_path / 'runs'}"]
+    got = subprocess.run(
+        [sys.executable, "run.py", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert got.returncode == 2, got.stderr
+    assert "Traceback" not in got.stderr
+    assert "data.root: " in got.stderr and "label 12 outside 0..9" in got.stderr
+    assert "set data.download=true to fetch a verified copy, or replace the file" in got.stderr
