@@ -15,7 +15,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from sifl_ray.config import ConfigError, load_config, scenario_names
+from sifl_ray.config import ConfigError, ScenarioKindError, load_config
 from sifl_ray.plugins import PluginError, load_plugins
 
 if TYPE_CHECKING:
@@ -64,7 +64,8 @@ precision-privacy frontier of the coding.
 """,
     "list": """usage: sifl list
 
-The shipped scenarios (scenarios/*.yaml) with their first comment line and their arms.
+The shipped scenarios (scenarios/*.yaml): each with the command that plays it (sifl run or sifl attack),
+its description (the comment at the top of its file, whole) and its arms.
 """,
 }
 
@@ -72,6 +73,18 @@ The shipped scenarios (scenarios/*.yaml) with their first comment line and their
 def _fail(message: str) -> int:
     print(f"error: {message}", file=sys.stderr)
     return 2
+
+
+def _note(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _check_data(cfg: DictConfig) -> None:
+    """The data set's pre-flight check (:mod:`sifl_ray.data.preflight`), before Ray: a missing or corrupt
+    file is fetched (``data.download``) or is a configuration error (exit code 2)."""
+    from sifl_ray.data.preflight import check_data
+
+    check_data(cfg, log=_note)
 
 
 def _import_in_background(cfg: DictConfig) -> threading.Thread:
@@ -104,6 +117,7 @@ def cmd_run(argv: list[str]) -> int:
     if "--resume" in argv:
         return cmd_resume(argv)
     cfg = load_config(argv)  # validate before the heavy imports: a typo answers at once
+    _check_data(cfg)  # and the data set's files before Ray starts
     from actors.cluster import ClusterUnreachable
     from sifl_ray.backend import make_backend
 
@@ -120,6 +134,8 @@ def cmd_run(argv: list[str]) -> int:
     try:
         imports.join()
         from sifl_ray.coding.precision import PrecisionError
+        from sifl_ray.data import DatasetError, IDXFormatError
+        from sifl_ray.data.preflight import data_problem
         from sifl_ray.runner import run_scenario, summary_table
     except BaseException:
         backend.shutdown()
@@ -129,6 +145,9 @@ def cmd_run(argv: list[str]) -> int:
         result = run_scenario(cfg, backend=backend, startup_marks=marks)
     except PrecisionError as err:
         return _fail(str(err))
+    except (DatasetError, IDXFormatError) as err:  # what the pre-flight check cannot see: the values
+        backend.shutdown()
+        raise ConfigError([data_problem(err, cfg)]) from None
     print(summary_table(result.summary))
     print(f"run folder: {result.run_dir} (tensorboard --logdir {result.run_dir / 'tb'})")
     print(result.result_line)
@@ -157,6 +176,7 @@ def cmd_resume(argv: list[str]) -> int:
         cfg, run_dir, point = open_resume(argv[i + 1])  # reads files only: no Ray yet
     except CheckpointError as err:
         return _fail(f"cannot resume: {describe_error(err)}. Nothing was written.")
+    _check_data(cfg)
     done = point.checkpoint is not None and point.checkpoint.round >= cfg.train.rounds - 1
     if done:
         print(
@@ -188,22 +208,48 @@ def cmd_describe(argv: list[str]) -> int:
 
         return int(frontier_main(rest) or 0)
     cfg = load_config(rest)
+    if cfg.data.partition != "iid":  # a non-IID split needs the labels (sifl_ray.sizing.dataset_sizes)
+        _check_data(cfg)
     info = describe_scenario(cfg)
     print(json.dumps(info, indent=2) if as_json else format_description(info))
     return 0
 
 
 def cmd_list(argv: list[str]) -> int:
+    """``sifl list``: every shipped scenario, the command that plays it, its description (the comment at
+    the top of its file, whole, wrapped to the terminal) and its arms."""
+    import shutil
+    import textwrap
+
     import yaml
 
-    from sifl_ray.config import SCENARIO_DIR
+    from sifl_ray.config import SCENARIO_COMMANDS, SCENARIO_DIR, scenario_kinds
 
-    for name in scenario_names():
-        text = (SCENARIO_DIR / f"{name}.yaml").read_text().splitlines()
-        doc = next((line.lstrip("# ").strip() for line in text if line.startswith("#")), "")
-        data = yaml.safe_load("\n".join(text)) or {}
-        arms = ",".join(data.get("arms", [])) if isinstance(data.get("arms"), list) else ""
-        print(f"{name:32s} {doc}" + (f"  [arms: {arms}]" if arms else ""))
+    width = max(60, min(shutil.get_terminal_size((100, 24)).columns, 110)) - 1
+
+    def wrap(text: str, indent: str = "    ") -> list[str]:
+        return textwrap.wrap(text, width, initial_indent="    ", subsequent_indent=indent)
+
+    blocks = ["(sifl run scenario=NAME is the same as python run.py scenario=NAME)"]
+    for name, kind in scenario_kinds().items():
+        text = (SCENARIO_DIR / f"{name}.yaml").read_text()
+        paragraphs: list[list[str]] = [[]]
+        for line in text.splitlines():
+            if not line.startswith("#"):
+                break
+            line = line.lstrip("#").strip()
+            if line.startswith("Run:") and paragraphs[-1]:  # a file's own usage line stays a line
+                paragraphs.append([])
+            paragraphs[-1].append(line)
+        data = yaml.safe_load(text) or {}
+        arms = data.get("arms") if isinstance(data.get("arms"), list) else None
+        lines = [name, f"    run: {SCENARIO_COMMANDS.get(kind, kind)} scenario={name}"]
+        for paragraph in paragraphs:
+            lines += wrap(" ".join(paragraph))
+        if arms:
+            lines += wrap(f"arms: {', '.join(map(str, arms))}", "      ")
+        blocks.append("\n".join(lines))
+    print("\n\n".join(blocks))
     return 0
 
 
@@ -263,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         load_plugins()  # arms, coding backends, partitioners the user registers (sifl_ray.plugins)
         return COMMANDS[command](rest)
-    except PluginError as err:
+    except (PluginError, ScenarioKindError) as err:
         return _fail(str(err))
     except ConfigError as err:
         print(str(err), file=sys.stderr)

@@ -35,7 +35,12 @@ class DataConfig:
 
     name: str = "digits"  # digits | mnist | fashion_mnist | synthetic
     root: str | None = None  # folder for IDX files (files live in <root>/<name>/); None → data_cache
-    download: bool = True  # fetch missing IDX files from the public mirrors (checksums verified)
+    # fetch missing or corrupt IDX files from data.mirrors (checked against the published checksums); false:
+    # use the files in data.root only, and name any that is missing or corrupt
+    download: bool = True
+    # base URLs holding the .gz files, tried in order (your own copy, a closer mirror); null: the public
+    # mirrors of the data set (sifl_ray.data.MNIST_MIRRORS). Every file is checked against the published MD5.
+    mirrors: list[str] | None = None
     n_train: int = 60000  # synthetic only
     n_test: int = 10000  # synthetic only
     limit_train: int | None = None  # keep a random subset of the training set (scaled-down runs)
@@ -330,6 +335,10 @@ _RANGES: dict[str, Range] = {
     "clients.fraction": Range(lambda v: 0 < v <= 1, "a number in (0, 1]"),
     "data.dirichlet_alpha": Range(lambda v: v > 0, "a number > 0 (smaller means more label skew)"),
     "data.shards_per_client": _AT_LEAST_1,
+    "data.mirrors": Range(
+        lambda v: bool(v) and all(str(u).startswith(("http://", "https://", "file://")) for u in v),
+        "a non-empty list of base URLs (http://, https:// or file://) holding the .gz files, or null",
+    ),
     "data.n_train": _AT_LEAST_1,
     "data.n_test": _AT_LEAST_1,
     "data.test_fraction": _PROBABILITY,
@@ -383,6 +392,63 @@ RULES = Rules(
 def scenario_names() -> list[str]:
     """Names of the bundled scenarios (``scenarios/*.yaml``)."""
     return sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml"))
+
+
+#: The commands that play a scenario, by the scenario file's top-level ``kind`` key (a file without one is
+#: of the kind of the command reading it). Why a declared kind: the attack suite and a run read different
+#: schemas, so a scenario given to the wrong command used to answer with a dozen "unknown key" lines about a
+#: shipped file; with its kind declared it answers with the one command that plays it.
+SCENARIO_COMMANDS: dict[str, str] = {"run": "sifl run", "attack": "sifl attack"}
+
+
+class ScenarioKindError(ConfigError):
+    """A scenario made for another command: one line, naming the command that plays it (exit code 2)."""
+
+    def __init__(self, problem: str):
+        self.problems = [problem]
+        ValueError.__init__(self, problem)  # one line, not ConfigError's list
+
+
+def scenario_kinds() -> dict[str, str]:
+    """``name → kind`` of every bundled scenario (``run`` where a file declares none)."""
+    kinds = {}
+    for name in scenario_names():
+        data = yaml.safe_load((SCENARIO_DIR / f"{name}.yaml").read_text())
+        kinds[name] = str(data.get("kind", "run")) if isinstance(data, dict) else "run"
+    return kinds
+
+
+def scenario_path(scenario: str) -> Path:
+    """The file of ``scenario``: a path to a ``.yaml`` file, else ``scenarios/<scenario>.yaml``."""
+    return Path(scenario) if scenario.endswith((".yaml", ".yml")) else SCENARIO_DIR / f"{scenario}.yaml"
+
+
+def read_scenario(path: Path, kind: str, problems: list[str]) -> dict:
+    """The sections of the scenario file at ``path`` (which exists), for the command of ``kind``, without
+    its ``kind`` key; a file that is not a mapping is a problem appended to ``problems``.
+
+    Raises:
+        ScenarioKindError: the file declares another kind: the command to use instead, alone (its keys are
+            another schema's, and a list of them would only hide the fix).
+    """
+    loaded = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(loaded, dict):
+        problems.append(f"scenario: {path} must contain a mapping of sections, got {type(loaded).__name__}")
+        return {}
+    declared = loaded.pop("kind", kind)
+    if declared not in SCENARIO_COMMANDS:
+        problems.append(
+            f"kind: expected one of {', '.join(SCENARIO_COMMANDS)}, got {declared!r} in {path}; "
+            "set it to the command the scenario is for"
+        )
+    elif declared != kind:
+        name = path.stem if path.parent == SCENARIO_DIR else str(path)
+        also = f" (or python run.py scenario={name})" if declared == "run" else ""
+        raise ScenarioKindError(
+            f"scenario {name} is for {SCENARIO_COMMANDS[declared]} (kind: {declared} in {path.name}), not "
+            f"this command; run: {SCENARIO_COMMANDS[declared]} scenario={name}{also}"
+        )
+    return loaded
 
 
 def _cross_checks(cfg: dict, problems: list[str]) -> None:
@@ -577,21 +643,18 @@ def load_config(overrides: list[str] | None = None, *, scenario: str | None = No
         if key == "scenario":
             scenario = str(value)
     scenario = scenario or "quickstart"
-    path = Path(scenario) if scenario.endswith((".yaml", ".yml")) else SCENARIO_DIR / f"{scenario}.yaml"
+    path = scenario_path(scenario)
     raw: dict = {}
     if not path.is_file():
-        names = scenario_names()
+        names = [name for name, kind in scenario_kinds().items() if kind == "run"]
         close = difflib.get_close_matches(scenario, names, n=1)
         tip = f"did you mean {close[0]}? " if close else ""
-        problems.append(f"scenario: no scenario {scenario!r} ({path}); {tip}available: {', '.join(names)}")
+        problems.append(
+            f"scenario: no scenario {scenario!r} ({path}); {tip}available: {', '.join(names)} "
+            "(sifl list: what each is for)"
+        )
     else:
-        loaded = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(loaded, dict):
-            problems.append(
-                f"scenario: {path} must contain a mapping of sections, got {type(loaded).__name__}"
-            )
-        else:
-            raw = loaded
+        raw = read_scenario(path, "run", problems)
     raw["scenario"] = path.stem if path.is_file() else scenario
     for key, value in parsed:
         if key != "scenario":

@@ -224,8 +224,8 @@ def dataset_sizes(cfg: DictConfig) -> tuple[int, int]:
     """(smallest client's |D_i|, |D|): the sensitivities 2C/|D_i| and 2C/|D| need the real split.
 
     An IID split is computed from the sizes alone (no data needed); a non-IID split (Dirichlet, shards)
-    depends on the labels, so the dataset is loaded (MNIST only from a local copy: describe never downloads)
-    and partitioned exactly as a run would.
+    depends on the labels, so the dataset is loaded (MNIST from the local copy ``sifl describe``'s pre-flight
+    check made sure of, :mod:`sifl_ray.data.preflight`) and partitioned exactly as a run would.
     """
     if cfg.data.partition == "iid":
         if cfg.data.name == "digits":

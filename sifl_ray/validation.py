@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -224,6 +225,11 @@ def check_type(hint: Any, value: Any) -> tuple[bool, Any]:
                 return True, typed
         return False, value
     if origin is list:
+        if isinstance(value, str) and "," in value:  # key=a,b: a list without brackets (parse_overrides)
+            try:
+                value = [yaml.safe_load(v) for v in value.split(",") if v.strip()]
+            except yaml.YAMLError:
+                return False, value
         items = value if isinstance(value, list | tuple) else [value]  # one value: a one-element list
         out = []
         for item in items:
@@ -261,10 +267,18 @@ def parse_overrides(
 ) -> tuple[list[tuple[str, Any]], list[str]]:
     """``key=value`` items (dotted keys, YAML values; an empty value is null) and the problems of the
     malformed ones. ``noun`` names an item in a message (``override``, ``argument``); ``example`` shows
-    one well formed."""
+    one well formed.
+
+    A list written with spaces, ``arms=[fl, sifl_m1]``, reaches a program as two items (``arms=[fl,`` and
+    ``sifl_m1]``: the shell splits at the space); they are joined again (:func:`join_split_lists`). A list
+    written without brackets, ``arms=fl,sifl_m1``, is a list where the key holds one (:func:`check_type`).
+    Why accept both rather than answer with the fix: each has one reading only (a value that opens a bracket
+    cannot end before it closes; no name or number a list holds contains a comma), and both are how people
+    write lists on a command line.
+    """
     parsed: list[tuple[str, Any]] = []
     problems: list[str] = []
-    for text in texts:
+    for text in join_split_lists(texts):
         if "=" not in text:
             problems.append(f"{noun} {text!r}: expected key=value (for example {example})")
             continue
@@ -272,8 +286,62 @@ def parse_overrides(
         try:
             parsed.append((key.strip(), yaml.safe_load(value) if value != "" else None))
         except yaml.YAMLError as err:
-            problems.append(f"{noun} {text!r}: the value is not valid YAML ({err.__class__.__name__})")
+            unclosed = _open_brackets(value)
+            if unclosed > 0:
+                closed = _AFTER_COMMA.sub(",", value) + "]" * unclosed
+                problems.append(
+                    f"{noun} {text!r}: a '[' or '{{' is never closed; write {key.strip()}={closed} "
+                    "(no spaces, or the whole item in quotes)"
+                )
+            else:
+                problems.append(
+                    f"{noun} {text!r}: the value is not valid YAML ({err.__class__.__name__}); a list is "
+                    f"{key.strip()}=[a,b]; text with special characters goes in quotes: {key.strip()}='...'"
+                )
     return parsed, problems
+
+
+_AFTER_COMMA = re.compile(r",\s+")
+
+
+def _open_brackets(value: str) -> int:
+    """How many ``[`` / ``{`` of ``value`` are still open at its end (quoted text aside)."""
+    depth, quote = 0, ""
+    for ch in value:
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+    return depth
+
+
+def join_split_lists(texts: Iterable[str]) -> list[str]:
+    """Command-line items with the pieces of a bracketed value joined again: ``["arms=[fl,", "sifl_m1]"]``
+    (what a shell makes of ``arms=[fl, sifl_m1]``) gives ``["arms=[fl, sifl_m1]"]``. A ``key=value`` item
+    whose brackets are still open takes the items after it up to the one that closes them; if none does,
+    the items after it that are no ``key=value`` (the unclosed value is then reported with its fix)."""
+    items = list(texts)
+    out: list[str] = []
+    i = 0
+    while i < len(items):
+        text = items[i]
+        depth = _open_brackets(text.split("=", 1)[1]) if "=" in text else 0
+        k = i
+        while depth > 0 and k + 1 < len(items):
+            k += 1
+            depth += _open_brackets(items[k])
+        if depth > 0:  # never closed: its pieces are the items after it that are no key=value
+            k = i
+            while k + 1 < len(items) and "=" not in items[k + 1]:
+                k += 1
+        text = " ".join(items[i : k + 1])
+        out.append(text)
+        i = k + 1
+    return out
 
 
 def set_path(tree: dict, dotted: str, value: Any) -> None:

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from sifl_ray.config import ConfigError
+
 ROOT = Path(__file__).resolve().parent.parent
 TABLE3 = {
     "mlp": (199_210, 199_411, 398_822),
@@ -292,3 +294,76 @@ def test_resuming_a_finished_run_says_so_without_starting_ray(tmp_path):
     assert got.returncode == 0, got.stderr
     assert "finished, all 2 rounds (0-1) were played; nothing to resume" in got.stdout
     assert "Ray" not in got.stdout + got.stderr  # no backend was started
+
+
+def test_a_scenario_made_for_another_command_names_the_command_in_one_line():
+    """``python run.py scenario=attack_small`` used to answer with a dozen "unknown key" lines about a shipped
+    file, ``sifl attack scenario=quickstart`` likewise; each now names the command that plays it."""
+    for argv, fix in (
+        (["run.py", "scenario=attack_small"], "run: sifl attack scenario=attack_small"),
+        (["-m", "sifl_ray.cli", "run", "scenario=attack_small"], "run: sifl attack scenario=attack_small"),
+        (
+            ["-m", "sifl_ray.cli", "describe", "scenario=attack_small"],
+            "run: sifl attack scenario=attack_small",
+        ),
+        (["-m", "sifl_ray.cli", "attack", "scenario=quickstart"], "run: sifl run scenario=quickstart"),
+    ):
+        got = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert got.returncode == 2, (argv, got.stderr)
+        assert got.stdout == "" and len(got.stderr.splitlines()) == 1, (argv, got.stderr)
+        assert got.stderr.startswith("error: scenario ") and fix in got.stderr, (argv, got.stderr)
+
+
+def test_lists_on_the_command_line_with_spaces_or_without_brackets_are_lists():
+    """``arms=[fl, sifl_m1]`` reaches the program as two items (a YAML parser error used to follow);
+    ``arms=fl,sifl_m1`` was one arm named 'fl,sifl_m1' ("did you mean sifl_m1?")."""
+    from sifl_ray.attacks.config import load_attack_config
+    from sifl_ray.config import load_config
+
+    shell = subprocess.run(
+        f"{sys.executable} -m sifl_ray.cli config arms=[fl, sifl_m1] nbafl.epsilons=1,5",
+        shell=True,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shell.returncode == 0, shell.stderr
+    assert "arms = ['fl', 'sifl_m1']" in shell.stdout and "nbafl.epsilons = [1.0, 5.0]" in shell.stdout
+    assert list(load_config(["arms=[fl,", "sifl_m1]"]).arms) == ["fl", "sifl_m1"]
+    cfg = load_config(["arms=fl,sifl_m1", "nbafl.epsilons=1,5", "dp_fedavg.epsilons=[2, 4]"])
+    assert list(cfg.arms) == ["fl", "sifl_m1"] and list(cfg.nbafl.epsilons) == [1.0, 5.0]
+    assert list(cfg.dp_fedavg.epsilons) == [2.0, 4.0]
+    assert list(load_attack_config(["arms=[sifl_m1,", "fl]"]).arms) == ["sifl_m1", "fl"]
+    with pytest.raises(ConfigError) as unclosed:  # the closing bracket forgotten: the exact fix
+        load_config(["arms=[fl,", "sifl_m1"])
+    assert unclosed.value.problems == [
+        "override 'arms=[fl, sifl_m1': a '[' or '{' is never closed; write arms=[fl,sifl_m1] (no spaces, or "
+        "the whole item in quotes)"
+    ]
+
+
+def test_list_prints_every_description_whole_and_the_command_of_each_scenario():
+    """``sifl list`` used to cut each description at its first line, mid-phrase, and named no command; now
+    the whole comment at the top of each file is shown, wrapped, under the command that plays it."""
+    import yaml
+
+    from sifl_ray.config import SCENARIO_DIR, scenario_names
+
+    got = sifl("list", env={"COLUMNS": "80"})
+    assert got.returncode == 0, got.stderr
+    blocks = {b.splitlines()[0]: b.splitlines()[1:] for b in got.stdout.strip().split("\n\n")}
+    assert set(scenario_names()) <= set(blocks)
+    for name in scenario_names():
+        text = (SCENARIO_DIR / f"{name}.yaml").read_text()
+        kind = yaml.safe_load(text)["kind"]  # every shipped scenario declares the command it is for
+        command = {"run": "sifl run", "attack": "sifl attack"}[kind]
+        assert blocks[name][0] == f"    run: {command} scenario={name}", blocks[name]
+        shown = " ".join(line.strip() for line in blocks[name][1:] if not line.strip().startswith("arms:"))
+        top = []
+        for line in text.splitlines():
+            if not line.startswith("#"):
+                break
+            top.append(line.lstrip("#").strip())
+        assert " ".join(" ".join(top).split()) in " ".join(shown.split()), name
+        assert all(len(line) < 80 for line in blocks[name]), name  # wrapped to the terminal, not cut

@@ -156,12 +156,17 @@ def test_a_choice_with_a_meaning_names_the_default_not_a_near_spelling():
 
 def test_overrides_are_parsed_with_every_malformed_one_reported():
     parsed, problems = parse_overrides(
-        ["a.b=3", "c=", "d=[1, 2", "nokey"], noun="override", example="train.rounds=5"
+        ["a.b=3", "c=", "nokey", "d=[1, 2", "e=[x,", "y]", "f=[p,", "q"],
+        noun="override",
+        example="train.rounds=5",
     )
-    assert parsed == [("a.b", 3), ("c", None)]
+    assert parsed == [("a.b", 3), ("c", None), ("e", ["x", "y"])]  # a list a shell split at a space: joined
     assert problems == [
-        "override 'd=[1, 2': the value is not valid YAML (ParserError)",
         "override 'nokey': expected key=value (for example train.rounds=5)",
+        "override 'd=[1, 2': a '[' or '{' is never closed; write d=[1,2] (no spaces, or the whole item in "
+        "quotes)",
+        "override 'f=[p, q': a '[' or '{' is never closed; write f=[p,q] (no spaces, or the whole item in "
+        "quotes)",
     ]
     tree: dict = {"a": 1}
     set_path(tree, "a.b", 3)

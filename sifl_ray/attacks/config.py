@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import yaml
 from omegaconf import DictConfig
 
 from sifl_ray import registry_names
-from sifl_ray.config import SCENARIO_DIR
+from sifl_ray.config import read_scenario, scenario_kinds, scenario_path
 from sifl_ray.validation import Choice, Range, Rules, parse_overrides, set_path, validate
 
 DEFAULT_SCENARIO = "attack_small"
@@ -274,16 +272,12 @@ def load_attack_config(argv: list[str] | None = None) -> DictConfig:
     """
     parsed, problems = parse_overrides(argv or [], noun="argument", example="training.rounds=30")
     scenario = next((str(v) for k, v in parsed if k == "scenario"), DEFAULT_SCENARIO)
-    path = Path(scenario) if scenario.endswith((".yaml", ".yml")) else SCENARIO_DIR / f"{scenario}.yaml"
+    path = scenario_path(scenario)
     raw: dict = {}
     if path.is_file():
-        loaded = yaml.safe_load(path.read_text()) or {}
-        if isinstance(loaded, dict):
-            raw = loaded
-        else:
-            problems.append(f"scenario: {path} must hold a mapping, got {type(loaded).__name__}")
+        raw = read_scenario(path, "attack", problems)  # a scenario of sifl run: that command, one line
     else:
-        names = sorted(p.stem for p in SCENARIO_DIR.glob("attack_*.yaml"))
+        names = [name for name, kind in scenario_kinds().items() if kind == "attack"]
         problems.append(f"scenario: no file {path}; attack scenarios: {', '.join(names) or 'none'}")
     raw["scenario"] = path.stem
     for key, value in parsed:

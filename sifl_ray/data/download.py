@@ -1,12 +1,19 @@
 """MNIST and Fashion-MNIST files: where they are looked for, where they are fetched from, how they are
 verified.
 
-:func:`mnist_files` uses files already on disk, or downloads them from public mirrors; every ``.gz`` file
-is checked against the published MD5 before it is used, and a download is written to a temporary file
-that is renamed into place only after its checksum passed, so concurrent loaders (several Ray workers)
-and interrupted downloads never leave a corrupted file behind. Parsing the files is
+:func:`mnist_files` uses files already on disk, or downloads them from public mirrors. A local file is
+verified before it is used: against the published MD5 where one is known (the ``.gz`` files), else by its
+IDX header and length (:func:`~sifl_ray.data.idx.check_idx_file`). A local file that fails is fetched again
+when downloads are allowed (the user asked for the data set, and a corrupt copy is no copy), and named with
+the reason when they are not (it is the user's file: nothing is deleted). A download is written to a
+temporary file that is renamed into place only after its checksum passed, so concurrent loaders (several
+Ray workers) and interrupted downloads never leave a corrupted file behind. Parsing the files is
 :mod:`sifl_ray.data.idx`'s job, turning them into a :class:`~sifl_ray.data.datasets.Dataset`
 :func:`~sifl_ray.data.datasets.load_mnist`'s.
+
+Every error here is a :class:`DatasetError` that keeps *what is wrong* (``problem``) apart from *the fix in
+Python terms* (``fix``, for a caller of :func:`load_mnist`): the command line states its own fix in
+configuration keys (:mod:`sifl_ray.data.preflight`).
 """
 
 from __future__ import annotations
@@ -18,17 +25,21 @@ import os
 import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
+
+from sifl_ray.data.idx import IDXFormatError, check_idx_file
 
 __all__ = [
     "IDX_FILES",
     "MNIST_CHECKSUMS",
     "MNIST_MIRRORS",
     "ChecksumMismatchError",
+    "CorruptFileError",
     "DatasetDownloadError",
     "DatasetError",
+    "MissingFilesError",
     "mnist_files",
 ]
 
@@ -36,15 +47,59 @@ MnistKind = Literal["mnist", "fashion_mnist"]
 
 
 class DatasetError(RuntimeError):
-    """A dataset could not be obtained or failed verification."""
+    """A dataset could not be obtained or failed verification.
+
+    Attributes:
+        problem: what is wrong (the files, the folder, what each mirror answered), in words any caller can
+            show.
+        fix: what a caller of :func:`mnist_files` / :func:`~sifl_ray.data.datasets.load_mnist` can do, in
+            its arguments' terms; ``str()`` is ``problem`` followed by it.
+        folder: the folder the files belong in (``<root>/<kind>``).
+    """
+
+    def __init__(self, problem: str, fix: str = "", *, folder: Path | None = None):
+        self.problem, self.fix, self.folder = problem, fix, folder
+        sep = "\n" if "\n" in problem else " "  # after a list of mirrors' answers, on a line of its own
+        super().__init__(problem + (f"{sep}Fix: {fix}" if fix else ""))
 
 
 class ChecksumMismatchError(DatasetError):
     """A file's checksum differs from the published one."""
 
 
+class CorruptFileError(DatasetError):
+    """A local file is not the one expected: ``path``, and why (``reason``: its checksum, truncated, not an
+    IDX file)."""
+
+    def __init__(self, problem: str, fix: str = "", *, folder: Path | None = None, path: Path, reason: str):
+        super().__init__(problem, fix, folder=folder)
+        self.path, self.reason = path, reason
+
+
+class LocalChecksumMismatchError(CorruptFileError, ChecksumMismatchError):
+    """A local ``.gz`` file's checksum differs from the published one."""
+
+
+class MissingFilesError(DatasetError, FileNotFoundError):
+    """Files are missing and downloads are not allowed; ``missing`` names them (without ``.gz``)."""
+
+    def __init__(self, problem: str, fix: str = "", *, folder: Path, missing: Sequence[str]):
+        super().__init__(problem, fix, folder=folder)
+        self.missing = tuple(missing)
+
+
 class DatasetDownloadError(DatasetError):
-    """No mirror delivered a verified copy of a file."""
+    """No mirror delivered a verified copy of a file; ``failures`` says what each mirror did."""
+
+    def __init__(
+        self, problem: str, fix: str = "", *, folder: Path | None = None, failures: Sequence[str] = ()
+    ):
+        super().__init__(problem, fix, folder=folder)
+        self.failures = tuple(failures)
+
+
+class DownloadMismatchError(DatasetDownloadError, ChecksumMismatchError):
+    """No mirror delivered a verified copy, and at least one served a file with another checksum."""
 
 
 IDX_FILES: dict[str, str] = {
@@ -158,16 +213,23 @@ def _fetch(fname: str, folder: Path, mirrors: Sequence[str], expected: str, time
             return dest
         except ChecksumMismatchError as e:
             any_mismatch = True
-            failures.append(str(e))
-        except (urllib.error.URLError, http.client.HTTPException, OSError, DatasetDownloadError) as e:
-            failures.append(f"{url}: {e}")
-    error = ChecksumMismatchError if any_mismatch else DatasetDownloadError
+            failures.append(e.problem)
+        except (
+            urllib.error.URLError,
+            http.client.HTTPException,
+            OSError,
+            ValueError,
+            DatasetDownloadError,
+        ) as e:
+            failures.append(f"{url}: {getattr(e, 'problem', None) or e}")
+    error = DownloadMismatchError if any_mismatch else DatasetDownloadError
     raise error(
         f"could not obtain a verified {fname} from any of {len(failures)} mirror(s); no copy of it was "
-        f"kept in {folder}.\n  - "
-        + "\n  - ".join(failures)
-        + "\nFix: retry, pass other mirrors=[...], or download the file yourself, check its checksum "
-        f"({expected}) and place it in {folder}."
+        f"kept in {folder}.\n  - " + "\n  - ".join(failures),
+        f"retry, pass other mirrors=[...], or download the file yourself, check its checksum "
+        f"({expected}) and place it in {folder}.",
+        folder=folder,
+        failures=failures,
     )
 
 
@@ -179,6 +241,23 @@ def _find_local(root: Path, kind: str, base: str) -> Path | None:
     return None
 
 
+def _local_problem(path: Path, expected: str | None, ndim: int) -> tuple[str, type[CorruptFileError]] | None:
+    """Why the local file at ``path`` is not usable, and the error that says so (``None``: it is usable):
+    its checksum where one is known (the published ones are of the ``.gz`` files), else its IDX header and
+    length."""
+    if path.suffix == ".gz" and expected is not None:
+        algorithm = _hash_name(expected, path.name)
+        actual = _file_digest(path, algorithm)
+        if actual != expected.lower():
+            return f"{algorithm} is {actual}, expected {expected.lower()}", LocalChecksumMismatchError
+        return None
+    try:
+        check_idx_file(path, expected_ndim=ndim)
+    except IDXFormatError as e:
+        return str(e).removeprefix(f"{path}: "), CorruptFileError
+    return None
+
+
 def mnist_files(
     root: str | os.PathLike[str],
     *,
@@ -187,16 +266,21 @@ def mnist_files(
     mirrors: Sequence[str] | None = None,
     checksums: Mapping[str, str] | None = None,
     timeout: float = 60.0,
+    log: Callable[[str], None] | None = None,
 ) -> dict[str, Path]:
     """The four files of ``kind`` (keys of :data:`IDX_FILES`), found on disk or downloaded, verified.
 
     The lookup order, the checksum rules and the arguments are those of
-    :func:`~sifl_ray.data.datasets.load_mnist`, which reads the files this returns.
+    :func:`~sifl_ray.data.datasets.load_mnist`, which reads the files this returns. A local file that fails
+    verification is downloaded again into ``root/<kind>/`` (which the lookup searches first) when
+    ``download`` is true; ``log`` (if given) hears of every download and replacement, one line each.
 
     Raises:
-        FileNotFoundError: a file is missing and ``download`` is false.
-        ChecksumMismatchError: a local ``.gz`` or every downloaded copy has the wrong digest.
-        DatasetDownloadError: no mirror could be reached.
+        MissingFilesError: a file is missing and ``download`` is false (a ``FileNotFoundError``).
+        CorruptFileError: a local file fails verification and ``download`` is false (its checksum:
+            a ``ChecksumMismatchError`` too).
+        DatasetDownloadError: no mirror delivered a verified copy (every copy had the wrong digest:
+            a ``ChecksumMismatchError`` too).
     """
     if kind not in MNIST_CHECKSUMS:
         raise ValueError(f"unknown kind {kind!r}; expected 'mnist' or 'fashion_mnist'")
@@ -204,42 +288,62 @@ def mnist_files(
     mirrors = tuple(MNIST_MIRRORS[kind] if mirrors is None else mirrors)
     checksums = dict(MNIST_CHECKSUMS[kind] if checksums is None else checksums)
     folder = root / kind
+    source = mirrors[0] if mirrors else "the dataset's page"
 
     paths: dict[str, Path] = {}
     missing: list[str] = []
+    corrupt: dict[str, tuple[Path, str]] = {}
     for role, base in IDX_FILES.items():
         found = _find_local(root, kind, base)
         if found is None:
             missing.append(base)
             continue
-        expected = checksums.get(found.name)
-        if found.suffix == ".gz" and expected is not None:
-            actual = _file_digest(found, _hash_name(expected, found.name))
-            if actual != expected.lower():
-                raise ChecksumMismatchError(
-                    f"{found}: {_hash_name(expected, found.name)} is {actual}, expected {expected.lower()}. "
-                    "The file is corrupted or not the published one. Fix: delete it (it will be downloaded "
-                    "again), or pass checksums=... if you replaced it on purpose."
-                )
-        paths[role] = found
-    if missing:
+        verdict = _local_problem(found, checksums.get(found.name), 3 if role.endswith("images") else 1)
+        if verdict is None:
+            paths[role] = found
+            continue
+        problem, error = verdict
         if not download:
-            raise FileNotFoundError(
-                f"{kind}: missing {', '.join(missing)} (.gz or uncompressed) in {folder} "
-                f"(or {root / _TORCHVISION_DIRS[kind]}). Fix: pass download=True, or place the files from "
-                f"{mirrors[0] if mirrors else 'the dataset page'} there."
+            raise error(
+                f"{found}: {problem}. The file is corrupted or not the one expected.",
+                "delete it (or pass download=True: a verified copy replaces it), or pass checksums=... if "
+                "you replaced it on purpose.",
+                folder=folder,
+                path=found,
+                reason=problem,
             )
-        if not mirrors:
-            raise DatasetDownloadError(f"{kind}: files are missing in {folder} and no mirrors were given")
-        folder.mkdir(parents=True, exist_ok=True)
-        for role, base in IDX_FILES.items():
-            if role in paths:
-                continue
-            fname = f"{base}.gz"
-            if fname not in checksums:
-                raise ValueError(
-                    f"no checksum for {fname}: a download is only accepted with a checksum to verify it. "
-                    "Fix: add it to checksums=..."
-                )
-            paths[role] = _fetch(fname, folder, mirrors, checksums[fname], timeout)
+        corrupt[role] = (found, problem)
+    if missing and not download:
+        raise MissingFilesError(
+            f"{kind}: missing {', '.join(missing)} (.gz or uncompressed) in {folder} "
+            f"(or {root / _TORCHVISION_DIRS[kind]}).",
+            f"pass download=True, or place the files from {source} there.",
+            folder=folder,
+            missing=missing,
+        )
+    if not missing and not corrupt:
+        return paths
+    if not mirrors:
+        raise DatasetDownloadError(
+            f"{kind}: files are missing or corrupt in {folder} and no mirrors were given",
+            "pass mirrors=[...] (base URLs that hold the .gz files).",
+            folder=folder,
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    for role, base in IDX_FILES.items():
+        if role in paths:
+            continue
+        fname = f"{base}.gz"
+        if fname not in checksums:
+            raise ValueError(
+                f"no checksum for {fname}: a download is only accepted with a checksum to verify it. "
+                "Fix: add it to checksums=..."
+            )
+        if log is not None:
+            if role in corrupt:
+                found, problem = corrupt[role]
+                log(f"data: {found} is corrupt ({problem}); fetching a verified copy into {folder}")
+            else:
+                log(f"data: fetching {fname} into {folder}")
+        paths[role] = _fetch(fname, folder, mirrors, checksums[fname], timeout)
     return paths

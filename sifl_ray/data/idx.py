@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["IDXFormatError", "encode_idx", "read_idx"]
+__all__ = ["IDXFormatError", "check_idx_file", "encode_idx", "read_idx"]
 
 
 class IDXFormatError(ValueError):
@@ -67,33 +67,75 @@ def read_idx(
         try:
             data = gzip.decompress(data)
         except (OSError, EOFError, zlib.error) as e:
-            raise IDXFormatError(
-                f"{label}: corrupt or truncated gzip stream ({e}); delete it and fetch it again"
-            ) from e
-    if len(data) < 4:
-        raise IDXFormatError(f"{label}: {len(data)} bytes is too short for an IDX header")
-    if data[0] != 0 or data[1] != 0 or data[2] not in _IDX_TYPES:
+            raise IDXFormatError(f"{label}: corrupt or truncated gzip stream ({e})") from e
+    dtype, shape, header = _parse_header(data[:_MAX_HEADER], len(data), label, expected_ndim)
+    return np.frombuffer(data, dtype=dtype, offset=header).reshape(shape).astype(dtype.newbyteorder("="))
+
+
+def check_idx_file(path: str | os.PathLike[str], *, expected_ndim: int | None = None) -> tuple[int, ...]:
+    """The shape a well-formed IDX file at ``path`` declares, checked against its length; nothing is kept.
+
+    What :func:`read_idx` would refuse for the header and the length, at the cost of reading the header
+    (a raw file) or of streaming the decompression (a ``.gz``), never of holding the values: a run's
+    pre-flight check (:mod:`sifl_ray.data.preflight`) uses it to answer a truncated or foreign file before
+    any work starts.
+
+    Raises:
+        IDXFormatError: as :func:`read_idx` for the header and the length.
+        FileNotFoundError: ``path`` does not exist.
+    """
+    label = str(path)
+    with Path(path).open("rb") as raw:
+        compressed = raw.read(2) == _GZIP_MAGIC
+    if not compressed:
+        with Path(path).open("rb") as f:
+            head = f.read(_MAX_HEADER)
+        _, shape, _ = _parse_header(head, Path(path).stat().st_size, label, expected_ndim)
+        return shape
+    size = 0
+    head = b""
+    try:
+        with gzip.open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                if len(head) < _MAX_HEADER:
+                    head += chunk[: _MAX_HEADER - len(head)]
+                size += len(chunk)
+    except (OSError, EOFError, zlib.error) as e:
+        raise IDXFormatError(f"{label}: corrupt or truncated gzip stream ({e})") from e
+    _, shape, _ = _parse_header(head, size, label, expected_ndim)
+    return shape
+
+
+_MAX_HEADER = 4 + 4 * 255  # magic, then at most 255 big-endian uint32 dimensions
+
+
+def _parse_header(
+    head: bytes, size: int, label: str, expected_ndim: int | None
+) -> tuple[np.dtype, tuple[int, ...], int]:
+    """``(dtype, shape, header length)`` of a file of ``size`` bytes that begins with ``head``; a header
+    that is malformed or a size that is not the one the header declares is an :class:`IDXFormatError`."""
+    if size < 4:
+        raise IDXFormatError(f"{label}: {size} bytes is too short for an IDX header")
+    if head[0] != 0 or head[1] != 0 or head[2] not in _IDX_TYPES:
         raise IDXFormatError(
-            f"{label}: bad IDX magic {data[:4].hex()}: expected 0000 then a type code in "
+            f"{label}: bad IDX magic {head[:4].hex()}: expected 0000 then a type code in "
             f"{{{', '.join(f'{c:02x}' for c in _IDX_TYPES)}}} and the number of dimensions; "
             "is this really an IDX file?"
         )
-    dtype, ndim = _IDX_TYPES[data[2]], data[3]
+    dtype, ndim = _IDX_TYPES[head[2]], head[3]
     if expected_ndim is not None and ndim != expected_ndim:
         raise IDXFormatError(f"{label}: has {ndim} dimensions, expected {expected_ndim}")
     header = 4 + 4 * ndim
-    if len(data) < header:
-        raise IDXFormatError(
-            f"{label}: truncated header ({len(data)} bytes, {header} needed for {ndim} dims)"
-        )
-    shape = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
+    if size < header:
+        raise IDXFormatError(f"{label}: truncated header ({size} bytes, {header} needed for {ndim} dims)")
+    shape = tuple(int.from_bytes(head[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
     expected = header + math.prod(shape) * dtype.itemsize
-    if len(data) != expected:
-        what = "truncated" if len(data) < expected else "has trailing bytes"
+    if size != expected:
+        what = "truncated" if size < expected else "has trailing bytes"
         raise IDXFormatError(
-            f"{label}: {what}: shape {shape} of {dtype} needs {expected} bytes, the file has {len(data)}"
+            f"{label}: {what}: shape {shape} of {dtype} needs {expected} bytes, the file has {size}"
         )
-    return np.frombuffer(data, dtype=dtype, offset=header).reshape(shape).astype(dtype.newbyteorder("="))
+    return dtype, shape, header
 
 
 def encode_idx(array: np.ndarray) -> bytes:

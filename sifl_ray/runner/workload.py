@@ -51,6 +51,7 @@ def load_workload(cfg: DictConfig, num_workers: int) -> Workload:
         seed=cfg.seed,
         root=cfg.data.root or "data_cache",
         download=cfg.data.download,
+        mirrors=None if cfg.data.mirrors is None else list(cfg.data.mirrors),
         test_fraction=cfg.data.test_fraction,
         synthetic_train=cfg.data.n_train,
         synthetic_test=cfg.data.n_test,

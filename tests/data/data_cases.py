@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -22,3 +23,16 @@ def mnist_like(seed: int = 0) -> tuple[dict[str, np.ndarray], dict[str, bytes]]:
     }
     files = {f"{IDX_FILES[role]}.gz": gzip.compress(encode_idx(a), mtime=0) for role, a in arrays.items()}
     return arrays, files
+
+
+@dataclass
+class LoopbackServer:
+    """Serves ``files[path]`` at ``http://127.0.0.1:<port>/<path>``; 404 otherwise; records requests."""
+
+    files: dict[str, bytes] = field(default_factory=dict)
+    requests: list[str] = field(default_factory=list)
+    delay_s: float = 0.0
+    port: int = 0
+
+    def url(self, prefix: str = "") -> str:
+        return f"http://127.0.0.1:{self.port}/{prefix}"

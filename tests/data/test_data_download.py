@@ -3,18 +3,13 @@ loopback HTTP server."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import http.server
-import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pytest
-from data_cases import N_TRAIN, mnist_like
+from data_cases import N_TRAIN, LoopbackServer, mnist_like
 
 from sifl_ray.data import (
     IDX_FILES,
@@ -28,62 +23,6 @@ from sifl_ray.data import (
 
 def _digests(files: dict[str, bytes], algorithm: str = "md5") -> dict[str, str]:
     return {name: hashlib.new(algorithm, data).hexdigest() for name, data in files.items()}
-
-
-@dataclass
-class LoopbackServer:
-    """Serves ``files[path]`` at ``http://127.0.0.1:<port>/<path>``; 404 otherwise; records requests."""
-
-    files: dict[str, bytes] = field(default_factory=dict)
-    requests: list[str] = field(default_factory=list)
-    delay_s: float = 0.0
-    port: int = 0
-
-    def url(self, prefix: str = "") -> str:
-        return f"http://127.0.0.1:{self.port}/{prefix}"
-
-
-@pytest.fixture
-def loopback(monkeypatch: pytest.MonkeyPatch) -> Iterator[LoopbackServer]:
-    for var in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
-        monkeypatch.delenv(var, raising=False)  # a proxy must not intercept loopback requests
-    state = LoopbackServer()
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def handle(self) -> None:
-            # A client that timed out on purpose hangs up before the delayed reply: expected, not an error.
-            with contextlib.suppress(ConnectionError):
-                super().handle()
-
-        def do_GET(self) -> None:
-            path = self.path.lstrip("/")
-            state.requests.append(path)
-            if state.delay_s:
-                time.sleep(state.delay_s)
-            body = state.files.get(path)
-            if body is None:
-                self.send_error(404)
-                return
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    server.block_on_close = False
-    state.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield state
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 def _leftovers(folder: Path) -> list[str]:

@@ -16,6 +16,7 @@ from sifl_ray.data import (
     encode_idx,
     read_idx,
 )
+from sifl_ray.data.idx import check_idx_file
 
 
 def _idx_bytes(type_code: int, shape: tuple[int, ...], payload: bytes) -> bytes:
@@ -80,13 +81,28 @@ def test_encode_idx_matches_the_hand_built_layout() -> None:
         (gzip.compress(_idx_bytes(0x08, (4,), bytes(4)))[:-6], "corrupt or truncated gzip"),
     ],
 )
-def test_read_idx_errors_name_the_file(tmp_path: Path, content: bytes, message: str) -> None:
+@pytest.mark.parametrize("reader", [read_idx, check_idx_file], ids=["read_idx", "check_idx_file"])
+def test_read_idx_errors_name_the_file(tmp_path: Path, content: bytes, message: str, reader) -> None:
+    """``check_idx_file`` (the pre-flight check: header and length, nothing kept) refuses what ``read_idx``
+    refuses, raw or compressed."""
     path = tmp_path / "train-images-idx3-ubyte"
-    path.write_bytes(content)
-    with pytest.raises(IDXFormatError) as err:
-        read_idx(path)
-    assert message in str(err.value)
-    assert str(path) in str(err.value)
+    compressed_too = reader is check_idx_file and not content.startswith(b"\x1f\x8b")
+    for data in (content, gzip.compress(content)) if compressed_too else (content,):
+        path.write_bytes(data)
+        with pytest.raises(IDXFormatError) as err:
+            reader(path)
+        assert message in str(err.value)
+        assert str(path) in str(err.value)
+
+
+def test_check_idx_file_reads_the_declared_shape_raw_and_compressed(tmp_path: Path) -> None:
+    arr = np.arange(5 * 28 * 28, dtype=np.uint8).reshape(5, 28, 28)
+    (tmp_path / "raw").write_bytes(encode_idx(arr))
+    (tmp_path / "gz").write_bytes(gzip.compress(encode_idx(arr)))
+    assert check_idx_file(tmp_path / "raw", expected_ndim=3) == (5, 28, 28)
+    assert check_idx_file(tmp_path / "gz") == (5, 28, 28)
+    with pytest.raises(IDXFormatError, match="has 3 dimensions, expected 1"):
+        check_idx_file(tmp_path / "gz", expected_ndim=1)
 
 
 def test_read_idx_wrong_dimensions() -> None:
