@@ -1,5 +1,5 @@
 """The arm interface: an arm defined here, in the test file, runs end to end on Ray and in-process with
-identical numbers, and its steps do what they say (README "How to add an arm").
+identical numbers, and its steps do what they say (docs/extending.md, "To add an arm").
 
 The toy arms are FedAvg with a server learning rate η (the server step: ``w ← w + η (avg − w)``) whose
 clients add their own Gaussian noise (the client step), plain and under SIFL M1 coding.

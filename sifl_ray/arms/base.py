@@ -22,7 +22,7 @@ broadcast. An arm fills that skeleton in two ways:
 What each party releases to whom (:meth:`Arm.releases`) is read by the transcript recorder of the attack
 suite, and the privacy report (:meth:`Arm.privacy`) by the summary and TensorBoard, so neither branches on
 an arm's name. To add an arm: subclass :class:`Arm` in one module and register an instance
-(:func:`sifl_ray.arms.register_arm`); README "How to add an arm".
+(:func:`sifl_ray.arms.register_arm`); docs/extending.md, "To add an arm".
 
 Nothing here imports torch: the configuration validator reads the registry, and validation stays free of it.
 """

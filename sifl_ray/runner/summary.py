@@ -228,7 +228,7 @@ def summarise(
         "privacy_scope": "each arm's ε says its scope, neighbour relation and threat model in "
         "arms.<arm>.privacy (scope, neighbour_relation, threat_model): SIFL's are per-element, per-round "
         "guarantees as the paper states them and say nothing about the whole vector or about many rounds; "
-        "DP-FedAvg's and NbAFL's cover the whole vector over all rounds (see README, Threat model).",
+        "DP-FedAvg's and NbAFL's cover the whole vector over all rounds (see docs/privacy.md, Threat model).",
         "accountant": accountant,
         "faults": {
             "worker_policy": cfg.faults.worker_policy,

@@ -1,6 +1,6 @@
-"""A coding backend defined here, in the test file, is a backend like the built-in ones (README "How to add
-a coding backend"): the validator offers it, the parties make, save and restore its keys by name, and a run
-with it gives the numbers of the backend it mirrors, to the bit.
+"""A coding backend defined here, in the test file, is a backend like the built-in ones
+(docs/extending.md, "To add a coding backend"): the validator offers it, the parties make, save and restore
+its keys by name, and a run with it gives the numbers of the backend it mirrors, to the bit.
 
 The example backend is the dense key under a name of its own (the smallest real backend: the same matrices,
 so the same numbers); a new design overrides ``create`` and the products, and enrols in the conformance
