@@ -22,10 +22,12 @@ from pathlib import Path
 
 import ray
 
+from sifl_ray.errors import SiflError
+
 PRIVATE = ("", "local")
 
 
-class ClusterUnreachable(RuntimeError):
+class ClusterUnreachable(SiflError, RuntimeError):
     """``ray.address`` (or ``RAY_ADDRESS``) names a cluster that cannot be joined; ``str()`` is one line
     for the user, with the fix."""
 

@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from sifl_ray.errors import SiflError
 from sifl_ray.logging import atomic_write_text
 
 MAGIC = b"SIFLCKPT\x01\n"
@@ -48,7 +49,7 @@ SERVER_FILE = "server.ckpt"
 DRIVER_FILE = "driver.ckpt"
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(SiflError, RuntimeError):
     """A checkpoint cannot be used: missing, truncated, corrupted or from another run; nothing written."""
 
 

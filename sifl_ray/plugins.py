@@ -21,11 +21,13 @@ import importlib
 import os
 from importlib.metadata import entry_points
 
+from sifl_ray.errors import SiflError
+
 ENV = "SIFL_PLUGINS"
 GROUP = "sifl_ray.plugins"
 
 
-class PluginError(ImportError):
+class PluginError(SiflError, ImportError):
     """A plug-in module named by the user could not be imported."""
 
 

@@ -22,6 +22,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from sifl_ray.backend import Backend
+from sifl_ray.errors import SiflError
 
 
 @dataclass
@@ -73,7 +74,7 @@ class Supervisor(Protocol):
         """Called after step 2 (``"train"``) and step 3 (``"reduce"``) were submitted (fault injection)."""
 
 
-class PartyLost(RuntimeError):
+class PartyLost(SiflError, RuntimeError):
     """The server, an aggregator shard or the evaluator died during a round."""
 
     def __init__(self, party: str, index: int, *, arm: str, round: int, error: BaseException):

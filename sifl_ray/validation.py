@@ -34,8 +34,10 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
+from sifl_ray.errors import SiflError
 
-class ConfigError(ValueError):
+
+class ConfigError(SiflError, ValueError):
     """All configuration problems at once; ``str()`` is the message shown to the user (exit code 2)."""
 
     def __init__(self, problems: list[str]):

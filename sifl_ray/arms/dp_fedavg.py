@@ -80,22 +80,21 @@ class CentralNoise:
         weight: float,
         seed: bytes | None = None,
     ) -> torch.Tensor:
-        import torch
-
         from sifl_ray.party_seeds import party_seed
-        from sifl_ray.privacy.dp_fedavg import central_noise_std
+        from sifl_ray.privacy.dp_fedavg import add_central_noise
         from sifl_ray.seeding import secret_torch_generator
 
         if seed is None:
             seed = self._seeds.get(arm)
         if seed is None:
             seed = self._seeds[arm] = party_seed(self.key_seed, arm, "aggregator-dp-noise")
-        std = central_noise_std(
-            noise_multiplier=self.noise_multiplier, clip=self.clip, expected_clients=self.expected_clients
+        return add_central_noise(
+            average * (weight / self.expected_clients),
+            noise_multiplier=self.noise_multiplier,
+            clip=self.clip,
+            expected_clients=self.expected_clients,
+            generator=secret_torch_generator(seed, "noise", "dp_fedavg", t, shard),
         )
-        gen = secret_torch_generator(seed, "noise", "dp_fedavg", t, shard)
-        noise = torch.randn(average.shape, generator=gen, dtype=average.dtype)
-        return average * (weight / self.expected_clients) + std * noise.to(average.device)
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k != "_seeds"}

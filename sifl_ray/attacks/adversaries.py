@@ -189,10 +189,6 @@ class DifferenceAttack:
         return int(sum(st.rank for st in self._blocks))
 
     @property
-    def block_ranks(self) -> tuple[int, ...]:
-        return tuple(st.rank for st in self._blocks)
-
-    @property
     def full_rank(self) -> bool:
         """Whether every block's rank has reached its number of parameters (``col(P1)`` is known)."""
         return all(st.rank >= p.size for st, p in zip(self._blocks, self.layout.params, strict=True))

@@ -21,13 +21,14 @@ import numpy as np
 import torch
 
 from sifl_ray.coding.base import CODING_DTYPE, ClientServerKey
+from sifl_ray.errors import SiflError
 from sifl_ray.registry_names import LEFT_INVERSES  # re-exported: spelled there, validation reads it
 from sifl_ray.seeding import derive_bytes
 
 Seed = int | bytes
 
 
-class MissingKeyMaterial(PermissionError):
+class MissingKeyMaterial(SiflError, PermissionError):
     """Raised when a view of a key is asked for material its holder must not have (SPEC "Parties")."""
 
 

@@ -64,6 +64,7 @@ import torch
 
 from sifl_ray.coding.base import CODING_DTYPE, AggregatorKey, NoiseDistribution, NoiseSpec, ServerKey
 from sifl_ray.coding.keys import transform_depth
+from sifl_ray.errors import SiflError
 from sifl_ray.registry_names import PRECISION_POLICIES
 
 SAFETY = 2.0
@@ -71,7 +72,7 @@ DEFAULT_CONFIDENCE = 1e-6
 Scheme = Literal["M1", "M2"]
 
 
-class PrecisionError(ValueError):
+class PrecisionError(SiflError, ValueError):
     """The predicted decode error exceeds the configured tolerance (policy ``"refuse"``)."""
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Literal
 
 from sifl_ray.data.idx import IDXFormatError, check_idx_file
+from sifl_ray.errors import SiflError
 
 __all__ = [
     "IDX_FILES",
@@ -46,7 +47,7 @@ __all__ = [
 MnistKind = Literal["mnist", "fashion_mnist"]
 
 
-class DatasetError(RuntimeError):
+class DatasetError(SiflError, RuntimeError):
     """A dataset could not be obtained or failed verification.
 
     Attributes:

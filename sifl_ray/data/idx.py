@@ -14,10 +14,12 @@ from pathlib import Path
 
 import numpy as np
 
+from sifl_ray.errors import SiflError
+
 __all__ = ["IDXFormatError", "check_idx_file", "encode_idx", "read_idx"]
 
 
-class IDXFormatError(ValueError):
+class IDXFormatError(SiflError, ValueError):
     """An IDX file is malformed (bad magic, unknown type, truncated, trailing bytes, wrong dimensions)."""
 
 

@@ -351,73 +351,6 @@ def cross_check(
     )
 
 
-class DpFedAvgAccountant:
-    """A thin history of DP-FedAvg rounds: :meth:`step` once per round, :meth:`epsilon` any time.
-
-    It keeps one ``dp_accounting`` accountant and composes each round into it; nothing else is stored.
-    """
-
-    def __init__(
-        self,
-        *,
-        noise_multiplier: float,
-        sample_rate: float,
-        delta: float,
-        accountant: Accountant = "rdp",
-        sampling: Sampling = "poisson",
-        population: int | None = None,
-    ) -> None:
-        _check(
-            noise_multiplier=noise_multiplier,
-            sample_rate=sample_rate,
-            steps=0,
-            delta=delta,
-            population=population,
-        )
-        self.noise_multiplier = float(noise_multiplier)
-        self.sample_rate = float(sample_rate)
-        self.delta = float(delta)
-        self.accountant = accountant
-        self.sampling = sampling
-        self.population = population
-        self.rounds = 0
-        self._event = round_event(noise_multiplier, sample_rate, sampling=sampling, population=population)
-        self._acc = make_accountant(accountant, sampling=sampling)
-
-    def step(self, rounds: int = 1) -> None:
-        """Record ``rounds`` more DP-FedAvg rounds."""
-        if int(rounds) != rounds or rounds < 0:
-            raise ValueError(f"rounds must be an integer >= 0, got {rounds!r}")
-        if rounds:
-            self._acc.compose(self._event, int(rounds))
-            self.rounds += int(rounds)
-
-    def epsilon(self, delta: float | None = None) -> float:
-        """ε of the rounds so far at ``delta`` (default: the accountant's δ)."""
-        return float(self._acc.get_epsilon(self.delta if delta is None else delta))
-
-    def state_dict(self) -> dict[str, object]:
-        """What reproduces this accountant (its parameters and the number of rounds)."""
-        return {
-            "noise_multiplier": self.noise_multiplier,
-            "sample_rate": self.sample_rate,
-            "delta": self.delta,
-            "accountant": self.accountant,
-            "sampling": self.sampling,
-            "population": self.population,
-            "rounds": self.rounds,
-        }
-
-    @classmethod
-    def from_state_dict(cls, state: dict[str, object]) -> DpFedAvgAccountant:
-        """Inverse of :meth:`state_dict`."""
-        state = dict(state)
-        rounds = int(state.pop("rounds"))  # type: ignore[arg-type]
-        acc = cls(**state)  # type: ignore[arg-type]
-        acc.step(rounds)
-        return acc
-
-
 # ------------------------------------------------------------------------------------------------------------
 # Client and server noise (McMahan et al. 2018, Algorithm 1; distributed variant: Kairouz et al. 2021).
 
@@ -446,7 +379,7 @@ def central_noise_std(*, noise_multiplier: float, clip: float, expected_clients:
     return noise_multiplier * clip / expected_clients
 
 
-def add_central_noise_(
+def add_central_noise(
     average: torch.Tensor,
     *,
     noise_multiplier: float,
@@ -454,10 +387,14 @@ def add_central_noise_(
     expected_clients: float,
     generator: torch.Generator,
 ) -> torch.Tensor:
-    """Add ``N(0, (z·C/m)²)`` to each coordinate of the averaged update in place (a trusted server's step)."""
+    """``average + N(0, (z·C/m)²)`` per coordinate (a trusted aggregator's step, :class:`CentralNoise`).
+
+    The draw is the generator's own float64 normal sample, made where the generator lives (the CPU) and then
+    moved to the average's device, so that one seed gives one release on any device.
+    """
     std = central_noise_std(noise_multiplier=noise_multiplier, clip=clip, expected_clients=expected_clients)
-    noise = torch.randn(average.shape, generator=generator, dtype=average.dtype, device=average.device)
-    return average.add_(noise, alpha=std)
+    noise = torch.randn(average.shape, generator=generator, dtype=average.dtype)
+    return average + std * noise.to(average.device)
 
 
 def distributed_noise_std(*, noise_multiplier: float, clip: float, num_noisers: int) -> float:

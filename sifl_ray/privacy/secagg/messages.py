@@ -13,12 +13,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sifl_ray.errors import SiflError
 from sifl_ray.privacy.secagg import crypto, shamir
 
 ID_BYTES = 4
 
 
-class SecAggError(RuntimeError):
+class SecAggError(SiflError, RuntimeError):
     """The round cannot finish (too few clients or shares left) or a message is malformed.
 
     A round that fails reveals nothing about the inputs: no self mask of a dropped client was revealed.
