@@ -23,6 +23,7 @@ from typing import Literal
 import torch
 
 from sifl_ray.privacy import formulas as F
+from sifl_ray.privacy.clipping import clip_norm_
 from sifl_ray.registry_names import NBAFL_CALIBRATIONS, NBAFL_EXPOSURES
 
 Calibration = Literal["classical", "analytic"]
@@ -200,21 +201,12 @@ def clip_model(w: torch.Tensor, *, clip: float) -> torch.Tensor:
     """
     clip = _check_positive("clip", clip)
     out = w.detach().to(dtype=torch.float64, copy=True)
-    norm = float(torch.linalg.vector_norm(out))
-    if not math.isfinite(norm):
+    if not math.isfinite(float(torch.linalg.vector_norm(out))):
         raise ValueError(
             "the model has a NaN or inf entry: clipping cannot bound it, so no DP guarantee would hold; "
             "fix the divergent training (lower the learning rate) before privatizing"
         )
-    if norm > clip:
-        out.mul_(clip / norm)
-        # Rounding can leave the norm an ulp or two above C (the scaling and the norm both round); shrink
-        # by an ulp at a time until the bound holds exactly. A few steps at most.
-        for _ in range(64):
-            after = float(torch.linalg.vector_norm(out))
-            if after <= clip:
-                break
-            out.mul_(math.nextafter(min(1.0, clip / after), 0.0))
+    clip_norm_(out, clip)  # the platform's one clipping rule (sifl_ray.privacy.clipping)
     return out
 
 
