@@ -32,11 +32,13 @@ import torch
 from sifl_ray.coding.base import AggregatorNorms, KeyNorms, NoiseDistribution, NoiseSpec
 from sifl_ray.privacy import formulas as F
 
-Release = Literal["local", "broadcast", "global"]
+#: Which of a SIFL round's releases an ε is about: a name (the channel itself, sender to receiver, is
+#: :class:`sifl_ray.arms.base.Release`).
+ReleaseName = Literal["local", "broadcast", "global"]
 Mode = Literal["m1", "m2"]
 Bound = Literal["sound", "paper"]
 
-RELEASES: tuple[Release, ...] = ("local", "broadcast", "global")
+RELEASES: tuple[ReleaseName, ...] = ("local", "broadcast", "global")
 SCOPE = "per-element, per-round"
 STATE_FORMAT = "sifl_ray.privacy.SiflAccountant/1"
 
@@ -55,7 +57,7 @@ CAVEAT = (
     "they share one noise draw, so the difference of two uploads is noise-free element by element."
 )
 
-_WHAT: dict[Release, str] = {
+_WHAT: dict[ReleaseName, str] = {
     "local": "client upload w~_i, seen by the aggregator",
     "broadcast": "M1 encoded global model w~ = P1 w + N1 r1 (ε against an observer without key 1; the "
     "clients hold P1L and decode it)",
@@ -88,7 +90,7 @@ class ReleaseEpsilon:
         note: which formulas were used and why, in words.
     """
 
-    release: Release
+    release: ReleaseName
     mechanism: NoiseDistribution
     delta: float
     epsilon: float
@@ -177,7 +179,7 @@ def release_epsilons(
     out: list[ReleaseEpsilon] = []
 
     def add(
-        release: Release,
+        release: ReleaseName,
         sound: np.ndarray,
         paper: np.ndarray,
         sensitivity: float,
@@ -475,7 +477,7 @@ class ReleaseRecord:
 
     arm: str
     round: int
-    release: Release
+    release: ReleaseName
     mechanism: NoiseDistribution
     delta: float
     epsilon: float
@@ -600,7 +602,7 @@ class SiflAccountant:
         )
         return self.record(arm=arm, round=round, releases=rels)
 
-    def _select(self, *, release: Release, arm: str, round: int | None) -> ReleaseRecord:
+    def _select(self, *, release: ReleaseName, arm: str, round: int | None) -> ReleaseRecord:
         if release not in RELEASES:
             raise ValueError(f"release must be one of {RELEASES}, got {release!r}")
         matches = [r for r in self._records if r.arm == arm and r.release == release]
@@ -617,7 +619,7 @@ class SiflAccountant:
         return max(matches, key=lambda r: r.round)
 
     def epsilon(
-        self, *, release: Release, arm: str, round: int | None = None, bound: Bound = "sound"
+        self, *, release: ReleaseName, arm: str, round: int | None = None, bound: Bound = "sound"
     ) -> float:
         """Worst-element ε of a release: the latest round, or ``round``.
 
@@ -636,7 +638,9 @@ class SiflAccountant:
         rec = self._select(release=release, arm=arm, round=round)
         return rec.epsilon if bound == "sound" else rec.epsilon_paper
 
-    def history(self, *, arm: str | None = None, release: Release | None = None) -> tuple[ReleaseRecord, ...]:
+    def history(
+        self, *, arm: str | None = None, release: ReleaseName | None = None
+    ) -> tuple[ReleaseRecord, ...]:
         """All records in the order they were made, optionally filtered by arm and release."""
         return tuple(
             r
