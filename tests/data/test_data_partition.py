@@ -131,9 +131,8 @@ def test_a_registered_partitioner_is_accepted_and_unknown_schemes_list_the_regis
     restore_partitioners: None,
 ) -> None:
     labels = _labels(103)
-    with pytest.raises(
-        ValueError, match="unknown partition scheme 'round_robin'; registered: iid, dirichlet, shards"
-    ):
+    before = ", ".join(PARTITIONERS)  # read, not pinned: a new built-in scheme changes no test
+    with pytest.raises(ValueError, match=f"unknown partition scheme 'round_robin'; registered: {before}"):
         partition_dataset(labels, scheme="round_robin", num_clients=4, seed=1)
 
     @register_partitioner("round_robin")
@@ -150,7 +149,7 @@ def test_a_registered_partitioner_is_accepted_and_unknown_schemes_list_the_regis
     direct = partition_round_robin(labels, 4, numpy_generator(1, "partition", "round_robin"))
     assert all(np.array_equal(a, b) for a, b in zip(parts, direct, strict=True))
 
-    with pytest.raises(ValueError, match=r"registered: iid, dirichlet, shards, round_robin\. Fix:"):
+    with pytest.raises(ValueError, match=rf"registered: {before}, round_robin\. Fix:"):
         partition_dataset(labels, scheme="pathological", num_clients=4, seed=1)
     with pytest.raises(ValueError, match="'round_robin' is already registered"):
         register_partitioner("round_robin")(partition_round_robin)
@@ -166,4 +165,5 @@ def test_partition_options_are_partition_datasets_keywords() -> None:
         if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in ("scheme", "num_clients", "seed")
     ]
     assert keywords == list(PARTITION_OPTIONS)
-    assert list(PARTITIONERS) == ["iid", "dirichlet", "shards"]  # the built-ins, in the order shown to users
+    for name, scheme in PARTITIONERS.items():  # every registered scheme asks only for knobs that exist
+        assert set(scheme.options) <= set(PARTITION_OPTIONS), name
