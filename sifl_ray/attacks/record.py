@@ -398,60 +398,40 @@ class TaskParties:
         for worker in self.parties.workers:
             worker.role.recorder = recorder
 
+    def hand_steps(self, arm: str, steps, *, shards: int) -> list:
+        """The server and the aggregator shards get the arm's steps (:class:`~sifl_ray.runner.arms.PartyHost`;
+        nothing is kept: no party of a task is ever replaced)."""
+        backend, parties = self.backend, self.parties
+        done = []
+        if steps.server is not None:
+            done.append(backend.call(parties.server, "set_step", arm, steps.server))
+        for aggregator in parties.aggregators[:shards]:
+            if steps.aggregator is not None:
+                done.append(backend.call(aggregator, "set_step", arm, steps.aggregator))
+            if steps.secagg is not None:
+                done.append(backend.call(aggregator, "set_secagg", arm, steps.secagg))
+        return done
+
+    def hand_arm(self, arm: str, *, mode: str, setup: dict, views: tuple, paired: bool) -> list:
+        """Every worker and the evaluator get their part of ``arm`` (a
+        :class:`~sifl_ray.runner.arms.PartyHost`). The evaluator reports no deviation from fl (``paired`` is
+        ignored): a task plays one arm at a time."""
+        backend, parties = self.backend, self.parties
+        done = [backend.call(worker, "set_arm", arm, setup, *views) for worker in parties.workers]
+        done.append(backend.call(parties.evaluator, "set_arm", arm, mode, *views))
+        return done
+
     def setup_arm(
         self, platform: DictConfig, arm: str, *, coding: CodingSpec, w0: torch.Tensor, epoch: int, steps
     ):
-        """Give every party its part of ``arm`` as :func:`sifl_ray.runner.arms.setup_arm` does (keys made by
-        the server and aggregator actors from ``coding``; the arm's steps, its client step wrapped in a
-        :class:`ModelTap`), and return the driver's :class:`~sifl_ray.round.ArmState` with the first
-        broadcast (which encodes ``w0``). No key files, no precision refusal: the attacks run at scales the
-        platform would refuse."""
-        from sifl_ray.arms import arm_of
-        from sifl_ray.round import ArmState
-        from sifl_ray.runner.state import arm_shape
+        """Give every party its part of ``arm`` through the runner's own set-up
+        (:func:`sifl_ray.runner.arms.hand_out_arm`: keys made by the server and aggregator actors from
+        ``coding``; the arm's steps, its client step wrapped in a :class:`ModelTap`), and return the driver's
+        :class:`~sifl_ray.round.ArmState` with the first broadcast (which encodes ``w0``). No key files, no
+        precision refusal: the attacks run at scales the platform would refuse."""
+        from sifl_ray.runner.arms import hand_out_arm
 
-        backend, parties = self.backend, self.parties
-        n = int(w0.numel())
-        mode, n_tilde, bounds = arm_shape(platform, arm, n)
-        server_view = backend.call(
-            parties.server, "setup_arm", arm, mode=mode, n=n, coding=coding, run_seed=int(platform.seed)
-        )
-        agg_state = backend.call(
-            parties.aggregators[0], "create_key", arm, mode=mode, coding=coding, run_seed=int(platform.seed)
-        )
-        for s, aggregator in enumerate(parties.aggregators[: len(bounds)]):
-            backend.call(
-                aggregator, "setup_arm", arm, mode=mode, coding=coding, state=agg_state, bounds=bounds[s]
-            )
-            if steps.aggregator is not None:
-                backend.call(aggregator, "set_step", arm, steps.aggregator)
-            if steps.secagg is not None:
-                backend.call(aggregator, "set_secagg", arm, steps.secagg)
-        if steps.server is not None:
-            backend.call(parties.server, "set_step", arm, steps.server)
-        agg_view = backend.call(parties.aggregators[0], "client_view", arm)
-        form = str(platform.coding.client_form)
-        setup = {
-            "mode": mode,
-            "client_form": form,
-            "key_epoch": epoch,
-            "step": steps.client,
-            "uniform_weights": arm_of(platform, arm).uniform_weights,
-            "secagg": steps.secagg,
-        }
-        for worker in parties.workers:
-            backend.call(worker, "set_arm", arm, setup, server_view, agg_view)
-        backend.call(parties.evaluator, "set_arm", arm, mode, server_view, agg_view)
-        state = ArmState(
-            arm,
-            mode,
-            n_tilde,
-            bounds,
-            key_epoch=epoch,
-            server_step=steps.server is not None,
-            secure=steps.secagg is not None,
-        )
-        state.broadcast = backend.call(parties.server, "initial_broadcast", arm, backend.put(w0))
+        state, _ = hand_out_arm(self, platform, arm, coding=coding, steps=steps, w0=w0, epoch=epoch)
         return state
 
     def scorer_keys(self, arm: str) -> tuple[ServerKey | None, AggregatorKey | None]:

@@ -7,8 +7,9 @@ part, so it names no arm.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -22,8 +23,8 @@ from sifl_ray.sizing import arm_precision, arm_round_bound
 
 
 @dataclass
-class ArmSetup:
-    """One arm, set up.
+class PreparedArm:
+    """One arm, set up: what the driver keeps of it.
 
     Attributes:
         state: what the driver keeps between rounds (the reference to the next broadcast).
@@ -40,35 +41,47 @@ class ArmSetup:
     releases: Any = None
 
 
-def setup_arm(
+class PartyHost(Protocol):
+    """Who hands the parties their part of an arm: the runner's :class:`PartyPool` (which keeps each part, to
+    set up a replacement) and the attack recorder's task parties."""
+
+    backend: Any
+    parties: Any
+
+    def hand_steps(self, arm: str, steps: Any, *, shards: int) -> list: ...
+
+    def hand_arm(self, arm: str, *, mode: str, setup: dict, views: tuple, paired: bool) -> list: ...
+
+
+def hand_out_arm(
+    host: PartyHost,
     cfg: DictConfig,
-    pool: PartyPool,
-    checkpoints: Checkpoints,
     arm: str,
     *,
+    coding: Any,
+    steps: Any,
     w0: torch.Tensor,
-    sizes: np.ndarray,
-    clients_per_worker: int,
+    epoch: int = 0,
+    key_path: Callable[[str], str | None] | None = None,
     restored: ArmState | None = None,
-) -> ArmSetup:
-    """Give every party its part of ``arm``: fresh keys, or (``restored``: the arm's state taken back from
-    a checkpoint) the keys already taken back from their files by :meth:`Checkpoints.restore_keys`.
+) -> tuple[ArmState, dict[str, Any]]:
+    """Every party's part of ``arm``, the one set-up the runner and the attack recorder share: the server's
+    key 1 and the aggregator's secrets (made in their own actors from ``coding``; ``restored``: already
+    taken back from their key files), the arm's steps, each worker's and the evaluator's set-up, and the
+    first broadcast (which encodes ``w0``; ``restored``: the checkpoint's).
 
     Args:
-        w0: the initial model (the first broadcast encodes it); ``sizes``: every client's data set size.
-        clients_per_worker: the most clients one worker sums (for the round's rounding bound).
+        steps: the arm's :class:`~sifl_ray.arms.PartySteps` (the recorder wraps the client step in a tap).
+        epoch: the key epoch (a re-keying attack design sets the arm up again with a fresh key).
+        key_path: ``key_path(party)``, the file the party keeps its secrets in (``None``: none kept).
 
-    Raises:
-        PrecisionError: float64 cannot carry this configuration (before any party is asked anything).
+    Returns:
+        The driver's :class:`~sifl_ray.round.ArmState` and the workers' set-up.
     """
-    backend, parties, coding = pool.backend, pool.parties, checkpoints.coding
-    n = int(w0.numel())
+    backend, parties = host.backend, host.parties
     protocol = arm_of(cfg, arm)
+    n = int(w0.numel())
     mode, n_tilde, bounds = arm_shape(cfg, arm, n)
-    local = {"local_size": int(sizes.min()), "total_size": int(sizes.sum()), "largest_size": int(sizes.max())}
-    local["key_dir"] = checkpoints.kept_key_dir()
-    ctx = ArmContext(cfg=cfg, arm=arm, n=n, **local)
-    steps = protocol.steps(ctx)
     if mode == "m2" and steps.server is not None:
         raise ValueError(
             f"arm {arm}: its server step needs a plain model, and an M2 server never holds one (code 2 stays "
@@ -79,30 +92,35 @@ def setup_arm(
         mode,
         n_tilde,
         bounds,
+        key_epoch=epoch,
         server_step=steps.server is not None,
         secure=steps.secagg is not None,
         every_round=bool(getattr(steps.aggregator, "every_round", False)),
         audit=bool(cfg.audit.canaries),
     )
-    out = ArmSetup(state=state, setup={})
-    if mode != "plain":
-        # Refuse (or warn) before any work if float64 cannot carry this configuration (SPEC "Precision").
-        out.precision = arm_precision(cfg, mode=mode, n=n, w_max=float(w0.abs().max()))
-    server_kw = dict(
-        mode=mode, n=n, coding=coding, run_seed=cfg.seed, key_path=checkpoints.key_path("server", arm)
-    )
+    path = key_path or (lambda party: None)
+    seed = int(cfg.seed)
     if restored is not None:
         done = []
     else:
-        server_view = backend.call(parties.server, "setup_arm", arm, **server_kw)
+        server_view = backend.call(
+            parties.server,
+            "setup_arm",
+            arm,
+            mode=mode,
+            n=n,
+            coding=coding,
+            run_seed=seed,
+            key_path=path("server"),
+        )
         agg_state = backend.call(
             parties.aggregators[0],
             "create_key",
             arm,
             mode=mode,
             coding=coding,
-            run_seed=cfg.seed,
-            key_path=checkpoints.key_path("aggregator", arm),
+            run_seed=seed,
+            key_path=path("aggregator"),
         )
         done = [
             backend.call(
@@ -110,30 +128,79 @@ def setup_arm(
             )
             for s, a in enumerate(parties.aggregators[: len(bounds)])
         ]
-    done += pool.hand_steps(arm, steps, shards=len(bounds))
+    done += host.hand_steps(arm, steps, shards=len(bounds))
     backend.get(done)
     if restored is not None:
         server_view = backend.call(parties.server, "client_view", arm)
     agg_view = backend.call(parties.aggregators[0], "client_view", arm)
-    out.setup.update(
-        {
-            "mode": mode,
-            "client_form": cfg.coding.client_form,
-            "key_epoch": 0,
-            "step": steps.client,
-            "uniform_weights": protocol.uniform_weights,
-            "secagg": steps.secagg,
-            "canary_norm": canary_norm(cfg, protocol) if cfg.audit.canaries else None,
-            "uploads": protocol.uploads,
-            # zero-out (the arm's relation): a canary left out uploads no change instead of staying away
-            "canary_zero_out": protocol.zero_out,
-        }
-    )
+    setup = {
+        "mode": mode,
+        "client_form": cfg.coding.client_form,
+        "key_epoch": epoch,
+        "step": steps.client,
+        "uniform_weights": protocol.uniform_weights,
+        "secagg": steps.secagg,
+        "canary_norm": canary_norm(cfg, protocol) if cfg.audit.canaries else None,
+        "uploads": protocol.uploads,
+        # zero-out (the arm's relation): a canary left out uploads no change instead of staying away
+        "canary_zero_out": protocol.zero_out,
+    }
     views = (server_view, agg_view)
-    done = pool.hand_arm(arm, mode=mode, setup=out.setup, views=views, paired=protocol.paired_with_fl)
+    done = host.hand_arm(arm, mode=mode, setup=setup, views=views, paired=protocol.paired_with_fl)
     if restored is None:
-        out.state.broadcast = backend.call(parties.server, "initial_broadcast", arm, backend.put(w0))
+        state.broadcast = backend.call(parties.server, "initial_broadcast", arm, backend.put(w0))
+    else:
+        state.broadcast = restored.broadcast  # from the checkpoint (see Checkpoints.load_broadcasts)
     backend.get(done)
+    return state, setup
+
+
+def setup_arm(
+    cfg: DictConfig,
+    pool: PartyPool,
+    checkpoints: Checkpoints,
+    arm: str,
+    *,
+    w0: torch.Tensor,
+    sizes: np.ndarray,
+    clients_per_worker: int,
+    restored: ArmState | None = None,
+) -> PreparedArm:
+    """Give every party its part of ``arm`` (:func:`hand_out_arm`: fresh keys, or with ``restored``, the
+    arm's state taken back from a checkpoint, the keys already taken back from their files by
+    :meth:`Checkpoints.restore_keys`), then what the driver keeps: the precision claims and the privacy
+    report.
+
+    Args:
+        w0: the initial model (the first broadcast encodes it); ``sizes``: every client's data set size.
+        clients_per_worker: the most clients one worker sums (for the round's rounding bound).
+
+    Raises:
+        PrecisionError: float64 cannot carry this configuration (before any party is asked anything).
+    """
+    backend, parties = pool.backend, pool.parties
+    n = int(w0.numel())
+    protocol = arm_of(cfg, arm)
+    mode, _, _ = arm_shape(cfg, arm, n)
+    local = {"local_size": int(sizes.min()), "total_size": int(sizes.sum()), "largest_size": int(sizes.max())}
+    local["key_dir"] = checkpoints.kept_key_dir()
+    ctx = ArmContext(cfg=cfg, arm=arm, n=n, **local)
+    steps = protocol.steps(ctx)
+    precision = None
+    if mode != "plain":
+        # Refuse (or warn) before any work if float64 cannot carry this configuration (SPEC "Precision").
+        precision = arm_precision(cfg, mode=mode, n=n, w_max=float(w0.abs().max()))
+    state, setup = hand_out_arm(
+        pool,
+        cfg,
+        arm,
+        coding=checkpoints.coding,
+        steps=steps,
+        w0=w0,
+        key_path=lambda party: checkpoints.key_path(party, arm),
+        restored=restored,
+    )
+    out = PreparedArm(state=state, setup=setup, precision=precision)
     if mode != "plain":
         key_norms, agg_norms = backend.get(
             [
@@ -168,8 +235,6 @@ def setup_arm(
         )
     record = getattr(protocol, "accountant_releases", None)
     out.releases = record(ctx) if record is not None else None
-    if restored is not None:
-        out.state.broadcast = restored.broadcast  # from the checkpoint (see Checkpoints.load_broadcasts)
     return out
 
 
