@@ -96,8 +96,8 @@ class ClientWorkerActor:
     def set_canaries(self, seed: bytes, canaries: dict[int, int], weight: float, directions: int = 0) -> None:
         self.role.set_canaries(seed, canaries, weight, directions)
 
-    def set_arm(self, arm: str, setup: dict, server_view=None, aggregator_view=None) -> None:
-        self.role.set_arm(arm, ArmSetup(server_view=server_view, aggregator_view=aggregator_view, **setup))
+    def set_arm(self, arm: str, setup: ArmSetup, server_view=None, aggregator_view=None) -> None:
+        self.role.set_arm(arm, setup, server_view, aggregator_view)
 
     def train_round(
         self,

@@ -240,10 +240,8 @@ class TaskWorker:
     def __init__(self, role) -> None:
         self.role = role
 
-    def set_arm(self, arm: str, setup: dict, server_view=None, aggregator_view=None) -> None:
-        from sifl_ray.roles.client import ArmSetup
-
-        self.role.set_arm(arm, ArmSetup(server_view=server_view, aggregator_view=aggregator_view, **setup))
+    def set_arm(self, arm: str, setup, server_view=None, aggregator_view=None) -> None:
+        self.role.set_arm(arm, setup, server_view, aggregator_view)
 
     def train_round(self, arm, t, broadcast, clients, bounds, attempt: int = 0, inboxes=None):
         partials, report, *tap = self.role.train_round(arm, t, broadcast, clients, bounds, inboxes)
@@ -412,7 +410,7 @@ class TaskParties:
                 done.append(backend.call(aggregator, "set_secagg", arm, steps.secagg))
         return done
 
-    def hand_arm(self, arm: str, *, mode: str, setup: dict, views: tuple, paired: bool) -> list:
+    def hand_arm(self, arm: str, *, mode: str, setup, views: tuple, paired: bool) -> list:
         """Every worker and the evaluator get their part of ``arm`` (a
         :class:`~sifl_ray.runner.arms.PartyHost`). The evaluator reports no deviation from fl (``paired`` is
         ignored): a task plays one arm at a time."""

@@ -211,12 +211,17 @@ class ClientWorkerRole:
         canaries = sorted(c for c in clients if c in self.canaries)
         return [c for c in clients if c not in self.canaries], canaries
 
-    def set_arm(self, arm: str, setup: ArmSetup) -> None:
-        """Play ``arm``'s clients with ``setup``; its key views are moved to this worker's device once."""
+    def set_arm(self, arm: str, setup: ArmSetup, server_view=None, aggregator_view=None) -> None:
+        """Play ``arm``'s clients with ``setup`` (made once, by the driver's
+        :func:`~sifl_ray.runner.arms.hand_out_arm`) and the key views the server and the aggregator made for
+        the clients (given here: they travel by reference; ``None`` keeps the setup's own); the views are
+        moved to this worker's device once."""
+        server_view = setup.server_view if server_view is None else server_view
+        aggregator_view = setup.aggregator_view if aggregator_view is None else aggregator_view
         self.arms[arm] = replace(
             setup,
-            server_view=on_device(setup.server_view, self.device),
-            aggregator_view=on_device(setup.aggregator_view, self.device),
+            server_view=on_device(server_view, self.device),
+            aggregator_view=on_device(aggregator_view, self.device),
         )
         if setup.secagg is not None:
             from sifl_ray.roles.secure import WorkerSecAgg

@@ -16,6 +16,7 @@ import torch
 from omegaconf import DictConfig
 
 from sifl_ray.arms import ArmContext, arm_of
+from sifl_ray.roles.client import ArmSetup
 from sifl_ray.round import ArmState
 from sifl_ray.runner.parties import PartyPool, say
 from sifl_ray.runner.state import Checkpoints, arm_shape
@@ -35,7 +36,7 @@ class PreparedArm:
     """
 
     state: ArmState
-    setup: dict[str, Any]
+    setup: ArmSetup
     precision: dict[str, Any] | None = None
     privacy: dict[str, Any] | None = None
     releases: Any = None
@@ -50,7 +51,7 @@ class PartyHost(Protocol):
 
     def hand_steps(self, arm: str, steps: Any, *, shards: int) -> list: ...
 
-    def hand_arm(self, arm: str, *, mode: str, setup: dict, views: tuple, paired: bool) -> list: ...
+    def hand_arm(self, arm: str, *, mode: str, setup: ArmSetup, views: tuple, paired: bool) -> list: ...
 
 
 def hand_out_arm(
@@ -64,7 +65,7 @@ def hand_out_arm(
     epoch: int = 0,
     key_path: Callable[[str], str | None] | None = None,
     restored: ArmState | None = None,
-) -> tuple[ArmState, dict[str, Any]]:
+) -> tuple[ArmState, ArmSetup]:
     """Every party's part of ``arm``, the one set-up the runner and the attack recorder share: the server's
     key 1 and the aggregator's secrets (made in their own actors from ``coding``; ``restored``: already
     taken back from their key files), the arm's steps, each worker's and the evaluator's set-up, and the
@@ -133,18 +134,18 @@ def hand_out_arm(
     if restored is not None:
         server_view = backend.call(parties.server, "client_view", arm)
     agg_view = backend.call(parties.aggregators[0], "client_view", arm)
-    setup = {
-        "mode": mode,
-        "client_form": cfg.coding.client_form,
-        "key_epoch": epoch,
-        "step": steps.client,
-        "uniform_weights": protocol.uniform_weights,
-        "secagg": steps.secagg,
-        "canary_norm": canary_norm(cfg, protocol) if cfg.audit.canaries else None,
-        "uploads": protocol.uploads,
+    setup = ArmSetup(
+        mode=mode,
+        client_form=str(cfg.coding.client_form),
+        key_epoch=epoch,
+        step=steps.client,
+        uniform_weights=protocol.uniform_weights,
+        secagg=steps.secagg,
+        canary_norm=canary_norm(cfg, protocol) if cfg.audit.canaries else None,
+        uploads=protocol.uploads,
         # zero-out (the arm's relation): a canary left out uploads no change instead of staying away
-        "canary_zero_out": protocol.zero_out,
-    }
+        canary_zero_out=protocol.zero_out,
+    )
     views = (server_view, agg_view)
     done = host.hand_arm(arm, mode=mode, setup=setup, views=views, paired=protocol.paired_with_fl)
     if restored is None:

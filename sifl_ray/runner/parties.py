@@ -106,7 +106,7 @@ class PartyPool:
         self.parties = Parties(server=backend.spawn(ServerActor), aggregators=[], workers=[], evaluator=None)
         self.aggregator_actors: list[Any] = []
         self._spawn_aggregators(min(cfg.ray.aggregator_actors, cfg.ray.num_shards) or 1)
-        self.setups: dict[str, dict] = {}
+        self.setups: dict[str, Any] = {}  # arm → its workers' ArmSetup (to set up a replacement)
         self.steps: dict[str, Any] = {}  # arm → its PartySteps (the server's and aggregator's, for respawns)
         self.views: dict[str, tuple] = {}  # arm → refs of the clients' key views (made by their owners)
         # in-run audit (simulation only): the auditor's seed, each worker's canaries, their weight, sizes
@@ -200,7 +200,7 @@ class PartyPool:
             self.backend.call(handle, "set_audit", a["seed"], a["canaries"], a["nulls"], a["n"])
         return handle
 
-    def hand_arm(self, arm: str, *, mode: str, setup: dict, views: tuple, paired: bool) -> list:
+    def hand_arm(self, arm: str, *, mode: str, setup, views: tuple, paired: bool) -> list:
         """Give every client worker and the evaluator their part of ``arm`` (kept, to set up a replacement);
         return the calls' references. ``paired``: the evaluator reports the arm's deviation from fl."""
         self.setups[arm], self.views[arm], self.modes[arm] = setup, views, mode
