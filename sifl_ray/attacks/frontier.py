@@ -142,8 +142,8 @@ def frontier(
     Returns:
         One :class:`FrontierPoint` per (α, σ), α-major.
     """
-    from sifl_ray.attacks.suite import single_threaded
     from sifl_ray.coding import make_server_key
+    from sifl_ray.device import single_threaded
 
     if backend == "dense" and n > DENSE_MAX_N:
         raise ValueError(

@@ -35,8 +35,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,31 +73,8 @@ from sifl_ray.attacks.record import (
 )
 from sifl_ray.attacks.transcript import TranscriptRecorder
 from sifl_ray.coding.base import CODING_DTYPE, NoiseSpec, ServerKey
+from sifl_ray.device import single_threaded
 from sifl_ray.seeding import derive_seed, torch_generator
-
-
-@contextmanager
-def single_threaded() -> Iterator[None]:
-    """Run the enclosed small linear algebra on one thread (torch and the BLAS under NumPy).
-
-    Why: every matrix here is tiny (hundreds of rows); worker threads cost more in start-up and spin-waits
-    than they save, and on a busy two-core machine they made the suite 25× slower. Restores the previous
-    settings on exit.
-    """
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # only a speed-up; scikit-learn (a dependency) normally brings it
-        limits = nullcontext()
-    else:
-        limits = threadpool_limits(limits=1)
-    try:
-        with limits:
-            yield
-    finally:
-        torch.set_num_threads(before)
-
 
 AGGREGATOR = "aggregator (honest-but-curious)"
 AGGREGATOR_BROADCASTS = (
