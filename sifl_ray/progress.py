@@ -48,6 +48,8 @@ class Progress:
         total: the number of steps, if known.
         enabled: ``False`` shows nothing; ``None`` (default) follows :data:`ENV`.
         stream: where to write (default ``sys.stderr``, read when the progress starts).
+        min_interval: off a terminal, at most one line per this many seconds (and always the last step):
+            for thousands of short steps (an audit's trials), whose every line would bury the log.
     """
 
     def __init__(
@@ -57,17 +59,18 @@ class Progress:
         *,
         enabled: bool | None = None,
         stream: IO[str] | None = None,
+        min_interval: float = 0.0,
     ) -> None:
-        self.label, self.total = label, total
+        self.label, self.total, self.min_interval = label, total, min_interval
         self.enabled = progress_enabled(enabled)
         self.stream = stream
         self.done = 0
         self._bar: Any = None
-        self._start = time.perf_counter()
+        self._start = self._said = time.perf_counter()
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def __enter__(self) -> Progress:
-        self._start = time.perf_counter()
+        self._start = self._said = time.perf_counter()
         if self.enabled:
             self.stream = self.stream if self.stream is not None else sys.stderr
             if _is_terminal(self.stream):
@@ -104,6 +107,10 @@ class Progress:
             self._bar.set_postfix_str(what, refresh=False)
             self._bar.update(1)
             return
+        now = time.perf_counter()
+        if now - self._said < self.min_interval and self.done != self.total:
+            return
+        self._said = now
         count = f"{self.done}/{self.total}" if self.total is not None else str(self.done)
         text = f" {what}" if what else ""
         print(f"{self.label}: {count}{text} ({self.elapsed:.1f} s)", file=self.stream, flush=True)
