@@ -77,7 +77,7 @@ class Progress:
                 from tqdm import tqdm
 
                 self._bar = tqdm(
-                    total=self.total, desc=self.label, file=self.stream, leave=False, dynamic_ncols=True
+                    total=self.total, desc=self.label, file=self.stream, leave=False, **_unsized(self.stream)
                 )
         return self
 
@@ -133,16 +133,18 @@ def progress(
     enabled: bool | None = None,
     name: Any = None,
     stream: IO[str] | None = None,
+    min_interval: float = 0.0,
 ) -> Iterator[T]:
     """``items``, reporting one step after each (``for t in progress(range(n), "bench overhead")``).
 
     Args:
         total: the number of items (default ``len(items)`` where it has one).
         name: a function of the item that says what was done (the step's text); default: nothing.
+        min_interval: as :class:`Progress`'s.
     """
     if total is None and hasattr(items, "__len__"):
         total = len(items)  # type: ignore[arg-type]
-    with Progress(label, total, enabled=enabled, stream=stream) as bar:
+    with Progress(label, total, enabled=enabled, stream=stream, min_interval=min_interval) as bar:
         for item in items:
             yield item
             bar.step("" if name is None else str(name(item)))
@@ -153,3 +155,13 @@ def _is_terminal(stream: IO[str]) -> bool:
         return bool(stream.isatty())
     except (AttributeError, ValueError):  # closed, or a stream without isatty
         return False
+
+
+def _unsized(stream: IO[str]) -> dict[str, int]:
+    """tqdm's size for a terminal that reports none (0 × 0: a pseudo-terminal nobody sized, as some CI
+    runners give), on which tqdm draws nothing; ``{}`` (tqdm asks the terminal) for any other."""
+    try:
+        size = os.get_terminal_size(stream.fileno())
+    except (AttributeError, OSError, ValueError):
+        return {}
+    return {} if size.columns and size.lines else {"ncols": 80, "nrows": 24}
