@@ -40,6 +40,7 @@ from bench._common import (
     timed,
 )
 from sifl_ray.models import MODEL_PARAM_COUNTS
+from sifl_ray.progress import progress
 
 TARGET = 1.05
 DEFAULT_SAMPLES = {"mlp": (60000, 10000), "cnn2": (12000, 2000), "cnn": (6000, 1000)}  # (train, test)
@@ -72,7 +73,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     parts: dict[str, list[dict[str, float]]] = {a: [] for a in ARMS}
     deviation = 0.0
     try:
-        for t in range(total):
+        for t in progress(range(total), "bench coding-overhead", name=lambda t: f"round {t}: every arm"):
             groups = sim.assignment(t)
             for arm in rotation(ARMS, t):
                 dt, res = timed(lambda a=arm, t=t, g=groups: sim.play_round(a, t, g, supervise=False))

@@ -73,6 +73,7 @@ from bench.gpu_checks import (
     judge,
     parse_smi_csv,
 )
+from sifl_ray.progress import progress
 
 MODELS = ("mlp", "cnn2", "cnn")
 PAPER_CODING = {"mlp": "paper_mnist_mlp_sgd", "cnn2": "paper_fmnist_cnn2_sgd", "cnn": "paper_mnist_cnn_sgd"}
@@ -615,7 +616,7 @@ def trajectory(sim, arms, rounds: int, deadline: float | None) -> dict[str, Any]
     after each round, and its test accuracy."""
     out: dict[str, Any] = {arm: [] for arm in arms}
     out["accuracy"] = {}
-    for t in range(rounds):
+    for t in progress(range(rounds), "bench gpu: trajectory", name=lambda t: f"round {t}"):
         if t and deadline is not None and time.monotonic() > deadline:
             break
         for arm in arms:
@@ -629,7 +630,7 @@ def paired_errors(sim, arms, start: int, count: int, deadline: float) -> dict[st
     """Each SIFL round against FedAvg from the same start (``‖w_sifl − w_fl‖₂``; what ``round_bound``
     bounds, as in ``tests/reliability/reliability_helpers.paired_round_errors``)."""
     errors: dict[str, list[float]] = {arm: [] for arm in arms}
-    for t in range(start, start + count):
+    for t in progress(range(start, start + count), "bench gpu: paired rounds", name=lambda t: f"round {t}"):
         if t > start and time.monotonic() > deadline:
             break
         assignment = sim.assignment(t)
@@ -648,7 +649,7 @@ def play_turns(sim, bare: BareLoop, device: torch.device, total: int, least: int
     arms = ["fl", "sifl_m2", "bare"]
     times: dict[str, list[float]] = {a: [] for a in arms}
     difference = 0.0
-    for t in range(total):
+    for t in progress(range(total), "bench gpu: turns", name=lambda t: f"round {t}"):
         if t >= least and time.monotonic() > deadline:
             break
         groups = sim.assignment(t)

@@ -39,6 +39,7 @@ from bench._common import (
     spread,
     table,
 )
+from sifl_ray.progress import progress
 
 TARGET = 2.0
 MIB = 2**20
@@ -140,7 +141,7 @@ def measure_once(clients: int, args: argparse.Namespace) -> dict[str, Any]:
         sim = runner.Simulation(cfg)
         rounds_start = time.perf_counter()
         try:
-            for t in range(args.warmup + args.rounds):
+            for t in progress(range(args.warmup + args.rounds), f"bench memory, {clients} clients"):
                 sim.play_round("fl", t, supervise=False)
             end = time.perf_counter()
             sampler.samples.append((end, *sampler.sample()))  # the state at the end of the last round

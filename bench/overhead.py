@@ -53,6 +53,7 @@ from bench._common import (
     table,
     timed,
 )
+from sifl_ray.progress import progress
 
 TARGETS = ((10, 1.10), (100, 1.25), (999, 1.5), (None, 0.5))
 #: The platform's two ways of training a worker's clients: arm name → ``train.vectorise``.
@@ -104,7 +105,7 @@ def _turns(sim, cfg, args: argparse.Namespace, total: int):
     times: dict[str, list[float]] = {a: [] for a in arms}
     metrics: dict[str, list[dict[str, float]]] = {a: [] for a in arms}
     deviation: dict[str, float] = dict.fromkeys(["fl", *bare], 0.0)
-    for t in range(total):
+    for t in progress(range(total), "bench overhead", name=lambda t: f"round {t}: every arm"):
         groups = sim.assignment(t)
         start, ends = sim.global_model("fl"), {}
         for arm in rotation(arms, t):
@@ -170,7 +171,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         try:
             noop_times = [
                 _platform_round(noop_sim, t, noop_sim.assignment(t))[0]
-                for t in range(args.warmup + args.noop_rounds)
+                for t in progress(range(args.warmup + args.noop_rounds), "bench overhead: no-op rounds")
             ]
         finally:
             noop_sim.stop_actors()

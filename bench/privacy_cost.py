@@ -37,6 +37,7 @@ from typing import Any
 import sifl_ray.runner as runner
 from bench._common import publish, ratio_of_medians, rotation, spread, table, timed
 from sifl_ray.config import load_config
+from sifl_ray.progress import progress
 
 ARMS = ("fl", "secagg", "sifl_m2")
 FLOAT64 = 8
@@ -84,7 +85,7 @@ def measure_n(clients: int, args: argparse.Namespace) -> dict[str, Any]:
     protocol: dict[str, list[dict[str, float]]] = {"secagg": []}
     n, n_tilde, p = sim.n, sim.n + cfg.coding.n_extra, cfg.coding.p
     try:
-        for t in range(total):
+        for t in progress(range(total), "bench privacy-cost", name=lambda t: f"round {t}: every arm"):
             groups = sim.assignment(t)
             for arm in rotation(ARMS, t):
                 dt, res = timed(lambda a=arm, t=t, g=groups: sim.play_round(a, t, g, supervise=False))

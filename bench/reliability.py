@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sifl_ray.progress import Progress
+
 ROOT = Path(__file__).resolve().parent.parent
 ARMS = ("fl", "sifl_m1", "sifl_m2")
 CLIENTS = 10
@@ -495,17 +497,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     tmp = Path(tempfile.mkdtemp(prefix="bench_reliability_"))
     try:
-        tic = time.perf_counter()
-        ref_result, reference = _run(SMALL, tmp / "reference" / "run")
-        print(f"fault-free reference: {time.perf_counter() - tic:.1f} s, {ROUNDS} rounds", file=sys.stderr)
-        rows = []
-        for drill in drills():
-            rows.append(run_drill(drill, reference, tmp / "drills"))
-            print(f"  {drill.name} ({drill.policy}): {rows[-1]['wall_s']:.1f} s", file=sys.stderr, flush=True)
-        rows.append(driver_kill_drill(reference, ref_result.run_dir, tmp / "drills"))
-        configs = config_errors(tmp)
-        damage = checkpoint_damage(ref_result.run_dir, tmp)
-        soaked = soak(args.soak_clients, args.soak_rounds, args.soak_scenario, tmp / "soak")
+        planned = drills()
+        # the reference, each drill, the driver kill, the configuration errors, the damage, the soak
+        with Progress("bench reliability", total=len(planned) + 5) as bar:
+            ref_result, reference = _run(SMALL, tmp / "reference" / "run")
+            bar.step(f"fault-free reference, {ROUNDS} rounds")
+            rows = []
+            for drill in planned:
+                rows.append(run_drill(drill, reference, tmp / "drills"))
+                bar.step(f"{drill.name} ({drill.policy}): {rows[-1]['wall_s']:.1f} s")
+            rows.append(driver_kill_drill(reference, ref_result.run_dir, tmp / "drills"))
+            bar.step("driver_kill: SIGKILLed and resumed")
+            configs = config_errors(tmp)
+            bar.step("configuration errors")
+            damage = checkpoint_damage(ref_result.run_dir, tmp)
+            bar.step("damaged checkpoints")
+            soaked = soak(args.soak_clients, args.soak_rounds, args.soak_scenario, tmp / "soak")
+            bar.step(f"soak: {args.soak_clients} clients, {args.soak_rounds} rounds")
     finally:
         ray.shutdown()
         shutil.rmtree(tmp, ignore_errors=True)

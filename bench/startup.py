@@ -34,6 +34,7 @@ from typing import Any
 
 from bench._common import publish, result_line, table
 from bench.memory import MIB, MemorySampler
+from sifl_ray.progress import progress
 
 ROOT = Path(__file__).resolve().parent.parent
 FIRST_ROUND_TARGET_S = 5.0
@@ -124,7 +125,7 @@ def floor_once(actors: int, interval: float) -> dict[str, float]:
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     runs, floors = [], []
-    for i in range(max(args.runs, args.floor_runs)):
+    for i in progress(range(max(args.runs, args.floor_runs)), "bench startup", name=lambda i: f"run {i}"):
         if i < args.runs:
             runs.append(run_once(args.overrides, args.interval))
         if i < args.floor_runs and runs and runs[-1]["actors"]:

@@ -16,6 +16,7 @@ from sifl_ray.coding.base import AggregatorNorms, KeyNorms, NoiseSpec
 from sifl_ray.coding.precision import check_precision, predict_decode_error
 from sifl_ray.coding.roundoff import round_error_bound, run_round_bound
 from sifl_ray.privacy.accountant import ArmReleases, arm_release_epsilons, describe_release_epsilons
+from sifl_ray.progress import Progress
 from sifl_ray.specs import CodingSpec
 
 ROUND0_NOTE = (
@@ -264,8 +265,22 @@ def dataset_sizes(cfg: DictConfig) -> tuple[int, int]:
     return min(len(p) for p in parts), sum(len(p) for p in parts)
 
 
-def describe_scenario(cfg: DictConfig) -> dict[str, Any]:
-    """Sizes, predicted decode error and ε per release of a scenario, without training (``sifl describe``)."""
+def describe_scenario(cfg: DictConfig, *, progress: bool | None = None) -> dict[str, Any]:
+    """Sizes, predicted decode error and ε per release of a scenario, without training (``sifl describe``).
+
+    Its three steps (the model and the data set's sizes; key 1 of M1 and its row norms; keys 1 and 2 of
+    M2 and theirs) are reported on stderr (:mod:`sifl_ray.progress`; ``progress=False`` says nothing). The
+    row norms push every kernel column through the key's transform, hundreds of small passes: on one
+    thread (:func:`~sifl_ray.device.single_threaded`), which gives the same figures, because on a busy
+    machine torch's second thread turned seconds into a minute and more.
+    """
+    from sifl_ray.device import single_threaded
+
+    with single_threaded(), Progress(f"describe {cfg.scenario}", total=3, enabled=progress) as bar:
+        return _describe(cfg, bar)
+
+
+def _describe(cfg: DictConfig, bar: Progress) -> dict[str, Any]:
     from sifl_ray.models import build_model, count_params
     from sifl_ray.roles.factories import make_party_aggregator_state, make_party_server_key
     from sifl_ray.seeding import torch_generator
@@ -296,6 +311,7 @@ def describe_scenario(cfg: DictConfig) -> dict[str, Any]:
         "arms": list(cfg.arms),
         "modes": {},
     }
+    bar.step(f"model ({n:,} parameters) and data set sizes")
     for mode in ("m1", "m2"):
         role, _ = make_party_server_key(arm="describe", mode=mode, n=n, coding=coding, run_seed=cfg.seed)
         report = predict(cfg, mode=mode, n=n, w_max=w_max, key=role.key)
@@ -332,6 +348,7 @@ def describe_scenario(cfg: DictConfig) -> dict[str, Any]:
             "round_bound": None if bound is None else bound["round_bound"],
             **priv,
         }
+        bar.step("M1: key 1 and its row norms" if mode == "m1" else "M2: keys 1 and 2 and their row norms")
     m2 = out["modes"]["m2"]
     out["predicted_decode_error"] = max(v["predicted_decode_error"] for v in out["modes"].values())
     out["epsilon"] = {

@@ -38,7 +38,8 @@ def attack_main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     from sifl_ray.attacks.report import audit_result_line, result_line, summary_table, write_all
-    from sifl_ray.attacks.suite import run_suite
+    from sifl_ray.attacks.suite import run_suite, suite_steps
+    from sifl_ray.progress import Progress
 
     out_dir = (
         Path(cfg.out_dir)
@@ -46,7 +47,8 @@ def attack_main(argv: list[str] | None = None) -> int:
         else Path("runs") / "attack" / cfg.scenario / time.strftime("%Y%m%d-%H%M%S")
     )
     out_dir.mkdir(parents=True, exist_ok=True)
-    result = run_suite(cfg, transcript_dir=out_dir / "transcripts", log=lambda msg: print(msg, flush=True))
+    with Progress(f"attack {cfg.scenario}", total=suite_steps(cfg)) as progress:  # on stderr
+        result = run_suite(cfg, transcript_dir=out_dir / "transcripts", log=progress.step)
     paths = write_all(result, out_dir)
     print(summary_table(result))
     print(f"\nwritten: {paths['json']}, {paths['markdown']}, TensorBoard: {paths['tensorboard']}")

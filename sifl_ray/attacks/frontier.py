@@ -136,14 +136,17 @@ def frontier(
     local_size: int = 6000,
     delta: float = 1e-5,
     seed: int = 0,
+    progress: bool | None = None,
 ) -> list[FrontierPoint]:
-    """Sweep α × noise scale; one key per α (the noise scale does not change the key).
+    """Sweep α × noise scale; one key per α (the noise scale does not change the key). Each point done is
+    reported on stderr (:mod:`sifl_ray.progress`; ``progress=False``: nothing).
 
     Returns:
         One :class:`FrontierPoint` per (α, σ), α-major.
     """
-    from sifl_ray.attacks.suite import single_threaded
     from sifl_ray.coding import make_server_key
+    from sifl_ray.device import single_threaded
+    from sifl_ray.progress import Progress
 
     if backend == "dense" and n > DENSE_MAX_N:
         raise ValueError(
@@ -151,7 +154,8 @@ def frontier(
             "Use backend=fast for large models"
         )
     points = []
-    with single_threaded():
+    total = len(alphas) * len(noise_scales)
+    with single_threaded(), Progress("describe --frontier", total=total, enabled=progress) as bar:
         for alpha in map(float, alphas):
             key = make_server_key(
                 n=n,
@@ -198,6 +202,7 @@ def frontier(
                         laplace_measured_relative_error=rel_l,
                     )
                 )
+                bar.step(f"alpha {alpha:g}, noise scale {scale:g}")
     return points
 
 

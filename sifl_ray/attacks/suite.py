@@ -35,8 +35,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,31 +73,9 @@ from sifl_ray.attacks.record import (
 )
 from sifl_ray.attacks.transcript import TranscriptRecorder
 from sifl_ray.coding.base import CODING_DTYPE, NoiseSpec, ServerKey
+from sifl_ray.device import single_threaded
+from sifl_ray.progress import Progress
 from sifl_ray.seeding import derive_seed, torch_generator
-
-
-@contextmanager
-def single_threaded() -> Iterator[None]:
-    """Run the enclosed small linear algebra on one thread (torch and the BLAS under NumPy).
-
-    Why: every matrix here is tiny (hundreds of rows); worker threads cost more in start-up and spin-waits
-    than they save, and on a busy two-core machine they made the suite 25× slower. Restores the previous
-    settings on exit.
-    """
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # only a speed-up; scikit-learn (a dependency) normally brings it
-        limits = nullcontext()
-    else:
-        limits = threadpool_limits(limits=1)
-    try:
-        with limits:
-            yield
-    finally:
-        torch.set_num_threads(before)
-
 
 AGGREGATOR = "aggregator (honest-but-curious)"
 AGGREGATOR_BROADCASTS = (
@@ -1116,7 +1093,16 @@ def _audit_m2_broadcast(
     gen = torch_generator(cfg.seed, "attack", "audit", arm)
     direction = torch.randn(task.n, generator=gen, dtype=CODING_DTYPE)
     x1 = direction * (sensitivity / torch.linalg.vector_norm(direction))
-    test = audit_release(release, x0=torch.zeros(task.n, dtype=CODING_DTYPE), x1=x1, **kw)
+    # 2 × trials releases through the platform's server and aggregator: most of the suite's time, so its
+    # own progress (lines at most every 10 s off a terminal)
+    with Progress(f"{arm}, the DP audit's releases", total=2 * kw["trials"], min_interval=10.0) as bar:
+
+        def counted(x: torch.Tensor, trial: int) -> torch.Tensor:
+            out = release(x, trial)
+            bar.step()
+            return out
+
+        test = audit_release(counted, x0=torch.zeros(task.n, dtype=CODING_DTYPE), x1=x1, **kw)
     scope = "per element of one broadcast (the paper's Theorem 2, global release), worst element"
     what = "the whole broadcast W', read by a client (P2R, P1L)"
     return ArmAudit(arm, float(report.get("epsilon_global", math.nan)), scope, what, test)
@@ -1181,11 +1167,22 @@ ATTACKED_AS = {
 }
 
 
+def suite_steps(cfg: DictConfig) -> int:
+    """How many times :func:`run_suite` calls its ``log``: once per m1 arm and design (contrast designs
+    included), per m2 arm attacked by its server, per plain arm, and per arm audited (the progress total)."""
+    arms = attacked_arms(cfg)
+    m1 = sum(1 for coding in arms.values() if coding == "m1")
+    m2 = sum(1 for coding in arms.values() if coding == "m2") if cfg.m2.enabled else 0
+    plain = sum(1 for coding in arms.values() if coding == "plain")
+    return m1 * (len(cfg.designs) + len(cfg.contrast.designs)) + m2 + plain + len(arms)
+
+
 def run_suite(
     cfg: DictConfig, *, transcript_dir: Path | None = None, log: Callable[[str], object] = print
 ) -> SuiteResult:
     """Attack every arm of ``cfg.arms``: m1 arms under every design of ``cfg`` (attacks (a)–(d), the audit
-    (f)), m2 arms by their server (e), plain arms by the aggregator's direct view."""
+    (f)), m2 arms by their server (e), plain arms by the aggregator's direct view. ``log`` is told of each
+    step done (:func:`suite_steps` of them)."""
     with single_threaded():
         return _run_suite(cfg, transcript_dir=transcript_dir, log=log)
 
@@ -1266,16 +1263,20 @@ def _run_suite(cfg: DictConfig, *, transcript_dir: Path | None, log: Callable[[s
     audits = []
     for arm in arms:
         first_m1 = bool(m1_arms) and arm == m1_arms[0]  # the primary design's audit is the first m1 arm's
-        for got in audit_arm(
+        got = audit_arm(
             task,
             cfg,
             arm,
             m1_whole=whole if first_m1 else None,
             paper_eps=primary.epsilon_paper if primary is not None and first_m1 else None,
-        ):
-            audits.append(got)
-            lb, reported = got.test.epsilon_lower_bound, got.reported_epsilon
-            log(f"{got.label}, the DP audit: eps >= {lb:.3g} (reported {reported:.3g})")
+        )
+        audits += got
+        said = [
+            f"{a.label}, the DP audit: eps >= {a.test.epsilon_lower_bound:.3g} "
+            f"(reported {a.reported_epsilon:.3g})"
+            for a in got
+        ]
+        log("; ".join(said) or f"{arm}, the DP audit: none (the suite has no audit for this arm)")
     return SuiteResult(
         config=public_config(cfg),
         designs=designs,

@@ -29,12 +29,13 @@ from sifl_ray.runner.summary import (
     record_text,
     result_line,
     round_incidents,
+    round_line,
     summarise,
 )
 
 
 class Progress:
-    """One line per round on stderr (a bar over rounds with the latest accuracy of every arm)."""
+    """One short line per round on stderr (:func:`~sifl_ray.runner.summary.round_line`)."""
 
     def __init__(self, total: int, enabled: bool):
         self.total = total
@@ -44,18 +45,7 @@ class Progress:
     def update(self, t: int, accs: dict[str, float]) -> None:
         if not self.enabled:
             return
-        done = t + 1
-        width = 20
-        bar = "#" * (width * done // self.total) + "." * (width - width * done // self.total)
-        arms = " ".join(f"{a}={100 * v:.1f}%" for a, v in accs.items())
-        elapsed = time.perf_counter() - self.start
-        # rounds are numbered from 0 everywhere (TensorBoard's steps, checkpoints, resume); the count beside
-        # says how many of the run's rounds are done
-        print(
-            f"[{bar}] round {t} ({done}/{self.total} done) {elapsed:6.1f}s | {arms}",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(round_line(t, self.total, time.perf_counter() - self.start, accs), file=sys.stderr, flush=True)
 
 
 class Recorder:

@@ -303,17 +303,41 @@ def end_of_run_messages(summary: dict[str, Any], precision: dict[str, dict[str, 
                 f"{arm}: the fixed-point codec clipped {secure['coordinates_clipped']} coordinates of the "
                 "uploads to the ring's range (secagg.clip, or secagg.noise_margin under distributed noise)"
             )
-    for arm, a in summary["arms"].items():
-        if a["clipped"]:
-            uploads = int(sum(r["clients/accepted"] for r in summary["arms"][arm]["rounds"]))
-            # an arm whose client step clips without naming its C in the configuration says only that
-            bound = "C" if a.get("clip") is None else f"C = {a['clip']:g} ({a['clip_key']}; "
-            bound += "" if a.get("clip") is None else f"{uploads} uploads accepted)"
-            messages.append(
-                f"{arm}: clipped {a['clipped']} client {a.get('clips', 'models to ‖w_i‖')} ≤ {bound}: the ε "
-                "figures hold for clipped uploads only, and the clipping shapes the accuracy"
-            )
+    clipped = [arm for arm, a in summary["arms"].items() if a["clipped"]]
+    for arm in clipped:
+        a = summary["arms"][arm]
+        uploads = int(sum(r["clients/accepted"] for r in a["rounds"]))
+        # an arm whose client step clips without naming its C in the configuration says only that
+        bound = "C" if a.get("clip") is None else f"C = {a['clip']:g} ({a['clip_key']}; "
+        bound += "" if a.get("clip") is None else f"{uploads} uploads accepted)"
+        messages.append(f"{arm}: clipped {a['clipped']} client {a.get('clips', 'models to ‖w_i‖')} ≤ {bound}")
+    if clipped:  # the caveat once, whatever the number of arms that clipped (dp_compare has 12)
+        who, whose = (clipped[0], "its") if len(clipped) == 1 else (f"the {len(clipped)} arms above", "their")
+        messages.append(
+            f"clipping: the ε figures of {who} hold for clipped uploads only, and the clipping "
+            f"shapes {whose} accuracy"
+        )
     return messages
+
+
+def round_line(t: int, total: int, elapsed: float, accuracies: dict[str, float], *, width: int = 110) -> str:
+    """The run's progress line after round ``t`` (numbered from 0, as TensorBoard's steps and the
+    checkpoints are), at most ``width`` characters: the count of rounds done, the elapsed seconds and the
+    test accuracy of as many arms as fit, in the run's order (fl first), then the range of the others.
+
+    Why short: a run's log gets one per round, and 15 arms printed in full made it 300 characters wide;
+    every figure of every round is in TensorBoard and summary.json.
+    """
+    head = f"round {t} ({t + 1}/{total} done) {elapsed:.1f}s |"
+    shown = [f"{arm} {100 * acc:.1f}%" for arm, acc in accuracies.items()]
+    values = [100 * acc for acc in accuracies.values()]
+    for k in range(len(shown), -1, -1):
+        rest = values[k:]
+        more = f" +{len(rest)} arms {min(rest):.1f}-{max(rest):.1f}%" if rest else ""
+        line = " ".join([head, *shown[:k]]) + more
+        if len(line) <= width:
+            return line
+    return line[:width]
 
 
 def result_line(summary: dict[str, Any]) -> str:

@@ -1,0 +1,49 @@
+"""What Ray prints on a run's terminal that tells a user nothing, and the supported switches that quiet it.
+
+Two messages, both through Ray's own environment variables, read when ``ray`` is imported (so
+:func:`quiet_ray` must run before that, and does nothing once ``ray`` is in ``sys.modules``):
+
+* "Token authentication is enabled for this Ray cluster. Set RAY_AUTH_MODE=disabled to opt out", on every
+  start of a private instance: Ray (2.5x) turns token authentication on for a new local instance when
+  ``RAY_AUTH_MODE`` is unset, and warns because it chose for the user. Setting ``RAY_AUTH_MODE=token``
+  makes the same choice explicit: the same security, no warning. Only for a private instance: a joined
+  cluster keeps whatever mode it was started with (a driver set to ``token`` without a token file cannot
+  join a cluster started without one). A user's own ``RAY_AUTH_MODE`` is left as it is.
+* after an injected ``worker_exit`` fault, on stdout, the raylet's "A worker died or was killed while
+  executing a task by an unexpected system error ... (1) the process is killed by SIGKILL by OOM killer
+  ... (2) ray stop --force is called": the death was the drill's own ``os._exit(1)``, which the platform
+  reports itself ("round t arm: worker k died (ActorDiedError); replaced it"). Ray's log deduplicator
+  skips lines matching ``RAY_DEDUP_LOGS_SKIP_REGEX``; it is set only for runs that inject ``worker_exit``,
+  so a real crash (an OOM kill) in any other run still shows Ray's diagnosis.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import MutableMapping
+
+from omegaconf import DictConfig
+
+#: The raylet's report of a worker that exited without telling it (what ``os._exit`` looks like to Ray).
+WORKER_DIED = r"A worker died or was killed while executing a task by an unexpected system error"
+PRIVATE = ("", "local")  # ray.address values that start a private instance (actors.cluster.PRIVATE)
+
+
+def quiet_ray(cfg: DictConfig, environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
+    """Set Ray's switches for the run ``cfg`` before ``ray`` is imported; returns what it set.
+
+    Args:
+        environ: the environment to set (default ``os.environ``; tests pass a dict).
+    """
+    env = os.environ if environ is None else environ
+    if environ is None and "ray" in sys.modules:
+        return {}  # too late: Ray read its switches at import (RAY_AUTH_MODE set now would even break)
+    wanted = {}
+    if (cfg.ray.address or "") in PRIVATE:
+        wanted["RAY_AUTH_MODE"] = "token"
+    if any(f.kind == "worker_exit" for f in cfg.faults.inject):
+        wanted["RAY_DEDUP_LOGS_SKIP_REGEX"] = WORKER_DIED
+    set_now = {k: v for k, v in wanted.items() if k not in env}
+    env.update(set_now)
+    return set_now
