@@ -117,13 +117,10 @@ def cmd_run(argv: list[str]) -> int:
     if "--resume" in argv:
         return cmd_resume(argv)
     cfg = load_config(argv)  # validate before the heavy imports: a typo answers at once
-<<<<<<< HEAD
     _check_data(cfg)  # and the data set's files before Ray starts
-=======
     from sifl_ray.ray_output import quiet_ray
 
     quiet_ray(cfg)  # before Ray is imported, which reads these switches
->>>>>>> h-progress
     from actors.cluster import ClusterUnreachable
     from sifl_ray.backend import make_backend
 
