@@ -50,28 +50,25 @@ class FreshNoiseEachProcess(CentralNoise):
         return super().__call__(average, arm=arm, seed=fresh, **kw)
 
 
+def _defective(steps, step_class):
+    """``steps`` with the aggregator step rebuilt as ``step_class``: same settings, the defect put back."""
+    agg = steps.aggregator
+    fields = {f.name: getattr(agg, f.name) for f in dataclasses.fields(agg) if f.init}
+    return dataclasses.replace(steps, aggregator=step_class(**fields))
+
+
 class SkipsEmptyRounds(DpFedAvg):
     kind = "dp_fedavg_skips"
 
     def steps(self, ctx):
-        steps = super().steps(ctx)
-        agg = steps.aggregator
-        defect = NoiseOnlyWhenSampled(
-            **{f.name: getattr(agg, f.name) for f in dataclasses.fields(agg) if f.init}
-        )
-        return dataclasses.replace(steps, aggregator=defect)
+        return _defective(super().steps(ctx), NoiseOnlyWhenSampled)
 
 
 class FreshOnReplay(DpFedAvg):
     kind = "dp_fedavg_fresh"
 
     def steps(self, ctx):
-        steps = super().steps(ctx)
-        agg = steps.aggregator
-        defect = FreshNoiseEachProcess(
-            **{f.name: getattr(agg, f.name) for f in dataclasses.fields(agg) if f.init}
-        )
-        return dataclasses.replace(steps, aggregator=defect)
+        return _defective(super().steps(ctx), FreshNoiseEachProcess)
 
 
 @pytest.fixture(scope="module", autouse=True)
