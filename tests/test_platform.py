@@ -208,8 +208,8 @@ def test_nbafl_arm_sigma_covers_the_uploads_it_claims(tmp_path, exposures, uploa
     finally:
         sim.close()
     one = nbafl_sigma(epsilon=1.0, delta=cfg.nbafl.delta, clip=cfg.nbafl.clip, local_size=smallest)
-    assert setup["step"].sigma == pytest.approx(uploads * one, rel=1e-12)  # what the clients receive
-    assert priv["sigma"] == setup["step"].sigma and priv["uploads_covered"] == uploads
+    assert setup.step.sigma == pytest.approx(uploads * one, rel=1e-12)  # what the clients receive
+    assert priv["sigma"] == setup.step.sigma and priv["uploads_covered"] == uploads
     assert priv["guarantee"].startswith(GUARANTEES[exposures]) and priv["exposures"] == exposures
 
 

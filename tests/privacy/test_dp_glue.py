@@ -157,7 +157,7 @@ def test_the_run_calibrates_nbafl_to_its_smallest_client(tmp_path):
     )
     sim = Simulation(cfg, run_dir=tmp_path / "run")
     try:
-        sizes, step, report = sim.sizes, sim.setups["nbafl_eps2"]["step"], sim.privacy["nbafl_eps2"]
+        sizes, step, report = sim.sizes, sim.setups["nbafl_eps2"].step, sim.privacy["nbafl_eps2"]
     finally:
         sim.close()
     assert sizes.min() < sizes.mean() < sizes.max()  # the split is unequal, so the choice matters
