@@ -22,9 +22,8 @@ measured. The last line summarises.
    ``sifl_m2`` and a bare single-process GPU loop (:class:`bench._common.BareLoop`) take turns;
    ``fl`` ÷ bare (target ≤ 1.2) and ``sifl_m2`` ÷ ``fl`` (target ≤ 1.02). The workers get 0.2 GPU each
    and the evaluator 0.2 (``ray.evaluator_gpus``), so that the whole round is on the GPU as the bare loop's.
-5. **vectorised** — vectorised ÷ per-client clients at N = 1000 (target ≥ 10×), when the configuration
-   schema has a vectorised-clients switch (found at run time, or named with ``--vectorised KEY=VALUE``);
-   otherwise its line says "not available".
+5. **vectorised** — vectorised ÷ per-client clients at N = 1000 (target ≥ 10×): ``train.vectorise`` on
+   and off (or the switch named with ``--vectorised KEY=VALUE``).
 6. **memory** — peak GPU memory of every worker (torch's allocator) and what ``nvidia-smi`` reports.
 
 Without CUDA it prints one line saying that nothing was measured, and exits 0. ``--rehearse`` runs every
@@ -69,7 +68,6 @@ from bench.gpu_checks import (
     Figure,
     agreement_verdict,
     check_pinning,
-    find_vectorised_switch,
     judge,
     parse_smi_csv,
 )
@@ -79,6 +77,9 @@ MODELS = ("mlp", "cnn2", "cnn")
 PAPER_CODING = {"mlp": "paper_mnist_mlp_sgd", "cnn2": "paper_fmnist_cnn2_sgd", "cnn": "paper_mnist_cnn_sgd"}
 PINNED_WORKERS, PINNED_FRACTION = 4, 0.25  # the issue's placement: four quarters of one GPU
 ROUND_FRACTION = 0.2  # the rounds: 4 workers and the evaluator, a fifth of the GPU each
+#: the vectorised clients' switch (sifl_ray.optim.vectorised), measured on and off in section 5
+VECTORISE_KEY = "train.vectorise"
+
 TARGETS = {"fl_over_bare": "<=1.2", "m2_over_fl": "<=1.02", "kernel_ms": "<=1", "vectorised": ">=10"}
 MIB = 2**20
 
@@ -391,9 +392,8 @@ class GpuBench:
         s = self.sizes
         arms = ("fl", "sifl_m2")
         gpu = [f"ray.gpus_per_worker={ROUND_FRACTION}", f"ray.evaluator_gpus={ROUND_FRACTION}"]
-        switch = self.vectorised_switch()
-        if not isinstance(switch, str):  # clients one at a time, the bare loop's arithmetic (both: section 5)
-            gpu.append(f"{switch[0]}={switch[2]}")
+        key, _, off = self.vectorised_switch()
+        gpu.append(f"{key}={off}")  # clients one at a time, the bare loop's arithmetic (both: section 5)
         cfg = self.config(
             model,
             clients=s.round_clients,
@@ -453,18 +453,6 @@ class GpuBench:
     # -------------------------------------------------------------------- 5: vectorised clients
     def vectorised(self, deadline: float) -> None:
         switch = self.vectorised_switch()
-        if isinstance(switch, str):
-            self.sections["vectorised"] = {"available": False, "why": switch}
-            self.add(
-                Figure(
-                    "vectorised_n1000_speedup",
-                    None,
-                    "not_available",
-                    target=TARGETS["vectorised"],
-                    note=switch,
-                )
-            )
-            return
         key, on, off = switch
         s, times, models = self.sizes, {}, {}
         for label, value in (("per_client", off), ("vectorised", on)):
@@ -512,23 +500,13 @@ class GpuBench:
             )
         )
 
-    def vectorised_switch(self) -> tuple[str, str, str] | str:
-        """``(key, on, off)`` of the vectorised-clients switch, or why there is none."""
+    def vectorised_switch(self) -> tuple[str, str, str]:
+        """``(key, on, off)`` of the vectorised-clients switch: ``train.vectorise``
+        (:mod:`sifl_ray.optim.vectorised`), or the one ``--vectorised KEY=VALUE`` names."""
         if self.args.vectorised:
             key, _, on = self.args.vectorised.partition("=")
             return key, on or "true", "false"
-        from sifl_ray.config import ScenarioConfig
-
-        found = find_vectorised_switch(ScenarioConfig)
-        if len(found) == 1:
-            return found[0], "true", "false"
-        if found:
-            return f"not available: several candidate switches {found}; name one with --vectorised KEY=VALUE"
-        return (
-            "not available: this platform has no vectorised clients yet (no vectorise/vectorize key in its "
-            "configuration schema); once it has, this line measures them, or name the switch with "
-            "--vectorised KEY=VALUE"
-        )
+        return VECTORISE_KEY, "true", "false"
 
     # -------------------------------------------------------------------- 6: memory
     def memory_figures(self, where: str, memory: dict[str, dict], smi: dict[str, Any]) -> None:
@@ -568,11 +546,7 @@ class GpuBench:
             faulthandler.dump_traceback_later(budget.total_s + 120, exit=True)
         sections = [("agreement", self.agreement), ("kernels", self.kernels), ("rounds", self.rounds)]
         sections.append(("vectorised", self.vectorised))
-        # An absent feature takes no time: its share goes to the others.
-        shares = {
-            **SHARES,
-            "vectorised": 0.0 if isinstance(self.vectorised_switch(), str) else SHARES["vectorised"],
-        }
+        shares = dict(SHARES)
         try:
             for i, (name, fn) in enumerate(sections):
                 shares_left = sum(shares[n] for n, _ in sections[i:]) or 1.0

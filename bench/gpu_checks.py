@@ -205,33 +205,6 @@ def agreement_verdict(
     }
 
 
-# --------------------------------------------------------------------------- the vectorised clients
-_SWITCH = re.compile(r"vectori[sz](e|ed|ation)(_clients)?")
-
-
-def find_vectorised_switch(schema: type) -> tuple[str, ...]:
-    """The boolean keys of a configuration schema (a dataclass, e.g. :class:`sifl_ray.config.ScenarioConfig`)
-    that switch on vectorised clients: any ``vectorise``/``vectorize``/``vectorised``/``vectorized`` key
-    (``_clients`` allowed), at any depth. Found at run time: the feature is being built apart from this
-    bench, which must report it absent until it exists, and measure it from the day it does."""
-    found: list[str] = []
-
-    def walk(cls: type, prefix: str) -> None:
-        for f in dataclasses.fields(cls):
-            name = f"{prefix}{f.name}"
-            kind = f.type if isinstance(f.type, type) else None
-            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-            if dataclasses.is_dataclass(default):
-                walk(type(default), f"{name}.")
-            elif _SWITCH.fullmatch(f.name) and (
-                kind is bool or isinstance(default, bool) or f.type == "bool"
-            ):
-                found.append(name)
-
-    walk(schema, "")
-    return tuple(found)
-
-
 # --------------------------------------------------------------------------------------- nvidia-smi
 def parse_smi_csv(text: str, columns: Sequence[str]) -> list[dict[str, str]]:
     """Rows of ``nvidia-smi --query-…=<columns> --format=csv,noheader,nounits`` as dictionaries."""

@@ -9,7 +9,6 @@ import math
 import os
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -20,11 +19,10 @@ from bench.gpu_checks import (
     Figure,
     agreement_verdict,
     check_pinning,
-    find_vectorised_switch,
     judge,
     parse_smi_csv,
 )
-from sifl_ray.config import ScenarioConfig
+from sifl_ray.config import ScenarioConfig, load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -137,25 +135,13 @@ def test_targets_and_result_lines():
         Figure("x", 1.0, "great")
 
 
-def test_the_vectorised_slot_is_found_at_run_time():
-    assert find_vectorised_switch(ScenarioConfig) == ("train.vectorise",)  # sifl_ray.optim.vectorised
+def test_the_vectorised_switch_the_bench_turns_is_a_key_of_the_schema():
+    """Section 5 measures ``train.vectorise`` on and off: a key of the configuration, a bool."""
+    from bench.gpu import VECTORISE_KEY
 
-    @dataclass
-    class Train:
-        lr: float = 0.1
-        vectorize_clients: bool = False
-
-    @dataclass
-    class Ray:
-        vectorised: bool = False
-        vectorised_batch: int = 0  # not a switch: not a bool, and not the name
-
-    @dataclass
-    class Schema:
-        train: Train = field(default_factory=Train)
-        ray: Ray = field(default_factory=Ray)
-
-    assert find_vectorised_switch(Schema) == ("train.vectorize_clients", "ray.vectorised")
+    cfg = load_config([f"{VECTORISE_KEY}=false"])
+    section, key = VECTORISE_KEY.split(".")
+    assert cfg[section][key] is False and isinstance(getattr(ScenarioConfig(), section).vectorise, bool)
 
 
 def test_nvidia_smi_rows():
