@@ -242,3 +242,16 @@ def test_ray_is_quieted_only_where_nothing_real_is_hidden():
     assert quiet_ray(load_config(["scenario=quickstart", "ray.address=127.0.0.1:6379"]), {}) == {}
     drill = load_config(["scenario=quickstart", "faults.inject=[{kind: worker_exit, round: 0, worker: 0}]"])
     assert quiet_ray(drill, {})["RAY_DEDUP_LOGS_SKIP_REGEX"] == WORKER_DIED
+
+
+def test_a_runs_round_lines_follow_output_progress_and_sifl_progress(monkeypatch, capsys):
+    """The run's round lines are progress too: ``output.progress=false`` or ``SIFL_PROGRESS=0`` silences
+    them, and otherwise each round prints one line on stderr."""
+    from sifl_ray.runner.recorder import RoundLines
+
+    RoundLines(2, True).update(0, {"fl": 0.5})
+    assert "round 0 (1/2 done)" in capsys.readouterr().err
+    RoundLines(2, False).update(0, {"fl": 0.5})
+    monkeypatch.setenv("SIFL_PROGRESS", "0")
+    RoundLines(2, True).update(0, {"fl": 0.5})
+    assert capsys.readouterr().err == ""

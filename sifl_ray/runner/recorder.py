@@ -34,12 +34,16 @@ from sifl_ray.runner.summary import (
 )
 
 
-class Progress:
-    """One short line per round on stderr (:func:`~sifl_ray.runner.summary.round_line`)."""
+class RoundLines:
+    """A run's progress: one short line per round on stderr (:func:`~sifl_ray.runner.summary.round_line`),
+    the same on a terminal and in a log, because each carries the round's accuracies. ``output.progress``
+    turns it off, as ``SIFL_PROGRESS=0`` turns off every progress report (:mod:`sifl_ray.progress`)."""
 
     def __init__(self, total: int, enabled: bool):
+        from sifl_ray.progress import progress_enabled
+
         self.total = total
-        self.enabled = enabled
+        self.enabled = enabled and progress_enabled()
         self.start = time.perf_counter()
 
     def update(self, t: int, accs: dict[str, float]) -> None:

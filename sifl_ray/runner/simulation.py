@@ -35,7 +35,7 @@ from sifl_ray.privacy.one_run import inclusion_draws
 from sifl_ray.round import ArmState, Parties, PartyLost, RoundPolicy, RoundResult, run_round
 from sifl_ray.runner.arms import setup_arm
 from sifl_ray.runner.parties import PartyPool, say, worker_count
-from sifl_ray.runner.recorder import Progress, Recorder
+from sifl_ray.runner.recorder import Recorder, RoundLines
 from sifl_ray.runner.state import (
     Checkpoints,
     DriverState,
@@ -357,7 +357,7 @@ class Simulation:
         rounds = self.cfg.train.rounds
         t = self._start()
         self.marks["first_round"] = time.time()
-        progress = Progress(rounds, self.cfg.output.progress)
+        progress = RoundLines(rounds, self.cfg.output.progress)
         while t < rounds:
             try:
                 # 1. The clients of round t: the same in every arm (and its canaries, if the run audits).
