@@ -18,6 +18,8 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The dispatcher of ``python -m bench NAME``: each benchmark is a module with its own ``main``, imported
+    only when named (a bench's imports, Ray or torch, cost seconds)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in {"-h", "--help"} or argv[0] not in COMMANDS:
         print("usage: python -m bench {" + ",".join(COMMANDS) + "} [options]", file=sys.stderr)

@@ -50,6 +50,8 @@ TIMINGS = ("time/train", "time/encode", "time/aggregate", "time/decode", "time/t
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """One run of fl and sifl_m2 on the same workload, interleaved round by round so that the machine's load
+    falls on both alike; the per-round wall times of each arm."""
     total = args.warmup + args.rounds
     extra = [
         f"scenario={SCENARIO[args.model]}",  # its coding section; the reference workload overrides the rest
@@ -110,6 +112,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def report(res: dict[str, Any]) -> str:
+    """The table and the ratio line a reader compares with the target (sifl_m2 ÷ fl ≤ 1.05)."""
     wl = res["workload"]
     lines = [
         f"coding overhead: {wl['model']} (n = {wl['n_params']:,}, ñ = {wl['n_tilde']:,}, p = {wl['p']}), "
@@ -146,6 +149,7 @@ def report(res: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m bench coding-overhead``: measure, print the report, write the JSON; exit 0."""
     parser = argparse.ArgumentParser(
         prog="python -m bench coding-overhead", description=__doc__.splitlines()[0]
     )

@@ -126,6 +126,8 @@ def _table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m bench kernels``: time each coding kernel against a copy of the same size, print the ratios,
+    write the JSON."""
     parser = argparse.ArgumentParser(prog="python -m bench kernels", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="bench_results/kernels.json", help="JSON output path")
     parser.add_argument("--reps", type=int, default=11, help="timed repetitions per case (default 11)")

@@ -162,6 +162,8 @@ def measure_once(clients: int, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """Peak memory of runs at the baseline N and at N, alternating sizes so that a drifting machine affects
+    both."""
     sizes = (args.baseline_clients, args.clients)
     runs: dict[int, list[dict[str, Any]]] = {n: [] for n in sizes}
     for _ in range(args.reps):
@@ -182,6 +184,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def report(res: dict[str, Any]) -> str:
+    """The peak per size and their ratio (the target is a ratio, not bytes: machines differ)."""
     a = res["args"]
     lines = [
         f"memory: FedAvg, {a['model']}, {a['n_train']:,} samples, {a['workers']} workers; peak PSS of the "
@@ -210,6 +213,7 @@ def report(res: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m bench memory``: measure, print the report, write the JSON; exit 0."""
     parser = argparse.ArgumentParser(prog="python -m bench memory", description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=1000, help="number of clients N (default 1000)")
     parser.add_argument("--baseline-clients", type=int, default=10, help="the baseline N (default 10)")

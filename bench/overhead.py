@@ -128,6 +128,8 @@ def _turns(sim, cfg, args: argparse.Namespace, total: int):
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """Round times of fl on the platform against the best bare training loop on the same workload, in one
+    process tree so that both see the same load."""
     n = args.clients
     total = args.warmup + args.rounds
     extra = ["ray.cpus_per_worker=1"]
@@ -220,6 +222,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def report(res: dict[str, Any], target: float) -> str:
+    """The ratio to the bare loop (the target), with the start-up split into its phases."""
     wl, st = res["workload"], res["startup"]
     lines = [
         f"overhead: FedAvg, {wl['model']} ({wl['n_params']:,} params), {wl['n_train']:,} samples, "
@@ -284,6 +287,8 @@ def report(res: dict[str, Any], target: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m bench overhead``: measure, print the report against the target for this N, write the
+    JSON."""
     parser = argparse.ArgumentParser(prog="python -m bench overhead", description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=10, help="number of clients N (default 10)")
     parser.add_argument("--rounds", type=int, default=6, help="measured rounds per arm (default 6)")

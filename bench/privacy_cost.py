@@ -62,6 +62,7 @@ def bytes_per_client(arm: str, metrics: dict[str, float], *, n: int, n_tilde: in
 
 
 def measure_n(clients: int, args: argparse.Namespace) -> dict[str, Any]:
+    """Round times of every privacy arm at ``clients`` clients, as ratios to fl measured in the same run."""
     total = args.warmup + args.rounds
     degree = degree_for(clients, args.complete_up_to, args.degree)
     cfg = load_config(
@@ -125,6 +126,7 @@ def measure_n(clients: int, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def report(res: dict[str, Any]) -> str:
+    """One row per N and arm: the cost of each protection beside plain FedAvg's."""
     n = res["runs"][0]["n_params"]
     lines = [
         f"privacy cost per round and client, quickstart workload (digits MLP, n = {n:,}), "
@@ -174,6 +176,7 @@ def report(res: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m bench privacy-cost``: measure each N, print the report, write the JSON."""
     parser = argparse.ArgumentParser(prog="python -m bench privacy-cost", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--clients", type=int, nargs="+", default=[10, 100, 1000], help="N (default 10 100 1000)"

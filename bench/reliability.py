@@ -64,6 +64,8 @@ def _each_arm(kind: str, round: int, **fields: Any) -> list[str]:
 
 @dataclass
 class Drill:
+    """One fault drill: what is injected, under which policy, and what the run must show afterwards."""
+
     name: str
     policy: str
     inject: list[str]
@@ -75,6 +77,8 @@ class Drill:
 
 
 def drills() -> list[Drill]:
+    """Every drill the bench plays: each fault kind once per arm, so that no arm's recovery path goes
+    untried."""
     every = {arm: arm for arm in ARMS}
     corrupt = [
         *_each_arm("corrupt_upload", 1, client=1, corruption="nan"),
@@ -182,6 +186,8 @@ def _accounting(result, designed: dict[tuple[str, int], set[int]]) -> dict[str, 
 
 
 def run_drill(drill: Drill, reference, out: Path) -> dict[str, Any]:
+    """Play one drill and compare its final models with the fault-free reference: equal under retry, within
+    the coding's bound under drop."""
     tic = time.perf_counter()
     inject = f"faults.inject=[{', '.join(drill.inject)}]"
     result, models = _run([*SMALL, *drill.extra, inject], out / drill.name.replace(" ", "_"))
@@ -413,6 +419,8 @@ def leak(rss: list[int]) -> str | None:
 
 
 def soak(clients: int, rounds: int, scenario: str, out: Path) -> dict[str, Any]:
+    """1000 clients for ``rounds`` rounds with the RSS of every Ray process read after each round, judged by
+    :func:`leak`."""
     from sifl_ray.config import load_config
     from sifl_ray.runner import Simulation
 
@@ -499,6 +507,7 @@ def _fmt(x: Any) -> str:
 
 
 def table(rows: list[dict[str, Any]], cols: list[tuple[str, str]]) -> str:
+    """A plain-text table of ``rows`` (dicts) with ``cols`` (key, header) for the console report."""
     lines = [[h for _, h in cols]] + [[_fmt(r.get(k)) for k, _ in cols] for r in rows]
     widths = [max(len(line[i]) for line in lines) for i in range(len(cols))]
     out = ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines]
@@ -507,6 +516,8 @@ def table(rows: list[dict[str, Any]], cols: list[tuple[str, str]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m bench reliability``: the drills, the bad inputs, the soak; the RESULT line counts what was
+    lost."""
     parser = argparse.ArgumentParser(prog="python -m bench reliability", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="bench_results/reliability.json", help="JSON output path")
     parser.add_argument("--soak-clients", type=int, default=1000)

@@ -124,6 +124,8 @@ def floor_once(actors: int, interval: float) -> dict[str, float]:
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """Time ``python run.py`` from launch to the first round, phase by phase, and the floor of bare Ray actors
+    importing torch."""
     runs, floors = [], []
     for i in progress(range(max(args.runs, args.floor_runs)), "bench startup", name=lambda i: f"run {i}"):
         if i < args.runs:
@@ -146,6 +148,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def report(res: dict[str, Any]) -> str:
+    """One row per run (each phase's seconds, peak memory, load) and the floor beside them."""
     header = ["run", "wall s", "imports", "Ray", "parties", "→ 1st round", "rounds", "end", "peak PSS MiB"]
     header.append("load")
     rows = []
@@ -205,6 +208,7 @@ def floor_lines(res: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m bench startup``: measure, print the report, write the JSON."""
     parser = argparse.ArgumentParser(prog="python -m bench startup", description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="runs of python run.py (default 3)")
     parser.add_argument(

@@ -133,6 +133,8 @@ async def _capture(debug_port: int, *, settle_s: float) -> bytes:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Serve a run's event files with TensorBoard on 127.0.0.1 and screenshot a page in headless Chromium, so
+    that what a user sees is checked as they see it."""
     parser = argparse.ArgumentParser(prog="python -m bench.tensorboard_screenshot", description=__doc__)
     parser.add_argument("run_dir", type=Path, help="a run folder (its tb/ is served) or a tb/ folder")
     parser.add_argument("--out", type=Path, default=Path("docs/img/tensorboard.png"))

@@ -174,10 +174,12 @@ class CheckpointRef:
 
 
 def checkpoint_root(run_dir: str | Path) -> Path:
+    """Where a run folder keeps its checkpoints (one folder a round, beside the event files)."""
     return Path(run_dir) / "checkpoints"
 
 
 def round_dir_name(t: int) -> str:
+    """A round's folder name, zero-padded so that names sort in round order."""
     return f"round-{t:06d}"
 
 

@@ -114,6 +114,8 @@ def _import_in_background(cfg: DictConfig) -> threading.Thread:
 
 
 def cmd_run(argv: list[str]) -> int:
+    """``sifl run``: validate the configuration and the data before Ray starts (a typo answers at once), then
+    run and print the RESULT line."""
     if "--resume" in argv:
         return cmd_resume(argv)
     cfg = load_config(argv)  # validate before the heavy imports: a typo answers at once
@@ -201,6 +203,7 @@ def cmd_resume(argv: list[str]) -> int:
 
 
 def cmd_describe(argv: list[str]) -> int:
+    """``sifl describe``: the sizes, bounds and ε of a scenario without training (seconds, not a run)."""
     from sifl_ray.sizing import describe_scenario, format_description
 
     as_json = "--json" in argv
@@ -257,12 +260,15 @@ def cmd_list(argv: list[str]) -> int:
 
 
 def cmd_attack(argv: list[str]) -> int:
+    """``sifl attack``: the attack suite; imported on demand (it pulls in the recorder and the
+    adversaries)."""
     from sifl_ray.attacks.cli import attack_main
 
     return int(attack_main(argv) or 0)
 
 
 def cmd_bench(argv: list[str]) -> int:
+    """``sifl bench``: the same benchmarks as ``python -m bench``."""
     from bench.__main__ import main as bench_main
 
     return int(bench_main(argv) or 0)
@@ -287,6 +293,8 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``sifl`` command: dispatch to a sub-command; configuration errors exit 2 with every problem
+    listed."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)

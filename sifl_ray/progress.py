@@ -135,7 +135,7 @@ def progress(
     stream: IO[str] | None = None,
     min_interval: float = 0.0,
 ) -> Iterator[T]:
-    """``items``, reporting one step after each (``for t in progress(range(n), "bench overhead")``).
+    """Yield ``items``, reporting one step after each (``for t in progress(range(n), "bench overhead")``).
 
     Args:
         total: the number of items (default ``len(items)`` where it has one).

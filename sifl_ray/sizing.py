@@ -42,6 +42,8 @@ ROUND_BOUND_CONFIDENCE = 1e-9  # per noise draw: the round bound fails only if a
 
 
 def noise_specs(cfg: DictConfig) -> tuple[NoiseSpec, NoiseSpec]:
+    """The two SIFL noises of a configuration (the client's and the aggregator's), as the coding bounds take
+    them."""
     noise = cfg.coding.noise
     return (
         NoiseSpec(distribution=noise.distribution, scale=float(noise.sigma1)),
@@ -365,6 +367,7 @@ def _describe(cfg: DictConfig, bar: Progress) -> dict[str, Any]:
 
 
 def format_description(info: dict[str, Any]) -> str:
+    """``sifl describe``'s text: each size, bound and ε of :func:`describe_scenario` with what it means."""
     lines = [
         f"scenario {info['scenario']}: model {info['model']}, {info['clients']} clients, "
         f"|D_i| ≈ {info['local_size']}, |D| = {info['total_size']}",
