@@ -135,7 +135,8 @@ def progress(
     stream: IO[str] | None = None,
     min_interval: float = 0.0,
 ) -> Iterator[T]:
-    """Yield ``items``, reporting one step after each (``for t in progress(range(n), "bench overhead")``).
+    """Yield ``items``, reporting one step after each, so that a loop shows its progress by wrapping its
+    iterable: ``for t in progress(range(n), "bench overhead")``.
 
     Args:
         total: the number of items (default ``len(items)`` where it has one).
