@@ -40,6 +40,10 @@ LEFT_INVERSES: tuple[str, ...] = ("pinv", "oblique")
 NOISE_DISTRIBUTIONS: tuple[str, ...] = ("gaussian", "laplace")
 PRECISION_POLICIES: tuple[str, ...] = ("refuse", "warn")
 MODEL_NAMES: tuple[str, ...] = ("mlp", "cnn", "cnn2", "digits_mlp")
+#: Users' models: name → their factory's import path (``module:function``), added by
+#: :func:`sifl_ray.models.register_model`; ``train.model`` accepts these names beside :data:`MODEL_NAMES`
+#: and any import path ``package.module:factory``.
+USER_MODELS: dict[str, str] = {}
 #: The optimizers known by a short name; any ``torch.optim`` class name is accepted besides.
 OPTIMIZER_NAMES: tuple[str, ...] = ("sgd", "momentum", "adam")
 NBAFL_EXPOSURES: tuple[str, ...] = ("multi_round", "per_round")
