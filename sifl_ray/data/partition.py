@@ -240,7 +240,10 @@ def partition_natural(
     groups = np.asarray(groups)
     if groups.shape != labels.shape:
         raise ValueError(f"groups must give one client id per sample; got shape {groups.shape}")
-    users, owner = np.unique(groups, return_inverse=True)
+    users, first, owner = np.unique(groups, return_index=True, return_inverse=True)
+    appearance = np.empty(users.size, dtype=np.int64)
+    appearance[np.argsort(first, kind="stable")] = np.arange(users.size)  # user → its rank in the data
+    owner = appearance[owner.reshape(-1)]
     if num_clients > users.size:
         raise PartitionError(
             "clients.num_clients",
@@ -251,7 +254,7 @@ def partition_natural(
     client_of_user = np.empty(users.size, dtype=np.int64)
     for k, members in enumerate(np.array_split(order, num_clients)):
         client_of_user[members] = k
-    client = client_of_user[owner.reshape(-1)]
+    client = client_of_user[owner]
     return _sorted_int64([np.flatnonzero(client == k) for k in range(num_clients)])
 
 
