@@ -1,11 +1,12 @@
 """Your own model (issue 23, item 1): a model defined here, in the test file, runs end to end on Ray and
 in-process with the same numbers under fl, sifl_m1, sifl_m2 and dp_fedavg; every party builds the same
-initial model from the run seed; an LSTM runs (one client at a time, said once); running statistics are
-refused with the reason (SIFL codes ``model.parameters()`` only; docs/models.md).
+initial model from the run seed; an LSTM on LEAF text runs (one client at a time, said once); running
+statistics are refused with the reason (SIFL codes ``model.parameters()`` only; docs/models.md).
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -218,10 +219,31 @@ def test_a_test_file_model_runs_on_ray_and_in_process_with_identical_numbers(ray
     assert ray_result.summary["arms"]["fl"]["final_accuracy"] > 0.2  # it learned: ten classes, chance 0.1
 
 
-def test_an_lstm_trains_one_client_at_a_time_said_once(tmp_path, capfd):
-    result, models = _run(
-        tmp_path, f"train.model={HERE}:TextLSTM", "arms=[fl,sifl_m1]", "ray.backend=sequential", name="lstm"
-    )
+def _shakespeare(path, users: int = 4, lines: int = 24, width: int = 8) -> None:
+    """LEAF's Shakespeare format: each user's lines of ``width`` characters, the next character as label
+    (a text that repeats "abcd", so the next character is learnable)."""
+    text = "abcd" * 64
+    data = {}
+    for u in range(users):
+        starts = [(u * 7 + 3 * k) % 200 for k in range(lines)]
+        data[f"speaker{u}"] = {
+            "x": [text[i : i + width] for i in starts],
+            "y": [text[i + width] for i in starts],
+        }
+    path.write_text(json.dumps({"users": list(data), "num_samples": [lines] * users, "user_data": data}))
+
+
+def test_an_lstm_on_leaf_text_trains_one_client_at_a_time_said_once(tmp_path, capfd):
+    _shakespeare(tmp_path / "shakespeare.json")
+    text = [
+        "data.name=leaf",
+        f"data.path={tmp_path / 'shakespeare.json'}",
+        "data.partition=natural",  # one speaker a client
+        f"train.model={HERE}:TextLSTM",
+        "train.model_args={vocab: 4}",
+        "train.rounds=3",
+    ]
+    result, models = _run(tmp_path, *text, "arms=[fl,sifl_m1]", "ray.backend=sequential", name="lstm")
     err = capfd.readouterr().err
     said = [line for line in err.splitlines() if "train their clients one at a time" in line]
     assert len(said) == 1 and "LSTM" in said[0], err
