@@ -21,6 +21,7 @@ is said by :func:`model_refusal`: SIFL codes the vector ``model.parameters()`` a
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -245,17 +246,19 @@ def _build_user_model(
 ) -> nn.Module:
     """Run a user's factory with torch's global generator seeded from ``generator`` (and restored after):
     whatever initialisers its layers use, every party gets the same model from the same stream."""
+    try:  # checked apart from the call: a TypeError inside the factory is a bug of its own
+        inspect.signature(factory).bind(shape, num_classes, **dict(args))
+    except TypeError as err:
+        raise ModelError(
+            f"train.model: {name!r} cannot be called as factory(input_shape, num_classes, "
+            f"**train.model_args={dict(args)}) ({err}); give it that signature or fix train.model_args"
+        ) from None
+    except ValueError:  # no signature to read (a builtin): the call itself will tell
+        pass
     seed = int(torch.randint(0, 2**62, (), generator=generator))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        try:
-            model = factory(shape, num_classes, **dict(args))
-        except TypeError as err:
-            raise ModelError(
-                f"train.model: {name!r} could not be called as factory(input_shape={shape}, "
-                f"num_classes={num_classes}, **train.model_args={dict(args)}) ({err}); give it that "
-                "signature or fix train.model_args"
-            ) from None
+        model = factory(shape, num_classes, **dict(args))
     if not isinstance(model, nn.Module):
         raise ModelError(f"train.model: {name!r} returned a {type(model).__name__}, not a torch.nn.Module")
     refusal = model_refusal(model)

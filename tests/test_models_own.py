@@ -67,6 +67,11 @@ def bn_cnn(input_shape, num_classes, track: bool = True) -> nn.Module:
     )
 
 
+def broken_net(input_shape, num_classes) -> nn.Module:
+    """A factory with a bug of its own (a TypeError inside it, not in how it is called)."""
+    return nn.Linear(input_shape[0] + "wide", num_classes)
+
+
 def _build(name: str, seed: int = 0, **args) -> nn.Module:
     return build_model(
         name, input_shape=(1, 8, 8), num_classes=10, generator=torch_generator(seed, "init"), args=args
@@ -146,8 +151,11 @@ def test_bad_names_and_arguments_say_the_key_and_the_fix():
         _build(f"{HERE}:missing")
     with pytest.raises(ModelError, match=r"train.model_args: the built-in model 'digits_mlp' takes no"):
         _build("digits_mlp", hidden=3)
-    with pytest.raises(ModelError, match=r"could not be called as factory\(.*fix train.model_args"):
+    with pytest.raises(ModelError, match=r"cannot be called as factory\(input_shape, .*fix train.model_args"):
         _build(f"{HERE}:small_net", width=3)
+    with pytest.raises(TypeError, match="unsupported operand") as info:  # a bug in the factory stays itself
+        _build(f"{HERE}:broken_net")
+    assert not isinstance(info.value, ModelError)
 
 
 def test_running_statistics_are_refused_with_the_reason_and_batch_statistics_are_not():
