@@ -34,7 +34,12 @@ class ClientWorkerActor:
         self.device, self.fallback = pick_device()
         gen = torch_generator(seed, "init")
         net = build_model(
-            model.name, input_shape=model.input_shape, num_classes=model.num_classes, generator=gen
+            model.name,
+            input_shape=model.input_shape,
+            num_classes=model.num_classes,
+            generator=gen,
+            args=model.args,
+            factory=model.factory,
         ).to(self.device, getattr(torch, model.dtype))
         trainer = TorchTrainer(net, train.optimizer, lr=train.lr)
         training = LocalTraining(

@@ -26,6 +26,8 @@ class EvaluatorActor:
             input_shape=model.input_shape,
             num_classes=model.num_classes,
             generator=torch_generator(seed, "init"),
+            args=model.args,
+            factory=model.factory,
         )
         net = net.to(getattr(torch, model.dtype))
         self.device, self.fallback = pick_device()

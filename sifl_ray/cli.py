@@ -141,6 +141,7 @@ def cmd_run(argv: list[str]) -> int:
         from sifl_ray.coding.precision import PrecisionError
         from sifl_ray.data import DatasetError, IDXFormatError
         from sifl_ray.data.preflight import data_problem
+        from sifl_ray.models import ModelError
         from sifl_ray.runner import run_scenario, summary_table
     except BaseException:
         backend.shutdown()
@@ -153,6 +154,9 @@ def cmd_run(argv: list[str]) -> int:
     except (DatasetError, IDXFormatError) as err:  # what the pre-flight check cannot see: the values
         backend.shutdown()
         raise ConfigError([data_problem(err, cfg)]) from None
+    except ModelError as err:  # a user's model that cannot be built or is refused (its buffers)
+        backend.shutdown()
+        raise ConfigError([str(err)]) from None
     print(summary_table(result.summary))
     print(f"run folder: {result.run_dir} (tensorboard --logdir {result.run_dir / 'tb'})")
     print(result.result_line)

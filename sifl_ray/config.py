@@ -16,6 +16,7 @@ import difflib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
@@ -23,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from sifl_ray import faults as fault_registry
 from sifl_ray import registry_names
 from sifl_ray.arms import ARMS, arm_instances, arm_names
+from sifl_ray.import_paths import is_import_path
 from sifl_ray.validation import Choice, ConfigError, Range, Rules, parse_overrides, set_path, validate
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
@@ -33,7 +35,13 @@ DEFAULT_ARMS = ("fl", "sifl_m1", "sifl_m2", "nbafl")  # the arms a scenario runs
 class DataConfig:
     """Where samples come from and how they are split over clients."""
 
-    name: str = "digits"  # digits | mnist | fashion_mnist | synthetic
+    # digits | mnist | fashion_mnist | synthetic | mnist_sample (5,000 real MNIST digits, offline) | arrays
+    # | leaf | a name registered with sifl_ray.data.own.register_dataset | package.module:function
+    # (docs/data.md)
+    name: str = "digits"
+    path: str | None = None  # arrays: a .npz or .pt file; leaf: a LEAF JSON file or a folder of them
+    test_path: str | None = None  # leaf: the test set's JSON; null: data.test_fraction of each user's samples
+    args: dict[str, Any] = field(default_factory=dict)  # keyword arguments of a registered or imported loader
     root: str | None = None  # folder for IDX files (files live in <root>/<name>/); None → data_cache
     # fetch missing or corrupt IDX files from data.mirrors (checked against the published checksums); false:
     # use the files in data.root only, and name any that is missing or corrupt
@@ -45,8 +53,8 @@ class DataConfig:
     n_test: int = 10000  # synthetic only
     limit_train: int | None = None  # keep a random subset of the training set (scaled-down runs)
     limit_test: int | None = None
-    test_fraction: float = 0.25  # digits only
-    partition: str = "iid"  # a name in sifl_ray.data.PARTITIONERS: iid, dirichlet, shards, ...
+    test_fraction: float = 0.25  # digits, mnist_sample, and a data set of yours without a test set
+    partition: str = "iid"  # a name in sifl_ray.data.PARTITIONERS: iid, dirichlet, shards, natural, ...
     dirichlet_alpha: float = 0.5
     shards_per_client: int = 2
 
@@ -62,7 +70,10 @@ class ClientsConfig:
 
 @dataclass
 class TrainConfig:
-    model: str = "digits_mlp"  # mlp | cnn | cnn2 | digits_mlp
+    # mlp | cnn | cnn2 | digits_mlp | a name registered with sifl_ray.models.register_model |
+    # package.module:factory, called as factory(input_shape, num_classes, **model_args) (docs/models.md)
+    model: str = "digits_mlp"
+    model_args: dict[str, Any] = field(default_factory=dict)  # keyword arguments of your model's factory
     optimizer: str = "sgd"  # sgd | momentum | adam | any torch.optim class name
     lr: float = 0.05
     batch_size: int = 32
@@ -270,9 +281,29 @@ def _partition_schemes() -> tuple[str, ...]:
 
 
 def _dataset_names() -> tuple[str, ...]:
-    from sifl_ray.data.datasets import DATASET_NAMES  # deferred: importing config must stay cheap
+    """Built in, file formats and registered (``sifl_ray.data.own``), read when validating."""
+    from sifl_ray.data.own import all_dataset_names  # deferred: importing config must stay cheap
 
-    return DATASET_NAMES
+    return all_dataset_names()
+
+
+@dataclass(frozen=True)
+class _ChoiceOrImportPath(Choice):
+    """A registry's names, or a user's own ``package.module:function`` (its form checked here; it is
+    imported when the run starts, :mod:`sifl_ray.data.preflight`)."""
+
+    def problem(self, key: str, value: Any, default: Any = None) -> str | None:
+        if is_import_path(value):
+            return None
+        problem = super().problem(key, value, default)
+        if problem is None:
+            return None
+        if isinstance(value, str) and ":" in value:
+            return (
+                f"{key}: expected an import path package.module:function, got {value!r}; write the module's "
+                "dotted name, one colon and the function's name"
+            )
+        return problem.replace(", got", ", or an import path package.module:function, got", 1)
 
 
 def _torch_optimizers() -> tuple[str, ...]:
@@ -286,7 +317,7 @@ def _torch_optimizers() -> tuple[str, ...]:
 # once); registries behind torch keep their names in sifl_ray.registry_names. The arms are checked in
 # _cross_checks (against sifl_ray.arms.ARMS), the fault kinds in _fault_checks (sifl_ray.faults).
 _CHOICES: dict[str, Choice] = {
-    "data.name": Choice(_dataset_names),
+    "data.name": _ChoiceOrImportPath(_dataset_names),
     "data.partition": Choice(_partition_schemes),
     "clients.sampling": Choice(_samplings),
     "dp_fedavg.accountant": Choice(
@@ -294,7 +325,7 @@ _CHOICES: dict[str, Choice] = {
         meaning="rdp: Rényi DP (conservative); pld: privacy loss distributions (tighter, slower), both from "
         "Google's dp_accounting",
     ),
-    "train.model": Choice(lambda: registry_names.MODEL_NAMES),
+    "train.model": _ChoiceOrImportPath(lambda: (*registry_names.MODEL_NAMES, *registry_names.USER_MODELS)),
     "train.optimizer": Choice(
         lambda: registry_names.OPTIMIZER_NAMES, more=_torch_optimizers, more_label="a torch.optim class name"
     ),
@@ -515,13 +546,19 @@ def _cross_checks(cfg: dict, problems: list[str]) -> None:
             f"data.n_train={data.get('n_train')} samples; "
             "every client needs at least one sample: lower clients.num_clients or raise data.n_train"
         )
-    if data.get("name") == "digits":
-        n_digits_train = int(1797 * (1 - data.get("test_fraction", 0.25)))
+    if data.get("name") in ("digits", "mnist_sample"):
+        total = 1797 if data["name"] == "digits" else 5000
+        n_digits_train = int(total * (1 - data.get("test_fraction", 0.25)))
         if num_clients > n_digits_train:
             problems.append(
-                f"clients.num_clients: {num_clients} clients but digits has only {n_digits_train} training "
-                "samples; lower clients.num_clients or use data.name=synthetic"
+                f"clients.num_clients: {num_clients} clients but {data['name']} has only {n_digits_train} "
+                "training samples; lower clients.num_clients or use data.name=synthetic"
             )
+    if data.get("name") in ("arrays", "leaf") and not data.get("path"):
+        kind = "a .npz or .pt file" if data["name"] == "arrays" else "a LEAF JSON file or a folder of them"
+        problems.append(
+            f"data.path: data.name={data['name']} reads {kind}, and data.path is not set; set data.path"
+        )
     if data.get("partition") == "shards":
         spc = data.get("shards_per_client", 2)
         n_train = data.get("n_train", 60000) if data.get("name") == "synthetic" else None

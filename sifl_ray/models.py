@@ -9,17 +9,29 @@ Initialisation draws only from the ``torch.Generator`` passed in: models are bui
 generator with PyTorch's default law (``U(-1/√fan_in, 1/√fan_in)`` for weights and biases of ``Linear``
 and ``Conv2d``, what ``kaiming_uniform_(a=√5)`` gives). So the same generator seed gives the same model in
 any process, whatever else has used the global seed.
+
+Your own model (issue 23): ``train.model=<name>`` for a factory registered with :func:`register_model`
+(in a plug-in module, ``SIFL_PLUGINS``), or ``train.model=package.module:factory``; either way the factory
+is called as ``factory(input_shape, num_classes, **train.model_args)`` and returns any ``torch.nn.Module``.
+A user's layers have initialisers this module cannot know, so the factory runs on the CPU with torch's
+global generator seeded from the run's ``init`` stream inside :func:`torch.random.fork_rng`: every party
+builds the same ``w^0`` and the caller's global generator is left as it was. What such a model may not have
+is said by :func:`model_refusal`: SIFL codes the vector ``model.parameters()`` and nothing else.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import nn
 
 from sifl_ray import registry_names
+from sifl_ray.errors import SiflError
+from sifl_ray.import_paths import import_object, is_import_path
 
 __all__ = [
     "CNN",
@@ -28,10 +40,14 @@ __all__ = [
     "MODEL_INPUT_SHAPES",
     "MODEL_NAMES",
     "MODEL_PARAM_COUNTS",
+    "ModelError",
     "build_model",
     "count_params",
     "flatten_params",
     "load_flat_params_",
+    "model_refusal",
+    "register_model",
+    "resolve_model_factory",
 ]
 
 
@@ -136,6 +152,120 @@ MODEL_PARAM_COUNTS: dict[str, int] = {
 }
 """Parameter counts n at :data:`MODEL_INPUT_SHAPES` with 10 classes; the first three are the paper's."""
 
+ModelFactory = Callable[..., nn.Module]
+"""``factory(input_shape, num_classes, **model_args) -> nn.Module``: a user's model."""
+
+_REGISTERED: dict[str, ModelFactory] = {}  # registered in this process; their paths in registry_names
+
+
+class ModelError(SiflError, ValueError):
+    """A user's model cannot be built or cannot be trained under the platform's coding; the message says
+    why and what to change."""
+
+
+def register_model(name: str) -> Callable[[ModelFactory], ModelFactory]:
+    """Decorator: make ``factory`` the model ``train.model=<name>`` builds, and return it unchanged.
+
+    The factory is called as ``factory(input_shape, num_classes, **train.model_args)`` (``input_shape`` is
+    ``(C, H, W)`` of one sample) and must return a ``torch.nn.Module``. Its import path is recorded in
+    :data:`sifl_ray.registry_names.USER_MODELS`, so validation accepts the name at once. The driver hands
+    the factory itself to every party (:attr:`sifl_ray.specs.ModelSpec.factory`; Ray pickles it by
+    reference, or by value for a script's own function), so a worker need not have imported the plug-in.
+
+    Raises:
+        ValueError: ``name`` is a built-in model or already registered.
+    """
+
+    def register(factory: ModelFactory) -> ModelFactory:
+        if name in _FACTORIES or name in registry_names.USER_MODELS:
+            taken = registry_names.USER_MODELS.get(name, "a built-in model")
+            raise ValueError(f"model {name!r} is already registered ({taken}); choose another name")
+        where = f"{getattr(factory, '__module__', '?')}:{getattr(factory, '__qualname__', repr(factory))}"
+        registry_names.USER_MODELS[name] = where
+        _REGISTERED[name] = factory
+        return factory
+
+    return register
+
+
+def resolve_model_factory(name: str, *, key: str = "train.model") -> ModelFactory | None:
+    """The user's factory ``name`` stands for (``None`` for a built-in model).
+
+    Raises:
+        ModelError: ``name`` is neither built in, registered in this process, nor an import path.
+        ImportPathError: an import path that does not import (the message names ``key``).
+    """
+    if name in _FACTORIES:
+        return None
+    if name in _REGISTERED:
+        return _REGISTERED[name]
+    if is_import_path(name):
+        return import_object(name, key=key)
+    known = ", ".join((*_FACTORIES, *registry_names.USER_MODELS))
+    raise ModelError(
+        f"{key}: unknown model {name!r}; expected one of {known} or an import path package.module:factory. "
+        "Fix: register yours with @sifl_ray.models.register_model in a module named in SIFL_PLUGINS"
+    )
+
+
+def model_refusal(model: nn.Module) -> str | None:
+    """Why ``model`` cannot be trained under the platform's coding (``None``: it can).
+
+    SIFL codes, sends and averages the parameter vector ``model.parameters()`` (:func:`flatten_params`) and
+    nothing else. Running statistics (``BatchNorm`` with ``track_running_stats``) are buffers that training
+    changes: they would be neither coded nor averaged, each worker's copy would drift with the data of the
+    clients it hosts (another model in a Ray run than in-process), and evaluation would use the never-trained
+    initial statistics. Sending them would publish each client's feature means in the clear, beside the
+    coded parameters. So such a model is refused; ``GroupNorm``, ``LayerNorm`` or
+    ``BatchNorm(track_running_stats=False)`` (batch statistics in training and evaluation) normalise without
+    that state. Constant buffers (a fixed positional table, a mask) are allowed: every party builds the same.
+    """
+    for name, module in model.named_modules():
+        if isinstance(module, nn.modules.batchnorm._NormBase) and module.track_running_stats:
+            return (
+                f"layer {name or type(model).__name__} ({type(module).__name__}) keeps running statistics, "
+                "buffers that training changes but that SIFL neither codes nor averages (it codes only "
+                "model.parameters()); they would drift apart on each worker and evaluation would use "
+                "untrained ones. Fix: GroupNorm or LayerNorm, or track_running_stats=False"
+            )
+    for name, p in model.named_parameters():
+        if not p.is_floating_point():
+            return f"parameter {name} is {p.dtype}; the coding needs floating-point parameters"
+    if not any(True for _ in model.parameters()):
+        return "the model has no parameters: there is nothing to train or code"
+    return None
+
+
+def _build_user_model(
+    factory: ModelFactory,
+    name: str,
+    shape: tuple[int, int, int],
+    num_classes: int,
+    args: Mapping[str, Any],
+    generator: torch.Generator,
+) -> nn.Module:
+    """Run a user's factory with torch's global generator seeded from ``generator`` (and restored after):
+    whatever initialisers its layers use, every party gets the same model from the same stream."""
+    try:  # checked apart from the call: a TypeError inside the factory is a bug of its own
+        inspect.signature(factory).bind(shape, num_classes, **dict(args))
+    except TypeError as err:
+        raise ModelError(
+            f"train.model: {name!r} cannot be called as factory(input_shape, num_classes, "
+            f"**train.model_args={dict(args)}) ({err}); give it that signature or fix train.model_args"
+        ) from None
+    except ValueError:  # no signature to read (a builtin): the call itself will tell
+        pass
+    seed = int(torch.randint(0, 2**62, (), generator=generator))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = factory(shape, num_classes, **dict(args))
+    if not isinstance(model, nn.Module):
+        raise ModelError(f"train.model: {name!r} returned a {type(model).__name__}, not a torch.nn.Module")
+    refusal = model_refusal(model)
+    if refusal is not None:
+        raise ModelError(f"train.model: model {name!r} is refused: {refusal}")
+    return model.float().train()
+
 
 def build_model(
     name: str,
@@ -143,15 +273,21 @@ def build_model(
     input_shape: Sequence[int],
     num_classes: int,
     generator: torch.Generator,
+    args: Mapping[str, Any] | None = None,
+    factory: ModelFactory | None = None,
 ) -> nn.Module:
     """Build model ``name`` on the CPU, initialised from ``generator`` only.
 
     Args:
-        name: one of :data:`MODEL_NAMES` (``"mlp"``, ``"cnn"``, ``"cnn2"``, ``"digits_mlp"``).
+        name: one of :data:`MODEL_NAMES` (``"mlp"``, ``"cnn"``, ``"cnn2"``, ``"digits_mlp"``), a name
+            registered with :func:`register_model`, or an import path ``package.module:factory``.
         input_shape: ``(C, H, W)`` of one sample, e.g. ``(1, 28, 28)`` for MNIST, ``(1, 8, 8)`` for digits.
         num_classes: number of output logits.
         generator: a CPU ``torch.Generator``; use the run's named stream (``seeding.torch_generator(seed,
             "model_init")``) so every arm of a scenario starts from the same ``w^0``.
+        args: a user factory's keyword arguments (``train.model_args``); a built-in model takes none.
+        factory: the user's factory ``name`` stands for, resolved by the driver
+            (:func:`resolve_model_factory`) and handed to each party; ``None``: resolve ``name`` here.
 
     Returns:
         A float32 module in training mode whose parameters depend only on the generator's state.
@@ -159,9 +295,16 @@ def build_model(
     Raises:
         ValueError: unknown name, a malformed ``input_shape`` or ``num_classes``, an input too small for
             the convolutions, or a generator not on the CPU.
+        ModelError: a user's model that cannot be built, or that :func:`model_refusal` refuses.
+        ImportPathError: an import path that does not import.
     """
-    if name not in _FACTORIES:
-        raise ValueError(f"unknown model {name!r}; expected one of {', '.join(MODEL_NAMES)}")
+    if factory is None:
+        factory = resolve_model_factory(name)
+    if factory is None and args:
+        raise ModelError(
+            f"train.model_args: the built-in model {name!r} takes no arguments, got {dict(args)}; "
+            "set train.model_args={} or name your own factory in train.model"
+        )
     shape = tuple(int(s) for s in input_shape)
     if len(shape) != 3 or min(shape) < 1:
         raise ValueError(f"input_shape must be (C, H, W) with positive sizes; got {tuple(input_shape)}")
@@ -172,6 +315,8 @@ def build_model(
             f"build_model initialises on the CPU and needs a CPU generator; got one on {generator.device}. "
             "Build on the CPU, then move the model with .to(device)."
         )
+    if factory is not None:
+        return _build_user_model(factory, name, shape, int(num_classes), args or {}, generator)
     with torch.device("meta"):
         model = _FACTORIES[name](shape, int(num_classes))
     _materialize_(model)

@@ -6,7 +6,8 @@ owner below imports its names from here and keys its registry by them, so adding
 name here and its implementation in the owner; ``tests/test_config.py`` checks that each registry and its
 names agree. Registries that import no torch keep their names themselves: the arms
 (:data:`sifl_ray.arms.ARMS`), the partitioners (:data:`sifl_ray.data.partition.PARTITIONERS`), the data
-sets (:data:`sifl_ray.data.datasets.DATASET_NAMES`) and the fault kinds (:data:`sifl_ray.faults.FAULT_KINDS`).
+sets (:data:`sifl_ray.data.datasets.DATASET_NAMES`, and a user's: :func:`sifl_ray.data.own.all_dataset_names`)
+and the fault kinds (:data:`sifl_ray.faults.FAULT_KINDS`).
 
 ======================  ===================================================  ==============================
 names                   owner (its registry)                                 configuration keys
@@ -17,6 +18,7 @@ names                   owner (its registry)                                 con
 ``NOISE_DISTRIBUTIONS`` :class:`sifl_ray.coding.base.NoiseSpec`              ``coding.noise.distribution``
 ``PRECISION_POLICIES``  :func:`sifl_ray.coding.precision.check_precision`    ``coding.precision.policy``
 ``MODEL_NAMES``         :data:`sifl_ray.models.MODEL_NAMES` (its factories)  ``train.model``
+``USER_MODELS``         :func:`sifl_ray.models.register_model`               ``train.model``
 ``OPTIMIZER_NAMES``     :data:`sifl_ray.optim.trainer.OPTIMIZERS`            ``train.optimizer``
 ``NBAFL_EXPOSURES``     :data:`sifl_ray.privacy.nbafl.EXPOSURES`             ``nbafl.exposures``
 ``NBAFL_CALIBRATIONS``  :data:`sifl_ray.privacy.nbafl.CALIBRATIONS`          ``nbafl.calibration``
@@ -40,6 +42,10 @@ LEFT_INVERSES: tuple[str, ...] = ("pinv", "oblique")
 NOISE_DISTRIBUTIONS: tuple[str, ...] = ("gaussian", "laplace")
 PRECISION_POLICIES: tuple[str, ...] = ("refuse", "warn")
 MODEL_NAMES: tuple[str, ...] = ("mlp", "cnn", "cnn2", "digits_mlp")
+#: Users' models: name → their factory's import path (``module:function``), added by
+#: :func:`sifl_ray.models.register_model`; ``train.model`` accepts these names beside :data:`MODEL_NAMES`
+#: and any import path ``package.module:factory``.
+USER_MODELS: dict[str, str] = {}
 #: The optimizers known by a short name; any ``torch.optim`` class name is accepted besides.
 OPTIMIZER_NAMES: tuple[str, ...] = ("sgd", "momentum", "adam")
 NBAFL_EXPOSURES: tuple[str, ...] = ("multi_round", "per_round")

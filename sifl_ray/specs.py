@@ -10,7 +10,8 @@ they hold no unchecked input. No torch here: the driver builds them before any p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -72,12 +73,18 @@ class ModelSpec:
 
     Built by the driver once the data set is loaded (:func:`sifl_ray.runner.workload.load_workload`), since
     the shape and the classes are the data's. ``dtype`` is ``train.dtype`` (the model's; coding is float64).
+    ``factory`` is a user's model factory (``train.model`` registered or an import path), resolved once by
+    the driver and pickled to each party (by reference, or by value for a script's own function), so a
+    worker builds it without importing the plug-in; ``None`` for a built-in model. ``args`` is
+    ``train.model_args``.
     """
 
     name: str
     input_shape: tuple[int, ...]
     num_classes: int
     dtype: str = "float32"
+    args: dict[str, Any] = field(default_factory=dict)
+    factory: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:  # a shape given as a list (numpy's, JSON's) is kept as a tuple
         object.__setattr__(self, "input_shape", tuple(int(s) for s in self.input_shape))

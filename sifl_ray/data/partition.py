@@ -25,21 +25,25 @@ from typing import TypeVar
 
 import numpy as np
 
+from sifl_ray.data.download import DatasetError
 from sifl_ray.seeding import numpy_generator
 
 __all__ = [
     "PARTITIONERS",
     "PARTITION_OPTIONS",
+    "PartitionError",
     "Partitioner",
     "partition_dataset",
     "partition_dirichlet",
     "partition_iid",
+    "partition_natural",
     "partition_shards",
     "register_partitioner",
 ]
 
-PARTITION_OPTIONS = ("alpha", "shards_per_client", "min_size")
-"""The keyword options of :func:`partition_dataset` a partitioner can ask for (the scenario's knobs)."""
+PARTITION_OPTIONS = ("alpha", "shards_per_client", "min_size", "groups")
+"""The keyword options of :func:`partition_dataset` a partitioner can ask for: the scenario's knobs, and
+``groups``, the data's own client id per sample (:attr:`sifl_ray.data.Dataset.client_train`)."""
 
 
 @dataclass(frozen=True)
@@ -201,6 +205,59 @@ def partition_shards(
     return _sorted_int64([np.concatenate([shards[j] for j in row]) for row in deal])
 
 
+class PartitionError(DatasetError, ValueError):
+    """The data cannot be split as the scenario asks; ``key`` is the configuration key to change (a run
+    reports it as a configuration error, :func:`sifl_ray.data.preflight.data_problem`)."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(problem)
+        self.key = key
+
+
+@register_partitioner("natural", options=("groups",))
+def partition_natural(
+    labels: np.ndarray,
+    num_clients: int,
+    generator: np.random.Generator,
+    groups: np.ndarray | None = None,
+) -> list[np.ndarray]:
+    """The data's own clients (LEAF's users, a writer, a speaker): the non-IID split FL research uses.
+
+    With as many clients as users, client ``k`` holds user ``k``'s samples (users in the data's order);
+    with fewer, the users are shuffled (from ``generator``) and dealt out in near-equal groups, so a client
+    is a few whole users. More clients than users cannot be made without cutting a user in two.
+
+    Raises:
+        PartitionError: the data set has no client ids, or fewer users than clients.
+    """
+    labels = _check_partition_args(labels, num_clients)
+    if groups is None:
+        raise PartitionError(
+            "data.partition",
+            "natural splits by the data's own client ids, and this data set has none; use a data set "
+            "with them (data.name=leaf, or arrays / your loader with client_train) or data.partition=iid",
+        )
+    groups = np.asarray(groups)
+    if groups.shape != labels.shape:
+        raise ValueError(f"groups must give one client id per sample; got shape {groups.shape}")
+    users, first, owner = np.unique(groups, return_index=True, return_inverse=True)
+    appearance = np.empty(users.size, dtype=np.int64)
+    appearance[np.argsort(first, kind="stable")] = np.arange(users.size)  # user → its rank in the data
+    owner = appearance[owner.reshape(-1)]
+    if num_clients > users.size:
+        raise PartitionError(
+            "clients.num_clients",
+            f"{num_clients} clients but the data has {users.size} users of its own (data.partition=natural "
+            f"gives each client whole users); set clients.num_clients to at most {users.size}",
+        )
+    order = np.arange(users.size) if num_clients == users.size else generator.permutation(users.size)
+    client_of_user = np.empty(users.size, dtype=np.int64)
+    for k, members in enumerate(np.array_split(order, num_clients)):
+        client_of_user[members] = k
+    client = client_of_user[owner]
+    return _sorted_int64([np.flatnonzero(client == k) for k in range(num_clients)])
+
+
 def partition_dataset(
     labels: np.ndarray,
     *,
@@ -210,11 +267,13 @@ def partition_dataset(
     alpha: float = 0.5,
     shards_per_client: int = 2,
     min_size: int = 1,
+    groups: np.ndarray | None = None,
 ) -> list[np.ndarray]:
     """Partition with the registered ``scheme``, drawing from the stream ``(seed, "partition", scheme)``.
 
     Each scheme receives only the options it registered (``alpha`` and ``min_size`` for ``dirichlet``,
-    ``shards_per_client`` for ``shards``); the others are ignored.
+    ``shards_per_client`` for ``shards``, ``groups``, the data's client id per sample, for ``natural``);
+    the others are ignored.
 
     Raises:
         ValueError: ``scheme`` is not registered (the message lists the registered ones), or the
@@ -226,7 +285,7 @@ def partition_dataset(
             f"unknown partition scheme {scheme!r}; registered: {', '.join(PARTITIONERS)}. Fix: use one of "
             "them, or register yours with @register_partitioner (sifl_ray.data.partition)"
         )
-    given = {"alpha": alpha, "shards_per_client": shards_per_client, "min_size": min_size}
+    given = {"alpha": alpha, "shards_per_client": shards_per_client, "min_size": min_size, "groups": groups}
     options = {name: given[name] for name in partitioner.options}
     generator = numpy_generator(seed, "partition", scheme)
     return partitioner.function(labels, num_clients, generator=generator, **options)

@@ -29,6 +29,8 @@ from sifl_ray.data.download import (
     mnist_files,
 )
 from sifl_ray.data.idx import IDXFormatError, check_idx_file
+from sifl_ray.data.own import FILE_DATASETS, resolve_data_loader
+from sifl_ray.import_paths import ImportPathError, import_object, is_import_path
 from sifl_ray.validation import ConfigError
 
 if TYPE_CHECKING:
@@ -50,12 +52,14 @@ def _mirrors(cfg: DictConfig) -> list[str] | None:
 def check_data(cfg: DictConfig, *, log: Callable[[str], None] | None = None) -> None:
     """Make sure the data set of ``cfg`` is on disk and right, downloading what is missing or corrupt where
     ``data.download`` allows it (``log`` hears of each download). Data sets made in memory (digits,
-    synthetic) need nothing.
+    synthetic, mnist_sample) need nothing; a user's own files must exist and an import path of theirs
+    (``data.name``, ``train.model``) must import (:func:`_check_own`).
 
     Raises:
         ConfigError: one problem, in configuration keys, with the fix (:func:`data_problem`).
     """
     name = str(cfg.data.name)
+    _check_own(cfg)
     if name not in MNIST_CHECKSUMS:
         return
     try:
@@ -86,8 +90,34 @@ def check_data(cfg: DictConfig, *, log: Callable[[str], None] | None = None) -> 
         ) from None
 
 
+def _check_own(cfg: DictConfig) -> None:
+    """A user's own data and model, as far as they can be checked before the data is read: the files exist,
+    and an import path (``data.name``, ``train.model``) imports. What the values hold is checked when they
+    are read (:class:`~sifl_ray.data.own.DataInputError`, exit code 2 as well)."""
+    problems = []
+    name = str(cfg.data.name)
+    for key in ("data.path", "data.test_path"):
+        value = cfg.data.path if key == "data.path" else cfg.data.test_path
+        if name in FILE_DATASETS and value is not None and not Path(str(value)).expanduser().exists():
+            problems.append(f"{key}: {value} does not exist; point {key} at your data's file or folder")
+    try:
+        resolve_data_loader(name)
+    except DatasetError as err:
+        problems.append(data_problem(err, cfg))
+    if is_import_path(cfg.train.model):
+        try:
+            import_object(str(cfg.train.model), key="train.model")
+        except ImportPathError as err:
+            problems.append(str(err))
+    if problems:
+        raise ConfigError(problems)
+
+
 def data_problem(err: DatasetError | IDXFormatError, cfg: DictConfig) -> str:
     """The configuration problem ``err`` is, in ``sifl run``'s keys: what is wrong, then the fix."""
+    key = getattr(err, "key", None)  # a user's data (sifl_ray.data.own), a partition: the key is known
+    if key is not None and isinstance(err, DatasetError):
+        return f"{key}: {err.problem}" + (f"; {err.fix}" if err.fix else "")
     name, root = str(cfg.data.name), _root(cfg)
     folder = getattr(err, "folder", None) or root / name
     if isinstance(err, MissingFilesError):

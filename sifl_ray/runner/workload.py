@@ -10,15 +10,17 @@ from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from sifl_ray.data import load_dataset, partition_dataset
-from sifl_ray.models import build_model, flatten_params
+from sifl_ray.data import partition_dataset
+from sifl_ray.data.own import load_any_dataset
+from sifl_ray.models import build_model, flatten_params, resolve_model_factory
 from sifl_ray.seeding import torch_generator
 from sifl_ray.specs import ModelSpec
 
 
-def partition(cfg: DictConfig, labels: np.ndarray) -> list[np.ndarray]:
+def partition(cfg: DictConfig, labels: np.ndarray, groups: np.ndarray | None = None) -> list[np.ndarray]:
+    """The clients' training indices; ``groups`` is the data's own client id per sample (``natural``)."""
     return partition_dataset(
         labels,
         scheme=cfg.data.partition,
@@ -26,6 +28,7 @@ def partition(cfg: DictConfig, labels: np.ndarray) -> list[np.ndarray]:
         seed=cfg.seed,
         alpha=cfg.data.dirichlet_alpha,
         shards_per_client=cfg.data.shards_per_client,
+        groups=groups,
     )
 
 
@@ -46,8 +49,11 @@ class Workload:
 def load_workload(cfg: DictConfig, num_workers: int) -> Workload:
     """Load the data set, split it over the clients and the clients over ``num_workers`` workers (in
     contiguous blocks), and build the initial model."""
-    dataset = load_dataset(
+    dataset = load_any_dataset(
         cfg.data.name,
+        path=cfg.data.path,
+        test_path=cfg.data.test_path,
+        args=OmegaConf.to_container(cfg.data.args),
         seed=cfg.seed,
         root=cfg.data.root or "data_cache",
         download=cfg.data.download,
@@ -58,19 +64,23 @@ def load_workload(cfg: DictConfig, num_workers: int) -> Workload:
         limit_train=cfg.data.limit_train,
         limit_test=cfg.data.limit_test,
     )
-    parts = partition(cfg, np.asarray(dataset.y_train))
+    parts = partition(cfg, np.asarray(dataset.y_train), dataset.client_train)
     owners = np.array_split(np.arange(cfg.clients.num_clients), num_workers)
     model_spec = ModelSpec(
         name=cfg.train.model,
         input_shape=dataset.x_train.shape[1:],
         num_classes=int(dataset.num_classes),
         dtype=cfg.train.dtype,
+        args=OmegaConf.to_container(cfg.train.model_args),
+        factory=resolve_model_factory(cfg.train.model),
     )
     net = build_model(
-        cfg.train.model,
+        model_spec.name,
         input_shape=model_spec.input_shape,
         num_classes=model_spec.num_classes,
         generator=torch_generator(cfg.seed, "init"),
+        args=model_spec.args,
+        factory=model_spec.factory,
     )
     return Workload(
         dataset=dataset,
