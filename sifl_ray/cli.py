@@ -208,7 +208,7 @@ def cmd_resume(argv: list[str]) -> int:
 
 def cmd_describe(argv: list[str]) -> int:
     """``sifl describe``: the sizes, bounds and ε of a scenario without training (seconds, not a run)."""
-    from sifl_ray.sizing import describe_scenario, format_description
+    from sifl_ray.sizing import describe_needs_data, describe_scenario, format_description
 
     as_json = "--json" in argv
     frontier = "--frontier" in argv
@@ -218,7 +218,7 @@ def cmd_describe(argv: list[str]) -> int:
 
         return int(frontier_main(rest) or 0)
     cfg = load_config(rest)
-    if cfg.data.partition != "iid":  # a non-IID split needs the labels (sifl_ray.sizing.dataset_sizes)
+    if describe_needs_data(cfg):  # a non-IID split needs the labels, the user's data its files
         _check_data(cfg)
     info = describe_scenario(cfg)
     print(json.dumps(info, indent=2) if as_json else format_description(info))

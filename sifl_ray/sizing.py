@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch
 from omegaconf import DictConfig
 
@@ -223,14 +224,24 @@ def describe_arm(
     return out
 
 
-def dataset_sizes(cfg: DictConfig) -> tuple[int, int]:
+def describe_needs_data(cfg: DictConfig) -> bool:
+    """Whether ``sifl describe`` must read the data set: a built-in set split IID with a built-in model is
+    described from its known sizes and shape alone (no download, no files needed)."""
+    from sifl_ray.models import resolve_model_factory
+
+    known = cfg.data.name in (*INPUT_SHAPES, "synthetic") and resolve_model_factory(cfg.train.model) is None
+    return not (known and cfg.data.partition == "iid")
+
+
+def dataset_sizes(cfg: DictConfig, dataset: Any = None) -> tuple[int, int]:
     """(smallest client's |D_i|, |D|): the sensitivities 2C/|D_i| and 2C/|D| need the real split.
 
-    An IID split is computed from the sizes alone (no data needed); a non-IID split (Dirichlet, shards)
-    depends on the labels, so the dataset is loaded (MNIST from the local copy ``sifl describe``'s pre-flight
-    check made sure of, :mod:`sifl_ray.data.preflight`) and partitioned exactly as a run would.
+    An IID split of a built-in set is computed from the sizes alone (no data needed); any other split
+    (Dirichlet, shards, natural) depends on the labels or the data's own clients, so the data set (given,
+    or loaded from disk: ``sifl describe``'s pre-flight check made sure of the files,
+    :mod:`sifl_ray.data.preflight`) is partitioned exactly as a run would.
     """
-    if cfg.data.partition == "iid":
+    if dataset is None and cfg.data.partition == "iid" and cfg.data.name in (*INPUT_SHAPES, "synthetic"):
         if cfg.data.name == "digits":
             from sklearn.datasets import load_digits
 
@@ -243,27 +254,10 @@ def dataset_sizes(cfg: DictConfig) -> tuple[int, int]:
         if cfg.data.limit_train:
             total = min(total, cfg.data.limit_train)
         return total // cfg.clients.num_clients, total
-    from sifl_ray.data import load_dataset, partition_dataset
+    from sifl_ray.runner.workload import load_data, partition
 
-    ds = load_dataset(
-        cfg.data.name,
-        seed=cfg.seed,
-        root=cfg.data.root or "data_cache",
-        download=False,
-        test_fraction=cfg.data.test_fraction,
-        synthetic_train=cfg.data.n_train,
-        synthetic_test=cfg.data.n_test,
-        limit_train=cfg.data.limit_train,
-        limit_test=cfg.data.limit_test,
-    )
-    parts = partition_dataset(
-        ds.y_train,
-        scheme=cfg.data.partition,
-        num_clients=cfg.clients.num_clients,
-        seed=cfg.seed,
-        alpha=cfg.data.dirichlet_alpha,
-        shards_per_client=cfg.data.shards_per_client,
-    )
+    ds = load_data(cfg, download=False) if dataset is None else dataset
+    parts = partition(cfg, np.asarray(ds.y_train), ds.client_train)
     return min(len(p) for p in parts), sum(len(p) for p in parts)
 
 
@@ -283,20 +277,28 @@ def describe_scenario(cfg: DictConfig, *, progress: bool | None = None) -> dict[
 
 
 def _describe(cfg: DictConfig, bar: Progress) -> dict[str, Any]:
-    from sifl_ray.models import build_model, count_params
+    from sifl_ray.models import build_model, count_params, resolve_model_factory
     from sifl_ray.roles.factories import make_party_aggregator_state, make_party_server_key
     from sifl_ray.seeding import torch_generator
 
     from .coding import make_aggregator_key
 
-    shape = INPUT_SHAPES.get(cfg.data.name, (1, 28, 28))
-    model = build_model(
-        cfg.train.model, input_shape=shape, num_classes=10, generator=torch_generator(cfg.seed, "init")
-    )
+    if cfg.data.name in (*INPUT_SHAPES, "synthetic") and resolve_model_factory(cfg.train.model) is None:
+        # a built-in set and model: the shape is known; no data is loaded for an IID split
+        shape = INPUT_SHAPES.get(cfg.data.name, (1, 28, 28))
+        model = build_model(
+            cfg.train.model, input_shape=shape, num_classes=10, generator=torch_generator(cfg.seed, "init")
+        )
+        local, total = dataset_sizes(cfg)
+    else:  # the user's model or data: built and split exactly as a run does
+        from sifl_ray.runner.workload import load_data, model_for
+
+        dataset = load_data(cfg, download=False)
+        _, model = model_for(cfg, dataset)
+        local, total = dataset_sizes(cfg, dataset)
     n = count_params(model)
     w_max = max(float(p.detach().abs().max()) for p in model.parameters())
     n_tilde = n + cfg.coding.n_extra
-    local, total = dataset_sizes(cfg)
     coding = CodingSpec.from_config(cfg)
     out: dict[str, Any] = {
         "scenario": cfg.scenario,

@@ -46,17 +46,20 @@ class Workload:
         return int(self.w0.numel())
 
 
-def load_workload(cfg: DictConfig, num_workers: int) -> Workload:
-    """Load the data set, split it over the clients and the clients over ``num_workers`` workers (in
-    contiguous blocks), and build the initial model."""
-    dataset = load_any_dataset(
+def load_data(cfg: DictConfig, *, download: bool | None = None) -> Any:
+    """The run's data set, whatever ``data.name`` names (built-in, arrays, LEAF, registered, import path).
+
+    ``download=False``: only what is on disk (``sifl describe`` never downloads; its pre-flight check has
+    made sure of the files); default ``data.download``.
+    """
+    return load_any_dataset(
         cfg.data.name,
         path=cfg.data.path,
         test_path=cfg.data.test_path,
         args=OmegaConf.to_container(cfg.data.args),
         seed=cfg.seed,
         root=cfg.data.root or "data_cache",
-        download=cfg.data.download,
+        download=cfg.data.download if download is None else download,
         mirrors=None if cfg.data.mirrors is None else list(cfg.data.mirrors),
         test_fraction=cfg.data.test_fraction,
         synthetic_train=cfg.data.n_train,
@@ -64,9 +67,12 @@ def load_workload(cfg: DictConfig, num_workers: int) -> Workload:
         limit_train=cfg.data.limit_train,
         limit_test=cfg.data.limit_test,
     )
-    parts = partition(cfg, np.asarray(dataset.y_train), dataset.client_train)
-    owners = np.array_split(np.arange(cfg.clients.num_clients), num_workers)
-    model_spec = ModelSpec(
+
+
+def model_for(cfg: DictConfig, dataset: Any) -> tuple[ModelSpec, torch.nn.Module]:
+    """The model's recipe for the parties (what each builds) and the initial model built from it, from
+    the run seed's ``init`` stream: every party, the driver and ``sifl describe`` build the same one."""
+    spec = ModelSpec(
         name=cfg.train.model,
         input_shape=dataset.x_train.shape[1:],
         num_classes=int(dataset.num_classes),
@@ -75,13 +81,23 @@ def load_workload(cfg: DictConfig, num_workers: int) -> Workload:
         factory=resolve_model_factory(cfg.train.model),
     )
     net = build_model(
-        model_spec.name,
-        input_shape=model_spec.input_shape,
-        num_classes=model_spec.num_classes,
+        spec.name,
+        input_shape=spec.input_shape,
+        num_classes=spec.num_classes,
         generator=torch_generator(cfg.seed, "init"),
-        args=model_spec.args,
-        factory=model_spec.factory,
+        args=spec.args,
+        factory=spec.factory,
     )
+    return spec, net
+
+
+def load_workload(cfg: DictConfig, num_workers: int) -> Workload:
+    """Load the data set, split it over the clients and the clients over ``num_workers`` workers (in
+    contiguous blocks), and build the initial model."""
+    dataset = load_data(cfg)
+    parts = partition(cfg, np.asarray(dataset.y_train), dataset.client_train)
+    owners = np.array_split(np.arange(cfg.clients.num_clients), num_workers)
+    model_spec, net = model_for(cfg, dataset)
     return Workload(
         dataset=dataset,
         sizes=np.array([len(p) for p in parts], dtype=np.int64),
