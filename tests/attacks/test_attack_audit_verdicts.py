@@ -68,9 +68,10 @@ def test_verdicts_never_say_holds():
 
 
 def test_the_report_prints_ceilings_and_verdicts_not_holds():
+    from sifl_ray.attacks.arm_audit import ArmAudit
     from sifl_ray.attacks.audit import AuditTest
     from sifl_ray.attacks.report import _audit_table, _audits
-    from sifl_ray.attacks.suite import ArmAudit, SuiteResult
+    from sifl_ray.attacks.suite import SuiteResult
 
     def test(lb, n):
         return AuditTest("t", n, 0, 0, 1.0, 0.0, lb, trials_ceiling(n, delta=DELTA, confidence=CONF), 0.3)
@@ -142,9 +143,9 @@ def test_noise_four_times_weaker_than_claimed_is_refuted_and_the_claimed_noise_i
 def test_a_one_round_audit_is_compared_with_one_rounds_epsilon():
     """The suite's DP-FedAvg line reports the accountant's ε after one round, not the whole run's, and its
     scope says so."""
+    from sifl_ray.attacks.arm_audit import audit_arm
     from sifl_ray.attacks.config import load_attack_config
     from sifl_ray.attacks.record import make_task
-    from sifl_ray.attacks.suite import audit_arm
 
     cfg = load_attack_config(
         [

@@ -160,7 +160,7 @@ def test_threat_models_are_labelled_and_result_line_is_uploads_only(run):
     """SPEC 'Parties': the aggregator sees only the uploads. Figures that use the broadcasts carry the
     stronger threat model everywhere (JSON, report, TensorBoard); the RESULT line's projection_error is the
     best uploads-only noise removal, the telescoped figure is reported apart."""
-    from sifl_ray.attacks.suite import AGGREGATOR, AGGREGATOR_BROADCASTS
+    from sifl_ray.attacks.registry import AGGREGATOR, AGGREGATOR_BROADCASTS
 
     out, lines = run
     m = RESULT.match(lines[-1])
@@ -184,11 +184,43 @@ def test_threat_models_are_labelled_and_result_line_is_uploads_only(run):
     assert f"| {AGGREGATOR_BROADCASTS} | (b) noise removal by regression on telescoped" in tb_primary
 
 
+def test_every_registered_figure_is_in_the_json_the_report_the_console_and_tensorboard(run):
+    """No hand-picked columns, no silent drop: each figure of the registry, for each design, in result.json
+    with its declared labels, in the report beside its explanation, as a console column, in the design's
+    TensorBoard table, and as a TensorBoard scalar per round where it has rounds."""
+    from sifl_ray.attacks.registry import figure_specs
+
+    out, lines = run
+    data = json.loads((out / "result.json").read_text())
+    report = (out / "report.md").read_text()
+    head = next(line for line in lines if line.startswith("design "))
+    acc, _ = _tb_text(out, "attack/result")
+    specs = figure_specs()
+    assert specs
+    for design in data["designs"]:
+        assert list(design["figures"]) == list(specs)
+        _, table = _tb_text(out, f"attack/{design['design']}")
+        for name, spec in specs.items():
+            figure = design["figures"][name]
+            assert (figure["threat_model"], figure["attack"], figure["figure"]) == (
+                spec.threat_model,
+                spec.attack,
+                spec.figure,
+            )
+            assert spec.attack in table
+            if any(v is not None for v in figure["per_round"].values()):
+                assert f"attack/{design['design']}/{name}" in acc.Tags()["scalars"]
+    for spec in specs.values():
+        assert f"- **{spec.attack}** ({spec.threat_model}). {spec.explanation}" in report
+        assert f" {spec.column:>10s}" in head
+
+
 def test_outputs_carry_no_seed_and_no_derived_key_bytes(run):
     """``seed`` reproduces the plain models (beside the transcripts), ``key_seed`` every key: neither field,
     nor value, nor any key seed derived from it, may appear in result.json, report.md, TensorBoard or the
     transcripts."""
-    from sifl_ray.attacks.suite import design_key_seed, m2_design
+    from sifl_ray.attacks.design import design_key_seed
+    from sifl_ray.attacks.m2 import m2_design
     from sifl_ray.party_seeds import party_seed
     from sifl_ray.seeding import derive_bytes
 

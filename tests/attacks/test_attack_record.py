@@ -18,6 +18,8 @@ import torch
 
 from sifl_ray.arms import ARMS, arm_instances
 from sifl_ray.attacks.config import Design, load_attack_config
+from sifl_ray.attacks.design import design_coding
+from sifl_ray.attacks.m2 import m2_coding
 from sifl_ray.attacks.record import (
     RecordingBackend,
     epoch_coding,
@@ -25,7 +27,6 @@ from sifl_ray.attacks.record import (
     platform_config,
     record_arm,
 )
-from sifl_ray.attacks.suite import design_coding, m2_coding
 from sifl_ray.attacks.transcript import TranscriptRecorder
 
 SMALL = [

@@ -15,8 +15,9 @@ import pytest
 import torch
 
 from sifl_ray.attacks.config import Design, load_attack_config
+from sifl_ray.attacks.design import evaluate_design
 from sifl_ray.attacks.record import make_task
-from sifl_ray.attacks.suite import evaluate_design, run_suite
+from sifl_ray.attacks.suite import run_suite
 
 PAPER_SCALES = ["key.alpha=1e-3", "key.beta=1e3", "key.noise_scale=1e3"]
 SMALL = [
@@ -103,7 +104,7 @@ def test_geometry_exact_for_scaled_orthogonal_keys(suite):
 
 def test_threat_models_follow_the_spec_parties(suite):
     """The SPEC's aggregator sees only the uploads: every figure that uses the broadcasts says so."""
-    from sifl_ray.attacks.suite import AGGREGATOR, AGGREGATOR_BROADCASTS
+    from sifl_ray.attacks.registry import AGGREGATOR, AGGREGATOR_BROADCASTS
 
     for d in suite.designs:
         f = d.figures
@@ -122,7 +123,7 @@ def test_same_round_differences_are_noise_free_per_element_in_every_design(suite
     noise dimensions, 10 pairs of rounds; for N1ᵀN1 = β²I (pinv keys) the ratio's standard deviation is
     1/√(2(mT + 1)) (derivation in test_attack_element_noise), five of them allowed; oblique keys weight the
     noise dimensions unequally (fewer effective dimensions), so only the pinv keys are held to it."""
-    from sifl_ray.attacks.suite import AGGREGATOR
+    from sifl_ray.attacks.registry import AGGREGATOR
 
     for d in suite.designs:
         f = d.figures["difference_noise"]
@@ -150,8 +151,8 @@ def _block_rows(suite):
     """Rows of the largest block of the block-pinv key, as the server actor makes it from the design."""
     from actors.server import ServerActor
     from sifl_ray.attacks.adversaries import BlockLayout
+    from sifl_ray.attacks.design import design_coding
     from sifl_ray.attacks.record import epoch_coding, platform_config
-    from sifl_ray.attacks.suite import design_coding
 
     cfg = load_attack_config([*SMALL, DESIGNS, "primary=fast-oblique"])
     coding = design_coding(cfg, Design.parse("block-pinv"))
@@ -229,8 +230,8 @@ def test_secure_random_keys_give_the_same_attack_figures():
     result, _, truth = evaluate_design(task, cfg, Design.parse("fast-oblique"))
     assert result.figures["difference_rank"].value == 8
     assert result.figures["telescoped"].value < 1e-3
+    from sifl_ray.attacks.design import design_coding
     from sifl_ray.attacks.record import record_arm
-    from sifl_ray.attacks.suite import design_coding
     from sifl_ray.attacks.transcript import TranscriptRecorder
 
     design = Design.parse("fast-oblique")
