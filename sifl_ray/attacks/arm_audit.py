@@ -91,7 +91,7 @@ def audit_arm(
     from sifl_ray.arms.dp_fedavg import CentralNoise
     from sifl_ray.attacks.audit import audit_aggregator_step, audit_release
 
-    platform = platform_config(cfg, clients=task.clients, rounds=cfg.training.rounds)
+    platform = platform_config(cfg, clients=task.clients, rounds=cfg.train.rounds)
     protocol = arm_of(platform, arm)
     kw = {
         "trials": int(cfg.audit.trials),
@@ -216,7 +216,8 @@ def _masked_upload(spec, cfg: DictConfig, arm: str):
     from sifl_ray.seeding import derive_seed
 
     def release(x: torch.Tensor, trial: int) -> torch.Tensor:
-        seed = None if cfg.key_seed is None else derive_seed(int(cfg.key_seed), "audit", arm, "masks", trial)
+        key_seed = cfg.coding.key_seed
+        seed = None if key_seed is None else derive_seed(int(key_seed), "audit", arm, "masks", trial)
         fresh = with_(spec, key_seed=seed, degree=None, threshold=None, min_survivors=0)  # two clients
         head, client = AggregatorSecAgg(fresh, arm), WorkerSecAgg(fresh, arm)
         public = head.open(trial, [0, 1])
@@ -248,7 +249,7 @@ def _audit_m2_broadcast(
 
     design = Design.parse(cfg.primary)
     coded = platform_config(
-        cfg, clients=task.clients, rounds=cfg.training.rounds, coding=design_coding(cfg, design)
+        cfg, clients=task.clients, rounds=cfg.train.rounds, coding=design_coding(cfg, design)
     )
     coding = CodingSpec.from_config(coded)
     server, server_view = make_party_server_key(

@@ -29,14 +29,15 @@ from sifl_ray.seeding import derive_seed
 
 
 def design_key_seed(cfg: DictConfig, design: Design) -> int | None:
-    """The key seed of ``design``'s run: derived from ``cfg.key_seed`` and the design's name, so that every
-    design has keys and noise of its own (``None``: secure random keys)."""
-    return None if cfg.key_seed is None else derive_seed(int(cfg.key_seed), "attack", design.name)
+    """The key seed of ``design``'s run: derived from ``cfg.coding.key_seed`` and the design's name, so that
+    every design has keys and noise of its own (``None``: secure random keys)."""
+    seed = cfg.coding.key_seed
+    return None if seed is None else derive_seed(int(seed), "attack", design.name)
 
 
 def design_coding(cfg: DictConfig, design: Design) -> dict[str, Any]:
-    """The platform ``coding`` values of ``design`` at the scales of ``cfg.key``."""
-    k = cfg.key
+    """The platform ``coding`` values of ``design`` at the scales of ``cfg.coding``."""
+    k = cfg.coding
     return {
         "key_seed": design_key_seed(cfg, design),
         "backend": design.backend,
@@ -46,7 +47,11 @@ def design_coding(cfg: DictConfig, design: Design) -> dict[str, Any]:
         "beta": float(k.beta),
         "kappa": None if k.kappa is None else float(k.kappa),
         "block_size": int(k.block_size),
-        "noise": {"distribution": k.noise, "sigma1": float(k.noise_scale), "sigma2": float(k.noise_scale)},
+        "noise": {
+            "distribution": k.noise.distribution,
+            "sigma1": float(k.noise.sigma1),
+            "sigma2": float(k.noise.sigma1),
+        },
     }
 
 
@@ -81,7 +86,7 @@ def _per_element_epsilon(cfg: DictConfig, key: ServerKey, task: SmallTask) -> tu
     sizes = [int(x.shape[0]) for x in task.X]
     rels = release_epsilons(
         key_norms=key.norms(),
-        noise1=NoiseSpec(distribution=cfg.key.noise, scale=cfg.key.noise_scale),
+        noise1=NoiseSpec(distribution=cfg.coding.noise.distribution, scale=cfg.coding.noise.sigma1),
         clip=cfg.audit.clip,
         local_size=sizes,
         total_size=sum(sizes),
@@ -112,7 +117,7 @@ def _evaluate_design(
         arm=arm,
         design=design,
         coding=design_coding(cfg, design),
-        rounds=cfg.training.rounds,
+        rounds=cfg.train.rounds,
         recorder=recorder,
     )
     recorder.require_full("the aggregator's subspace attacks")
@@ -126,9 +131,9 @@ def _evaluate_design(
         backend=design.backend,
         left_inverse=design.left_inverse,
         rekey_every=design.rekey_every,
-        alpha=float(cfg.key.alpha),
-        beta=float(cfg.key.beta),
-        noise_scale=float(cfg.key.noise_scale),
+        alpha=float(cfg.coding.alpha),
+        beta=float(cfg.coding.beta),
+        noise_scale=float(cfg.coding.noise.sigma1),
         n=truth.n,
         n_tilde=truth.n_tilde,
         layout=layout.describe(),

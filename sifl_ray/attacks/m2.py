@@ -30,14 +30,15 @@ def m2_design(cfg: DictConfig) -> Design:
 
 
 def m2_coding(cfg: DictConfig, *, noise2_scale: float) -> dict[str, Any]:
-    """The platform ``coding`` values of the M2 run: key 1 of ``cfg.m2``'s design at ``cfg.key``'s scales,
-    key 2 of ``cfg.m2`` and its noise ``R2`` of scale ``noise2_scale``. Each scale is a run of its own, with
-    keys and noise draws of its own (the same draws scaled would make every scale's figure the same)."""
-    m2 = cfg.m2
+    """The platform ``coding`` values of the M2 run: key 1 of ``cfg.m2``'s design at ``cfg.coding``'s
+    scales, key 2 of ``cfg.coding`` (``p``, ``gamma``, ``eta``) and its noise ``R2`` of scale
+    ``noise2_scale``. Each scale is a run of its own, with keys and noise draws of its own (the same draws
+    scaled would make every scale's figure the same)."""
     coding = design_coding(cfg, m2_design(cfg))
     if coding["key_seed"] is not None:
         coding["key_seed"] = derive_seed(coding["key_seed"], "R2-scale", float(noise2_scale))
-    coding.update(p=int(m2.p), gamma=float(m2.gamma), eta=float(m2.eta))
+    key = cfg.coding
+    coding.update(p=int(key.p), gamma=float(key.gamma), eta=float(key.eta))
     coding["noise"]["sigma2"] = float(noise2_scale)
     return coding
 
@@ -91,7 +92,7 @@ def _evaluate_m2(cfg: DictConfig, transcript_dir: Path | None, arm: str) -> list
         for t, W_a in sorted(recorder.server_inputs.items()):
             W_bar = key.decode(torch.as_tensor(W_a)).numpy()  # the server's own P1L
             corr[t] = abs_correlation(m2_server_estimate(W_bar), truth.aggregate_models[t])
-        out.append(M2Result(float(scale), task.n, cfg.m2.p, corr, recorder.describe(), arm))
+        out.append(M2Result(float(scale), task.n, cfg.coding.p, corr, recorder.describe(), arm))
         if transcript_dir is not None and cfg.transcript.save:
             prefix = "m2" if arm == "sifl_m2" else arm
             recorder.save(transcript_dir / f"{prefix}-R2-scale-{float(scale):g}.npz")

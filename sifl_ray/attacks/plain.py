@@ -67,10 +67,10 @@ def _evaluate_plain(task: SmallTask, cfg: DictConfig, arm: str) -> tuple[PlainRe
         arm=arm,
         design=Design(name=arm, backend="identity", left_inverse="none"),
         coding={},
-        rounds=cfg.training.rounds,
+        rounds=cfg.train.rounds,
         recorder=recorder,
     )
-    platform = platform_config(cfg, clients=task.clients, rounds=cfg.training.rounds)
+    platform = platform_config(cfg, clients=task.clients, rounds=cfg.train.rounds)
     protocol = get_arm(arm_instances(platform)[arm])
     per_round, every, corr, server = {}, [], [], []
     for t in recorder.rounds():

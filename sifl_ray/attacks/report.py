@@ -119,10 +119,11 @@ def markdown(result: SuiteResult) -> str:
         "",
         f"- Arms attacked: {arms_attacked(result)}.",
         f"- Model: n = {_task_n(result)} parameters; "
-        f"{cfg['data']['clients']} clients, {cfg['training']['rounds']} rounds, "
-        f"K = {cfg['training']['local_steps']} local SGD steps (fused client).",
-        f"- Key scales: alpha = {cfg['key']['alpha']:g}, beta = {cfg['key']['beta']:g}, "
-        f"{cfg['key']['noise']} noise of scale {cfg['key']['noise_scale']:g}; all coding in float64.",
+        f"{cfg['clients']['num_clients']} clients, {cfg['train']['rounds']} rounds, "
+        f"K = {cfg['train']['local_steps']} local SGD steps (fused client).",
+        f"- Key scales: alpha = {cfg['coding']['alpha']:g}, beta = {cfg['coding']['beta']:g}, "
+        f"{cfg['coding']['noise']['distribution']} noise of scale {cfg['coding']['noise']['sigma1']:g}; all "
+        "coding in float64.",
         f"- Keys: {cfg['keys']}. No key material is written here (the scorer and the audit hold the keys in "
         "memory only), nor the run seed (beside the transcripts it would give back the plain models).",
         f"- Threat models. **{AGGREGATOR}**: the uploads only, as SPEC 'Parties' has it (the aggregator sees "

@@ -25,7 +25,7 @@ eavesdropper on the server → client channel or a colluding client does. The RE
 ``projection_error`` is uploads-only.
 
 Seeds stay in memory. ``seed`` reproduces data, initial model and minibatches (beside a transcript: the
-plain models of a SIFL arm); ``key_seed`` reproduces every key and, through the parties' seeds
+plain models of a SIFL arm); ``coding.key_seed`` reproduces every key and, through the parties' seeds
 (:mod:`sifl_ray.keys`), every noise draw. :func:`public_config` drops both from what is written out.
 """
 
@@ -57,7 +57,7 @@ def attacked_arms(cfg: DictConfig) -> dict[str, str]:
     """The arm instances of ``cfg.arms`` (``nbafl`` runs as ``nbafl_eps1``, ...) → their coding."""
     from sifl_ray.arms import arm_instances, get_arm
 
-    platform = platform_config(cfg, clients=cfg.data.clients, rounds=cfg.training.rounds)
+    platform = platform_config(cfg, clients=cfg.clients.num_clients, rounds=cfg.train.rounds)
     return {name: get_arm(kind).coding for name, kind in arm_instances(platform).items()}
 
 
@@ -65,17 +65,21 @@ def attacked_arms(cfg: DictConfig) -> dict[str, str]:
 UPLOADS_ONLY_REMOVAL = ("projection", "regression")
 
 #: Configuration fields never written out: ``seed`` reproduces the data, the initial model and the
-#: minibatches (beside a transcript: the plain models), ``key_seed`` every key and the parties' noise.
-REDACTED_FIELDS = ("seed", "key_seed")
+#: minibatches (beside a transcript: the plain models), ``coding.key_seed`` every key and the parties' noise.
+REDACTED_FIELDS = ("seed", "coding.key_seed")
 
 
 def public_config(cfg: DictConfig) -> dict[str, Any]:
     """The configuration as written to JSON, markdown and TensorBoard: :data:`REDACTED_FIELDS` removed, and
     a ``keys`` line saying what kind of keys were used (without any seed)."""
     data: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
-    reproducible = data.get("key_seed") is not None
+    reproducible = cfg.coding.key_seed is not None
     for name in REDACTED_FIELDS:
-        data.pop(name, None)
+        *path, leaf = name.split(".")
+        section = data
+        for part in path:
+            section = section[part]
+        section.pop(leaf)
     data["keys"] = (
         "reproducible simulation keys derived from a fixed seed (not secret; the seed is not written out)"
         if reproducible
@@ -173,7 +177,7 @@ def _run_suite(cfg: DictConfig, *, transcript_dir: Path | None, log: Callable[[s
     task = make_task(
         features=cfg.model.features,
         hidden=cfg.model.hidden,
-        clients=cfg.data.clients,
+        clients=cfg.clients.num_clients,
         samples_per_client=cfg.data.samples_per_client,
         teacher_scale=cfg.data.teacher_scale,
         seed=cfg.seed,
@@ -194,7 +198,7 @@ def _run_suite(cfg: DictConfig, *, transcript_dir: Path | None, log: Callable[[s
             log(f"{arm}, design {result.design}: done in {result.seconds:.1f}s")
 
         quiet = OmegaConf.merge(
-            cfg, {"key": {"beta": cfg.contrast.beta, "noise_scale": cfg.contrast.noise_scale}}
+            cfg, {"coding": {"beta": cfg.contrast.beta, "noise": {"sigma1": cfg.contrast.noise_scale}}}
         )
         for name in cfg.contrast.designs:
             result, _, _ = evaluate_design(task, quiet, Design.parse(name), arm=arm)
@@ -232,7 +236,7 @@ def _run_suite(cfg: DictConfig, *, transcript_dir: Path | None, log: Callable[[s
             truth.keys[0],
             w0=torch.as_tensor(truth.aggregate_models[last]),
             sensitivity=sensitivity,
-            noise=NoiseSpec(distribution=cfg.key.noise, scale=cfg.key.noise_scale),
+            noise=NoiseSpec(distribution=cfg.coding.noise.distribution, scale=cfg.coding.noise.sigma1),
             trials=cfg.audit.trials,
             generator=torch_generator(cfg.seed, "attack", "audit"),
             delta=cfg.audit.delta,

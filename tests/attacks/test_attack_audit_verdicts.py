@@ -151,11 +151,11 @@ def test_a_one_round_audit_is_compared_with_one_rounds_epsilon():
         [
             "arms=[dp_fedavg]",
             "arm_config.dp_fedavg.epsilons=[1]",
-            "training.rounds=20",
-            "data.clients=10",
+            "train.rounds=20",
+            "clients.num_clients=10",
             "model.features=9",
             "data.samples_per_client=20",
-            "training.batch_size=8",
+            "train.batch_size=8",
             "audit.trials=500",
         ]
     )
@@ -177,11 +177,11 @@ def _secagg_eps1(features: int):
         [
             "arms=[dp_fedavg_secagg]",
             "arm_config.dp_fedavg.epsilons=[1]",
-            "training.rounds=20",
-            "data.clients=10",
+            "train.rounds=20",
+            "clients.num_clients=10",
             f"model.features={features}",
             "data.samples_per_client=20",
-            "training.batch_size=8",
+            "train.batch_size=8",
         ]
     )
     task = make_task(

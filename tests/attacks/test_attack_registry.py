@@ -30,16 +30,16 @@ SMALL_RUN = [
     "attack",
     "arms=[sifl_m1]",
     "model.features=23",
-    "data.clients=5",
+    "clients.num_clients=5",
     "data.samples_per_client=60",
-    "training.batch_size=16",
-    "training.rounds=8",
-    "key.n_extra=4",
+    "train.batch_size=16",
+    "train.rounds=8",
+    "coding.n_extra=4",
     "designs=[fast-oblique]",
     "primary=fast-oblique",
     "audit.trials=200",
     "contrast.designs=[]",
-    "key_seed=3",
+    "coding.key_seed=3",
 ]
 
 

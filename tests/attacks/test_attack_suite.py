@@ -19,15 +19,15 @@ from sifl_ray.attacks.design import evaluate_design
 from sifl_ray.attacks.record import make_task
 from sifl_ray.attacks.suite import run_suite
 
-PAPER_SCALES = ["key.alpha=1e-3", "key.beta=1e3", "key.noise_scale=1e3"]
+PAPER_SCALES = ["coding.alpha=1e-3", "coding.beta=1e3", "coding.noise.sigma1=1e3"]
 SMALL = [
     "model.features=47",  # n = 48
-    "data.clients=7",  # N_c - 1 = 6 new directions per round: full rank after ceil(48/6) = 8 rounds
+    "clients.num_clients=7",  # N_c - 1 = 6 new directions per round: full rank after ceil(48/6) = 8 rounds
     "data.samples_per_client=120",
-    "training.batch_size=24",
-    "training.rounds=20",
-    "key.n_extra=8",
-    "key.block_size=12",  # ceil(12/6) = 2 rounds
+    "train.batch_size=24",
+    "train.rounds=20",
+    "coding.n_extra=8",
+    "coding.block_size=12",  # ceil(12/6) = 2 rounds
     "audit.trials=3000",
     "m2.rounds=1",
     "m2.noise2_scales=[1e-3,1.0,1e3]",
@@ -194,22 +194,22 @@ def test_audit_bound_far_above_the_per_element_epsilon(suite):
 def test_projection_near_round_off_under_pinv_at_moderate_noise():
     """With noise/alpha moderate the differences' round-off is tiny and the projection alone is exact; its
     error grows like (noise/alpha)^2 (the recovered subspace tilts by the differences' round-off)."""
-    base = [*SMALL, "designs=[fast-pinv,fast-oblique]", "primary=fast-pinv", "key.beta=1"]
+    base = [*SMALL, "designs=[fast-pinv,fast-oblique]", "primary=fast-pinv", "coding.beta=1"]
     task = make_task(features=47, hidden=0, clients=7, samples_per_client=120, teacher_scale=3.0, seed=0)
-    cfg = load_attack_config([*base, "key.noise_scale=1"])
+    cfg = load_attack_config([*base, "coding.noise.sigma1=1"])
     pinv, _, _ = evaluate_design(task, cfg, Design.parse("fast-pinv"))
     oblique, _, _ = evaluate_design(task, cfg, Design.parse("fast-oblique"))
     assert pinv.figures["projection"].value < 1e-7
     assert oblique.figures["projection"].value > 1e3 * pinv.figures["projection"].value
     louder, _, _ = evaluate_design(
-        task, load_attack_config([*base, "key.noise_scale=10"]), Design.parse("fast-pinv")
+        task, load_attack_config([*base, "coding.noise.sigma1=10"]), Design.parse("fast-pinv")
     )
     assert 20 < louder.figures["projection"].value / pinv.figures["projection"].value < 500
 
 
 def test_oblique_regression_error_falls_with_rounds():
     cfg = load_attack_config(
-        [*SMALL, "designs=[fast-oblique]", "primary=fast-oblique", "training.rounds=100", "key.n_extra=4"]
+        [*SMALL, "designs=[fast-oblique]", "primary=fast-oblique", "train.rounds=100", "coding.n_extra=4"]
     )
     task = make_task(
         features=47, hidden=0, clients=7, samples_per_client=120, teacher_scale=3.0, seed=cfg.seed
@@ -223,7 +223,9 @@ def test_oblique_regression_error_falls_with_rounds():
 
 
 def test_secure_random_keys_give_the_same_attack_figures():
-    cfg = load_attack_config([*SMALL, "designs=[fast-oblique]", "primary=fast-oblique", "key_seed=null"])
+    cfg = load_attack_config(
+        [*SMALL, "designs=[fast-oblique]", "primary=fast-oblique", "coding.key_seed=null"]
+    )
     task = make_task(
         features=47, hidden=0, clients=7, samples_per_client=120, teacher_scale=3.0, seed=cfg.seed
     )

@@ -41,9 +41,9 @@ def known_plaintext(
     """
     n, m = key.n, key.n_tilde - key.n
     gen = torch_generator(cfg.seed, "attack", design_name, "known-plaintext")
-    noise = NoiseSpec(distribution=cfg.key.noise, scale=cfg.key.noise_scale)
+    noise = NoiseSpec(distribution=cfg.coding.noise.distribution, scale=cfg.coding.noise.sigma1)
     k_max = max(r.size for r in layout.rows) + 2
-    W = torch.randn(n, k_max + 1, generator=gen, dtype=CODING_DTYPE) * cfg.training.init_scale
+    W = torch.randn(n, k_max + 1, generator=gen, dtype=CODING_DTYPE) * cfg.train.init_scale
     W_tilde = key.encode(W, noise.sample((m, k_max + 1), gen)).numpy()
     W = W.numpy()
     fresh_w, fresh = W[:, -1], W_tilde[:, -1]

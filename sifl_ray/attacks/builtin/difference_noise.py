@@ -34,7 +34,8 @@ def _measure(view: DesignView) -> dict[str, Measured]:
     same = measure_transcript(recorder, view_for_round)
     control = cross_round_pairs(recorder, view_for_round, truth.epoch_of)
     key0 = truth.keys[0]
-    std = cfg.key.noise_scale * (math.sqrt(2.0) if cfg.key.noise == "laplace" else 1.0)
+    noise = cfg.coding.noise
+    std = noise.sigma1 * (math.sqrt(2.0) if noise.distribution == "laplace" else 1.0)
     predicted = float(np.median(key0.norms().n1_row_l2.numpy())) * std
     rms = float(np.sqrt(np.mean(np.square(same.upload_rms))))
     bound = EPS64 / 2 * max(float(np.max(np.abs(recorder.upload_matrix(t)[0]))) for t in recorder.rounds())
