@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 import torch
+from omegaconf import DictConfig
 
 from sifl_ray.attacks.adversaries import BlockLayout, apply_decoder, fit_decoder
 from sifl_ray.attacks.registry import (
@@ -27,7 +28,7 @@ from sifl_ray.seeding import torch_generator
 
 
 def known_plaintext(
-    key: ServerKey, layout: BlockLayout, cfg, design_name: str
+    key: ServerKey, layout: BlockLayout, cfg: DictConfig, design_name: str
 ) -> tuple[int | None, float, float, float]:
     """How many known (w, w~) pairs, each with fresh noise, give the exact decoder.
 
