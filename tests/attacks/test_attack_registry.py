@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+import sifl_ray.attacks.builtin  # noqa: F401 - the shipped attacks, registered as a run registers them
 from sifl_ray.attacks.registry import (
     ATTACKS,
     Attack,
@@ -85,6 +86,10 @@ def test_an_attack_in_one_new_file_reaches_the_report_the_console_and_tensorboar
     assert scalars[-1].value == pytest.approx(figure["value"], rel=1e-6)
     table = acc.Tensors("attack/fast-oblique/text_summary")[0].tensor_proto.string_val[0].decode()
     assert spec.attack in table
+
+
+def test_the_shipped_attacks_are_registered():
+    assert ATTACKS and all(attack.figures for attack in ATTACKS.values())
 
 
 def test_every_registered_attack_is_refused_a_second_time():
