@@ -146,12 +146,12 @@ def test_describe_on_a_terminal_draws_a_bar_on_stderr():
 
 SMALL_ATTACK = [
     "model.features=23",
-    "data.clients=5",
+    "clients.num_clients=5",
     "data.samples_per_client=60",
-    "training.batch_size=16",
-    "training.rounds=10",
-    "key.n_extra=4",
-    "key.block_size=8",
+    "train.batch_size=16",
+    "train.rounds=10",
+    "coding.n_extra=4",
+    "coding.block_size=8",
     "designs=[fast-oblique,block-pinv]",
     "primary=fast-oblique",
     "m2.features=99",

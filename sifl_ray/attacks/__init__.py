@@ -12,7 +12,11 @@ recovers from whole vectors, with figures, and prints the per-element ε beside 
 * :mod:`.record`: any registered arm played on a small model through the platform's own parties (server
   and aggregator actors, the client role, ``run_round`` on the sequential backend), every channel recorded,
   the plain models kept on the side by a simulation-only tap for scoring;
-* :mod:`.suite`: :func:`run_suite`, the adversaries on each arm's transcript, scored;
+* :mod:`.registry`: the attacks on a key design's transcript, each registered once with its figures and
+  their explanations; :mod:`.builtin`: the built-in ones, (a) to (d), one module each;
+* :mod:`.design`, :mod:`.m2`, :mod:`.plain`, :mod:`.arm_audit`: each kind of arm attacked (an m1 arm under
+  one key design, an m2 arm by its server, a plain arm by the aggregator's direct view) and audited;
+* :mod:`.suite`: :func:`run_suite`, every arm of a configuration through those, scored;
 * :mod:`.frontier`: the precision–privacy frontier (``sifl describe --frontier``);
 * :mod:`.report`, :mod:`.cli`: JSON, markdown, TensorBoard, the RESULT line (``sifl attack``).
 """

@@ -1,10 +1,13 @@
 """The attack suite's configuration: a typed schema, ``scenarios/attack_*.yaml``, ``key=value`` overrides.
 
-Why a schema of its own: the attack suite simulates a small model with its own protocol loop (the platform's
-scenarios describe MNIST-scale runs), and it compares several key designs at once. The validator is the
-platform's (:func:`sifl_ray.validation.validate`): YAML scenario over the dataclass defaults, CLI overrides
-over that, every problem collected and raised at once (:class:`~sifl_ray.validation.ConfigError`), then a
-read-only OmegaConf object. Only the domain checks (:data:`RULES`, :func:`_cross_checks`) are this file's.
+Why a schema of its own: the attack suite simulates a small model (its own synthetic task, ``model`` and
+``data``) and compares several key designs at once (``designs``, ``contrast``, ``m2``, ``audit``). Where a
+key means what it means to ``sifl run``, it has the platform's name and the platform's rule
+(``clients.num_clients``, ``train.rounds``, ``coding.key_seed``, ``coding.alpha``,
+``coding.noise.sigma1``, ...: :data:`PLATFORM_KEYS`); an old name of the attack suite's is refused with its
+new one (:data:`RENAMED`). The validator is the platform's (:func:`sifl_ray.validation.validate`): YAML
+scenario over the dataclass defaults, CLI overrides over that, every problem collected and raised at once
+(:class:`~sifl_ray.validation.ConfigError`, exit code 2), then a read-only OmegaConf object.
 
 Designs are named ``<backend>-<left inverse>[-rekey<k>]``, for example ``fast-pinv``, ``dense-oblique``,
 ``block-pinv`` or ``fast-pinv-rekey10`` (a new key epoch every 10 rounds). Backends and left inverses are the
@@ -13,14 +16,18 @@ coding registry's (:mod:`sifl_ray.registry_names`), read when a design is parsed
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import DictConfig
 
 from sifl_ray import registry_names
-from sifl_ray.config import read_scenario, scenario_kinds, scenario_path
+from sifl_ray.config import RULES as PLATFORM_RULES
+from sifl_ray.config import ScenarioConfig, read_scenario, scenario_kinds, scenario_path
 from sifl_ray.validation import Choice, Range, Rules, parse_overrides, set_path, validate
 
 DEFAULT_SCENARIO = "attack_small"
@@ -42,14 +49,21 @@ class DataSection:
     """Synthetic data: Gaussian features, labels from a random logistic teacher (noisy, so gradients never
     vanish)."""
 
-    clients: int = 10
     samples_per_client: int = 200
     teacher_scale: float = 3.0
 
 
 @dataclass
-class TrainingSection:
-    """Local SGD: K steps of minibatch SGD per round (the fused client of SPEC "SIFL M1")."""
+class ClientsSection:
+    """The platform's ``clients`` keys the attack suite reads: every client takes part in every round."""
+
+    num_clients: int = 10
+
+
+@dataclass
+class TrainSection:
+    """Local SGD, the platform's ``train`` keys: K steps of minibatch SGD per round (the fused client of SPEC
+    "SIFL M1"); ``init_scale``, the attack suite's own, scales the random initial model."""
 
     rounds: int = 40
     local_steps: int = 2
@@ -59,31 +73,44 @@ class TrainingSection:
 
 
 @dataclass
-class KeySection:
-    """The server key and its noise (``make_server_key``): ñ = n + n_extra. ``kappa`` is ``‖K‖₂`` of an
-    oblique left inverse; ``None`` takes the coding default (1/α: 45° between the kernel and col(P1)⊥)."""
+class NoiseSection:
+    """The server's noise ``r1`` (the platform's ``coding.noise``): its law and scale. The aggregator's
+    ``R2`` of the M2 run takes its scales from ``m2.noise2_scales``."""
 
+    distribution: str = "gaussian"
+    sigma1: float = 1e3
+
+
+@dataclass
+class CodingSection:
+    """The keys, with the platform's ``coding`` names (``make_server_key``, ``make_aggregator_key``): ñ = n +
+    n_extra; ``kappa`` is ``‖K‖₂`` of an oblique left inverse (``None``: the coding default 1/α, 45° between
+    the kernel and col(P1)⊥); ``p``, ``gamma``, ``eta`` are key 2's, in the M2 run. ``key_seed``: an integer
+    gives reproducible simulation keys and noise (not secret: anyone with the number can rebuild them),
+    ``null`` draws 256 secure random bits per key."""
+
+    key_seed: int | None = 0
     n_extra: int = 20
     alpha: float = 1e-3
     beta: float = 1e3
     kappa: float | None = None
     block_size: int = 20
-    noise: str = "gaussian"
-    noise_scale: float = 1e3
+    p: int = 2
+    gamma: float = 1e-3
+    eta: float = 1.0
+    noise: NoiseSection = field(default_factory=NoiseSection)
 
 
 @dataclass
 class M2Section:
-    """The M2 server attack (e): a larger model, a few rounds, the fast backend."""
+    """The M2 server attack (e): a larger model, a few rounds, the fast backend (key 2: ``coding.p``,
+    ``coding.gamma``, ``coding.eta``, its noise ``R2`` at each scale of ``noise2_scales``)."""
 
     enabled: bool = True
     features: int = 4999
     clients: int = 10
     samples_per_client: int = 100
     rounds: int = 2
-    p: int = 2
-    gamma: float = 1e-3
-    eta: float = 1.0
     noise2_scales: list[float] = field(default_factory=lambda: [1.0, 1e3])
     backend: str = "fast"
     left_inverse: str = "pinv"
@@ -127,12 +154,10 @@ class TranscriptSection:
 class AttackConfig:
     """Everything ``sifl attack`` needs. ``designs`` are compared under the same attacks; ``primary`` is the
     design whose figures go on the RESULT line. ``seed`` drives data, initial model and minibatches;
-    ``key_seed`` the keys and the parties' noise: an integer gives reproducible simulation keys (not secret:
-    anyone with the number can rebuild them), ``null`` draws 256 secure random bits per key."""
+    ``coding.key_seed`` the keys and the parties' noise."""
 
     scenario: str = DEFAULT_SCENARIO
     seed: int = 0
-    key_seed: int | None = 0
     designs: list[str] = field(
         default_factory=lambda: [
             "dense-pinv",
@@ -153,8 +178,9 @@ class AttackConfig:
     out_dir: str | None = None
     model: ModelSection = field(default_factory=ModelSection)
     data: DataSection = field(default_factory=DataSection)
-    training: TrainingSection = field(default_factory=TrainingSection)
-    key: KeySection = field(default_factory=KeySection)
+    clients: ClientsSection = field(default_factory=ClientsSection)
+    train: TrainSection = field(default_factory=TrainSection)
+    coding: CodingSection = field(default_factory=CodingSection)
     m2: M2Section = field(default_factory=M2Section)
     audit: AuditSection = field(default_factory=AuditSection)
     known_plaintext: KnownPlaintextSection = field(default_factory=KnownPlaintextSection)
@@ -184,41 +210,67 @@ class Design:
         return cls(name=name, backend=m["backend"], left_inverse=m["left"], rekey_every=int(m["k"] or 0))
 
 
+#: The attack suite's old names → the platform's: refused with the new name, all at once (:func:`_renamed`).
+RENAMED: dict[str, str] = {
+    "key_seed": "coding.key_seed",
+    "data.clients": "clients.num_clients",
+    **{f"training.{k}": f"train.{k}" for k in ("rounds", "local_steps", "batch_size", "lr", "init_scale")},
+    **{f"key.{k}": f"coding.{k}" for k in ("n_extra", "alpha", "beta", "kappa", "block_size")},
+    "key.noise": "coding.noise.distribution",
+    "key.noise_scale": "coding.noise.sigma1",
+    **{f"m2.{k}": f"coding.{k}" for k in ("p", "gamma", "eta")},
+}
+
+
+def _schema_keys(schema: type, prefix: str = "") -> list[str]:
+    """Every dotted key of ``schema`` (its sections walked)."""
+    hints = typing.get_type_hints(schema)
+    out = []
+    for f in dataclasses.fields(schema):
+        if dataclasses.is_dataclass(hints[f.name]):
+            out += _schema_keys(hints[f.name], f"{prefix}{f.name}.")
+        else:
+            out.append(f"{prefix}{f.name}")
+    return out
+
+
+#: The keys the attack suite shares with ``sifl run``'s schema: checked by the platform's own rules.
+PLATFORM_KEYS: tuple[str, ...] = tuple(
+    k for k in _schema_keys(AttackConfig) if k in set(_schema_keys(ScenarioConfig))
+)
+
 _AT_LEAST_1 = Range(lambda v: v >= 1, "an integer >= 1")
 _POSITIVE = Range(lambda v: v > 0, "a number > 0")
 _NONNEG = Range(lambda v: v >= 0, "a number >= 0")
 _PROBABILITY = Range(lambda v: 0 < v < 1, "a number in (0, 1)")
-#: The domain checks of :class:`AttackConfig`, declared once; the choices are the coding registry's.
+#: Where the attacks need more than a run does: two uploads a round (the differences), and local steps
+#: counted in steps (the platform's 0 means "epochs instead").
+NARROWER: dict[str, Range] = {
+    "clients.num_clients": Range(
+        lambda v: v >= 2, "an integer >= 2 (differences need two uploads per round)"
+    ),
+    "train.local_steps": Range(lambda v: v >= 1, "an integer >= 1 (the attack suite counts local steps)"),
+}
+#: The domain checks of :class:`AttackConfig`: the platform's for :data:`PLATFORM_KEYS` (narrowed where
+#: :data:`NARROWER` says), the attack suite's own for the rest; the choices are the coding registry's.
 RULES = Rules(
     choices={
-        "key.noise": Choice(lambda: registry_names.NOISE_DISTRIBUTIONS),
+        **{k: c for k, c in PLATFORM_RULES.choices.items() if k in PLATFORM_KEYS},
         "m2.backend": Choice(registry_names.immersion_backends),
         "m2.left_inverse": Choice(lambda: registry_names.LEFT_INVERSES),
     },
     ranges={
+        **{k: r for k, r in PLATFORM_RULES.ranges.items() if k in PLATFORM_KEYS},
+        **NARROWER,
         "model.features": _AT_LEAST_1,
         "model.hidden": Range(lambda v: v >= 0, "an integer >= 0"),
-        "data.clients": Range(lambda v: v >= 2, "an integer >= 2 (differences need two uploads per round)"),
         "data.samples_per_client": _AT_LEAST_1,
-        "training.rounds": _AT_LEAST_1,
-        "training.local_steps": _AT_LEAST_1,
-        "training.batch_size": _AT_LEAST_1,
-        "training.lr": _POSITIVE,
-        "key.n_extra": Range(lambda v: v >= 1, "an integer >= 1 (the noise needs a kernel)"),
-        "key.alpha": _POSITIVE,
-        "key.beta": _POSITIVE,
-        "key.kappa": Range(lambda v: v >= 0, "a number >= 0 (or null for the coding default 1/alpha)"),
-        "key.block_size": _AT_LEAST_1,
-        "key.noise_scale": _NONNEG,
+        "train.init_scale": _POSITIVE,
         "m2.features": _AT_LEAST_1,
         "m2.clients": _AT_LEAST_1,
         "m2.samples_per_client": _AT_LEAST_1,
         "m2.rounds": _AT_LEAST_1,
-        "m2.p": Range(lambda v: v >= 2, "an integer >= 2"),
-        "m2.gamma": _POSITIVE,
-        "m2.eta": _POSITIVE,
         "audit.trials": _AT_LEAST_1,
-        "audit.confidence": _PROBABILITY,
         "audit.delta": _PROBABILITY,
         "audit.clip": _POSITIVE,
         "known_plaintext.tolerance": _POSITIVE,
@@ -228,6 +280,26 @@ RULES = Rules(
         "contrast.noise_scale": _NONNEG,
     },
 )
+
+
+def _renamed(raw: dict, problems: list[str]) -> None:
+    """Take every old name out of ``raw`` (a scenario's, an override's) and say its new one: the platform's
+    names are the only ones, so ``clients.num_clients=5`` means the same to ``sifl run`` and ``sifl
+    attack``."""
+    for old, new in RENAMED.items():
+        *path, leaf = old.split(".")
+        section = raw
+        for part in path:
+            section = section.get(part) if isinstance(section, dict) else None
+        if isinstance(section, dict) and leaf in section:
+            value = section.pop(leaf)
+            shown = value if isinstance(value, str) else json.dumps(value)
+            problems.append(
+                f"{old}: renamed {new} (the platform's name, as in sifl run); write {new}={shown} instead"
+            )
+    for old in ("training", "key"):  # emptied by the renames above: no "unknown key" besides
+        if raw.get(old) == {}:
+            raw.pop(old)
 
 
 def _cross_checks(cfg: dict, problems: list[str]) -> None:
@@ -257,10 +329,10 @@ def _cross_checks(cfg: dict, problems: list[str]) -> None:
     ]
     if len(set(designs)) != len(designs):
         problems.append(f"designs: duplicate design in {designs}; list each once")
-    if cfg["training"]["batch_size"] > cfg["data"]["samples_per_client"]:
+    if cfg["train"]["batch_size"] > cfg["data"]["samples_per_client"]:
         problems.append(
-            f"training.batch_size: {cfg['training']['batch_size']} exceeds data.samples_per_client="
-            f"{cfg['data']['samples_per_client']}; lower training.batch_size"
+            f"train.batch_size: {cfg['train']['batch_size']} exceeds data.samples_per_client="
+            f"{cfg['data']['samples_per_client']}; lower train.batch_size"
         )
 
 
@@ -270,7 +342,7 @@ def load_attack_config(argv: list[str] | None = None) -> DictConfig:
     Raises:
         ConfigError: every problem found, each with its key, what was expected, what arrived and the fix.
     """
-    parsed, problems = parse_overrides(argv or [], noun="argument", example="training.rounds=30")
+    parsed, problems = parse_overrides(argv or [], noun="argument", example="train.rounds=30")
     scenario = next((str(v) for k, v in parsed if k == "scenario"), DEFAULT_SCENARIO)
     path = scenario_path(scenario)
     raw: dict = {}
@@ -283,4 +355,5 @@ def load_attack_config(argv: list[str] | None = None) -> DictConfig:
     for key, value in parsed:
         if key != "scenario":
             set_path(raw, key, value)
+    _renamed(raw, problems)
     return validate(AttackConfig, raw, RULES, cross_checks=(_cross_checks,), problems=problems)

@@ -143,7 +143,7 @@ def make_task(
 def initial_model(task: SmallTask, cfg: DictConfig) -> torch.Tensor:
     """The first global model (the server's first broadcast encodes it)."""
     gen = torch_generator(cfg.seed, "attack-task", "init")
-    return torch.randn(task.n, generator=gen, dtype=CODING_DTYPE) * cfg.training.init_scale
+    return torch.randn(task.n, generator=gen, dtype=CODING_DTYPE) * cfg.train.init_scale
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -288,7 +288,7 @@ def platform_config(
     """
     from sifl_ray.config import load_config
 
-    tr = cfg.training
+    tr = cfg.train
     values: dict[str, Any] = {
         "arms": list(cfg.arms),
         "seed": int(cfg.seed),
@@ -301,7 +301,7 @@ def platform_config(
         "train.rounds": rounds,
         "train.dtype": "float64",
         "coding.client_form": "fused",
-        "coding.key_seed": None if cfg.key_seed is None else int(cfg.key_seed),
+        "coding.key_seed": None if cfg.coding.key_seed is None else int(cfg.coding.key_seed),
         "ray.backend": "sequential",
     }
     values.update(_dotted("coding.", dict(coding or {})))
@@ -353,9 +353,9 @@ class TaskParties:
 
         x, y, partitions = task.pooled()
         training = LocalTraining(
-            batch_size=int(cfg.training.batch_size),
+            batch_size=int(cfg.train.batch_size),
             local_epochs=1,
-            local_steps=int(cfg.training.local_steps),
+            local_steps=int(cfg.train.local_steps),
             seed=int(cfg.seed),
             vectorise=False,  # one client a worker, and the recorder reads each upload as the loop makes it
         )
@@ -367,7 +367,7 @@ class TaskParties:
                     x_train=x,
                     y_train=y,
                     partitions={c: partitions[c]},
-                    trainer=task.trainer(float(cfg.training.lr)),
+                    trainer=task.trainer(float(cfg.train.lr)),
                     training=training,
                     device=torch.device("cpu"),
                 ),

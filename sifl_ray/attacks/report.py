@@ -16,7 +16,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from sifl_ray.attacks.suite import AGGREGATOR, AGGREGATOR_BROADCASTS, EXPLANATIONS, Figure, SuiteResult
+from sifl_ray.attacks.registry import AGGREGATOR, AGGREGATOR_BROADCASTS, Figure, figure_specs
+from sifl_ray.attacks.suite import SuiteResult
 
 PER_ELEMENT_NOTE = (
     "The per-element ε is the paper's guarantee for ONE coordinate of ONE upload in ONE round; it is printed "
@@ -118,10 +119,11 @@ def markdown(result: SuiteResult) -> str:
         "",
         f"- Arms attacked: {arms_attacked(result)}.",
         f"- Model: n = {_task_n(result)} parameters; "
-        f"{cfg['data']['clients']} clients, {cfg['training']['rounds']} rounds, "
-        f"K = {cfg['training']['local_steps']} local SGD steps (fused client).",
-        f"- Key scales: alpha = {cfg['key']['alpha']:g}, beta = {cfg['key']['beta']:g}, "
-        f"{cfg['key']['noise']} noise of scale {cfg['key']['noise_scale']:g}; all coding in float64.",
+        f"{cfg['clients']['num_clients']} clients, {cfg['train']['rounds']} rounds, "
+        f"K = {cfg['train']['local_steps']} local SGD steps (fused client).",
+        f"- Key scales: alpha = {cfg['coding']['alpha']:g}, beta = {cfg['coding']['beta']:g}, "
+        f"{cfg['coding']['noise']['distribution']} noise of scale {cfg['coding']['noise']['sigma1']:g}; all "
+        "coding in float64.",
         f"- Keys: {cfg['keys']}. No key material is written here (the scorer and the audit hold the keys in "
         "memory only), nor the run seed (beside the transcripts it would give back the plain models).",
         f"- Threat models. **{AGGREGATOR}**: the uploads only, as SPEC 'Parties' has it (the aggregator sees "
@@ -188,10 +190,11 @@ def _headline(result: SuiteResult, h: dict, hb: dict, m2_corr: str) -> list[str]
 
 
 def _designs(result: SuiteResult) -> list[str]:
-    titles = {k: f for k, f in result.designs[0].figures.items()}
+    specs = figure_specs()
     lines = ["## The attacks", ""]
     lines += [
-        f"- **{titles[k].attack}** ({titles[k].threat_model}). {text}" for k, text in EXPLANATIONS.items()
+        f"- **{specs[k].attack}** ({specs[k].threat_model}). {specs[k].explanation}"
+        for k in result.designs[0].figures
     ]
     lines.append("")
     for d in result.designs:
@@ -438,26 +441,20 @@ def audit_result_line(result: SuiteResult) -> str | None:
 
 
 def _design_table(result: SuiteResult) -> list[str]:
+    """One line per design, one column per figure of the registry (its declared column name), then the
+    paper's per-element ε; below, what each column measures and against whom."""
     arms = sorted({d.arm for d in result.designs})
-    head = (
-        f"{'design':22s} {'full rank':>9s} {'project':>9s} {'regress':>9s} {'telescope*':>10s} "
-        f"{'cos err':>9s} {'KP pairs':>8s} {'collude':>9s} {'eps paper':>9s} {'diff noise':>10s}"
-    )
+    specs = figure_specs()
+    names = list(result.designs[0].figures)
+    width = max(22, *(len(d.design) for d in result.designs))
+    columns = " ".join(f"{specs[k].column:>10s}" for k in names)
+    head = f"{'design':{width}s} {columns} {'eps paper':>10s}"
     lines = [f"key designs of {', '.join(arms)}:", head, "-" * len(head)]
     for d in result.designs:
-        f = d.figures
-        lines.append(
-            f"{d.design:22s} {_fmt(f['difference_rank'].value):>9s} {_fmt(f['projection'].value):>9s} "
-            f"{_fmt(f['regression'].value):>9s} {_fmt(f['telescoped'].value):>10s} "
-            f"{_fmt(f['geometry_cosine'].value):>9s} {_fmt(f['known_plaintext'].value):>8s} "
-            f"{_fmt(f['collusion'].value):>9s} {_fmt(d.epsilon_paper):>9s} "
-            f"{_fmt(f['difference_noise'].value):>10s}"
-        )
-    lines.append(
-        f"(columns: {AGGREGATOR}, uploads only; cos err: deviations from the round's mean; diff noise: "
-        "noise in the elements of same-round differences / in one upload, control with independent draws "
-        f"~1.414; * {AGGREGATOR_BROADCASTS})"
-    )
+        values = " ".join(f"{_fmt(d.figures[k].value):>10s}" for k in names)
+        lines.append(f"{d.design:{width}s} {values} {_fmt(d.epsilon_paper):>10s}")
+    lines.append("columns:")
+    lines += [f"  {specs[k].column:10s} {specs[k].attack} [{specs[k].threat_model}]" for k in names]
     return lines
 
 

@@ -68,9 +68,10 @@ def test_verdicts_never_say_holds():
 
 
 def test_the_report_prints_ceilings_and_verdicts_not_holds():
+    from sifl_ray.attacks.arm_audit import ArmAudit
     from sifl_ray.attacks.audit import AuditTest
     from sifl_ray.attacks.report import _audit_table, _audits
-    from sifl_ray.attacks.suite import ArmAudit, SuiteResult
+    from sifl_ray.attacks.suite import SuiteResult
 
     def test(lb, n):
         return AuditTest("t", n, 0, 0, 1.0, 0.0, lb, trials_ceiling(n, delta=DELTA, confidence=CONF), 0.3)
@@ -142,19 +143,19 @@ def test_noise_four_times_weaker_than_claimed_is_refuted_and_the_claimed_noise_i
 def test_a_one_round_audit_is_compared_with_one_rounds_epsilon():
     """The suite's DP-FedAvg line reports the accountant's ε after one round, not the whole run's, and its
     scope says so."""
+    from sifl_ray.attacks.arm_audit import audit_arm
     from sifl_ray.attacks.config import load_attack_config
     from sifl_ray.attacks.record import make_task
-    from sifl_ray.attacks.suite import audit_arm
 
     cfg = load_attack_config(
         [
             "arms=[dp_fedavg]",
             "arm_config.dp_fedavg.epsilons=[1]",
-            "training.rounds=20",
-            "data.clients=10",
+            "train.rounds=20",
+            "clients.num_clients=10",
             "model.features=9",
             "data.samples_per_client=20",
-            "training.batch_size=8",
+            "train.batch_size=8",
             "audit.trials=500",
         ]
     )
@@ -176,11 +177,11 @@ def _secagg_eps1(features: int):
         [
             "arms=[dp_fedavg_secagg]",
             "arm_config.dp_fedavg.epsilons=[1]",
-            "training.rounds=20",
-            "data.clients=10",
+            "train.rounds=20",
+            "clients.num_clients=10",
             f"model.features={features}",
             "data.samples_per_client=20",
-            "training.batch_size=8",
+            "train.batch_size=8",
         ]
     )
     task = make_task(

@@ -33,13 +33,50 @@ def test_default_scenario_loads_and_is_read_only():
 
 def test_config_problems_are_reported_together():
     with pytest.raises(ConfigError) as err:
-        load_attack_config(["training.rounds=zero", "key.noise=cauchy", "trainig.lr=1", "audit.delta=2"])
+        load_attack_config(
+            ["train.rounds=zero", "coding.noise.distribution=cauchy", "trainig.lr=1", "audit.delta=2"]
+        )
     text = str(err.value)
     assert "4 configuration problems" in text
-    assert "training.rounds: expected int" in text
-    assert "key.noise: expected one of gaussian, laplace" in text
-    assert "did you mean training?" in text
+    assert "train.rounds: expected int" in text
+    assert "coding.noise.distribution: expected one of gaussian, laplace" in text
+    assert "did you mean train?" in text
     assert "audit.delta: expected a number in (0, 1)" in text
+
+
+def test_the_old_names_are_refused_all_at_once_each_with_the_platforms_name(capsys):
+    """The attack suite's keys are the platform's (``sifl run``'s): an old name says its new one, every one
+    at once, exit code 2, no traceback; a scenario file with the old names is refused the same way."""
+    from sifl_ray.attacks.config import RENAMED
+
+    old = {name: "1" for name in RENAMED}
+    assert attack_main([f"{name}={value}" for name, value in old.items()]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and f"{len(RENAMED)} configuration problems" in err
+    for name, new in RENAMED.items():
+        assert f"{name}: renamed {new} (the platform's name, as in sifl run); write {new}=1 instead" in err
+    assert "unknown key" not in err  # the emptied old sections are not reported a second time
+    with pytest.raises(ConfigError, match=r"training\.rounds: renamed train\.rounds"):
+        load_attack_config(["training.rounds=5", "train.rounds=6"])
+
+
+def test_the_keys_shared_with_the_platform_are_checked_by_the_platforms_rules():
+    """A range of a platform key is read from the platform's rules, never restated; where the attacks need
+    more (two clients, local steps), the narrower rule is declared as such."""
+    from sifl_ray.attacks.config import NARROWER, PLATFORM_KEYS, RULES
+    from sifl_ray.config import RULES as PLATFORM_RULES
+
+    assert {"clients.num_clients", "train.rounds", "coding.key_seed", "coding.noise.sigma1"} <= set(
+        PLATFORM_KEYS
+    )
+    for key in PLATFORM_KEYS:
+        if key in NARROWER:
+            assert RULES.ranges[key] is NARROWER[key]
+        else:
+            assert RULES.ranges.get(key) is PLATFORM_RULES.ranges.get(key), key
+        assert RULES.choices.get(key) is PLATFORM_RULES.choices.get(key), key
+    with pytest.raises(ConfigError, match=r"clients\.num_clients: expected an integer >= 2"):
+        load_attack_config(["clients.num_clients=1"])
 
 
 def test_design_names_are_validated():
@@ -56,16 +93,16 @@ def test_type_domain_and_cross_field_problems_are_reported_together():
     with pytest.raises(ConfigError) as err:
         load_attack_config(
             [
-                "training.lr=fast",
+                "train.lr=fast",
                 "m2.backend=denze",
                 "designs=[fast-pinvv, dense-pinv]",
                 "primary=block-pinv",
-                "training.batch_size=500",
+                "train.batch_size=500",
                 "bogus=1",
             ]
         )
     keys = [p.split(":")[0] for p in err.value.problems]
-    assert keys == ["training.lr", "m2.backend", "bogus", "designs", "primary", "training.batch_size"]
+    assert keys == ["train.lr", "m2.backend", "bogus", "designs", "primary", "train.batch_size"]
     text = str(err.value)
     assert "m2.backend: expected one of dense, fast, block, got 'denze'; did you mean dense?" in text
     assert "designs: design 'fast-pinvv'" in text and "backend in dense/fast/block" in text
@@ -98,12 +135,12 @@ def run(tmp_path_factory):
         code = attack_main(
             [
                 "model.features=23",
-                "data.clients=5",
+                "clients.num_clients=5",
                 "data.samples_per_client=60",
-                "training.batch_size=16",
-                "training.rounds=10",
-                "key.n_extra=4",
-                "key.block_size=8",
+                "train.batch_size=16",
+                "train.rounds=10",
+                "coding.n_extra=4",
+                "coding.block_size=8",
                 "designs=[fast-oblique,block-pinv]",
                 "primary=fast-oblique",
                 "m2.features=499",
@@ -112,7 +149,7 @@ def run(tmp_path_factory):
                 "audit.trials=500",
                 "contrast.designs=[]",
                 f"seed={RUN_SEED}",
-                f"key_seed={KEY_SEED}",
+                f"coding.key_seed={KEY_SEED}",
                 f"out_dir={out}",
             ]
         )
@@ -160,7 +197,7 @@ def test_threat_models_are_labelled_and_result_line_is_uploads_only(run):
     """SPEC 'Parties': the aggregator sees only the uploads. Figures that use the broadcasts carry the
     stronger threat model everywhere (JSON, report, TensorBoard); the RESULT line's projection_error is the
     best uploads-only noise removal, the telescoped figure is reported apart."""
-    from sifl_ray.attacks.suite import AGGREGATOR, AGGREGATOR_BROADCASTS
+    from sifl_ray.attacks.registry import AGGREGATOR, AGGREGATOR_BROADCASTS
 
     out, lines = run
     m = RESULT.match(lines[-1])
@@ -184,22 +221,54 @@ def test_threat_models_are_labelled_and_result_line_is_uploads_only(run):
     assert f"| {AGGREGATOR_BROADCASTS} | (b) noise removal by regression on telescoped" in tb_primary
 
 
+def test_every_registered_figure_is_in_the_json_the_report_the_console_and_tensorboard(run):
+    """No hand-picked columns, no silent drop: each figure of the registry, for each design, in result.json
+    with its declared labels, in the report beside its explanation, as a console column, in the design's
+    TensorBoard table, and as a TensorBoard scalar per round where it has rounds."""
+    from sifl_ray.attacks.registry import figure_specs
+
+    out, lines = run
+    data = json.loads((out / "result.json").read_text())
+    report = (out / "report.md").read_text()
+    head = next(line for line in lines if line.startswith("design "))
+    acc, _ = _tb_text(out, "attack/result")
+    specs = figure_specs()
+    assert specs
+    for design in data["designs"]:
+        assert list(design["figures"]) == list(specs)
+        _, table = _tb_text(out, f"attack/{design['design']}")
+        for name, spec in specs.items():
+            figure = design["figures"][name]
+            assert (figure["threat_model"], figure["attack"], figure["figure"]) == (
+                spec.threat_model,
+                spec.attack,
+                spec.figure,
+            )
+            assert spec.attack in table
+            if any(v is not None for v in figure["per_round"].values()):
+                assert f"attack/{design['design']}/{name}" in acc.Tags()["scalars"]
+    for spec in specs.values():
+        assert f"- **{spec.attack}** ({spec.threat_model}). {spec.explanation}" in report
+        assert f" {spec.column:>10s}" in head
+
+
 def test_outputs_carry_no_seed_and_no_derived_key_bytes(run):
-    """``seed`` reproduces the plain models (beside the transcripts), ``key_seed`` every key: neither field,
-    nor value, nor any key seed derived from it, may appear in result.json, report.md, TensorBoard or the
-    transcripts."""
-    from sifl_ray.attacks.suite import design_key_seed, m2_design
+    """``seed`` reproduces the plain models (beside the transcripts), ``coding.key_seed`` every key: neither
+    field, nor value, nor any key seed derived from it, may appear in result.json, report.md, TensorBoard or
+    the transcripts."""
+    from sifl_ray.attacks.design import design_key_seed
+    from sifl_ray.attacks.m2 import m2_design
     from sifl_ray.party_seeds import party_seed
     from sifl_ray.seeding import derive_bytes
 
     out, _ = run
     config = json.loads((out / "result.json").read_text())["config"]
-    assert "seed" not in config and "key_seed" not in config
+    assert "seed" not in config and "key_seed" not in config["coding"]
     assert config["keys"].startswith("reproducible simulation keys") and "not secret" in config["keys"]
     assert "not secret" in (out / "report.md").read_text()
 
     # Every seed the parties derived: each design's key seed, and from it each party's key and noise seeds.
-    cfg = load_attack_config([f"key_seed={KEY_SEED}"])
+    cfg = load_attack_config([f"coding.key_seed={KEY_SEED}"])
     derived, design_seeds = [], []
     for design, arm, parties in (
         (Design.parse("fast-oblique"), "sifl_m1", ("server",)),
@@ -248,10 +317,10 @@ def test_sifl_attack_takes_the_arms_to_attack(tmp_path, capsys):
             "arms=[fl,nbafl]",
             "arm_config.nbafl.epsilons=[1,5]",
             "model.features=11",
-            "data.clients=4",
+            "clients.num_clients=4",
             "data.samples_per_client=40",
-            "training.batch_size=8",
-            "training.rounds=3",
+            "train.batch_size=8",
+            "train.rounds=3",
             f"out_dir={tmp_path}",
         ]
     )
@@ -282,9 +351,9 @@ def test_an_arm_that_uploads_updates_is_read_as_updates(tmp_path, capsys):
     (a few ulps of an update of norm ~1: below 1e-12)."""
     from sifl_ray.cli import main
 
-    small = ["model.features=11", "data.clients=4", "data.samples_per_client=40", "training.batch_size=8"]
+    small = ["model.features=11", "clients.num_clients=4", "data.samples_per_client=40", "train.batch_size=8"]
     clip = "arm_config.dp_fedavg.clip=1.0e6"
-    code = main(["attack", "arms=[dp_fedavg]", clip, *small, "training.rounds=3", f"out_dir={tmp_path}"])
+    code = main(["attack", "arms=[dp_fedavg]", clip, *small, "train.rounds=3", f"out_dir={tmp_path}"])
     assert code == 0
     capsys.readouterr()
     plain = json.loads((tmp_path / "result.json").read_text())["plain"]
@@ -304,9 +373,9 @@ def test_every_arm_is_audited_beside_the_epsilon_it_reports(tmp_path, capsys):
     exact upload is told apart every time; SIFL's per-element ε is refuted by the whole upload."""
     from sifl_ray.cli import main
 
-    small = ["model.features=11", "data.clients=4", "data.samples_per_client=40", "training.batch_size=8"]
+    small = ["model.features=11", "clients.num_clients=4", "data.samples_per_client=40", "train.batch_size=8"]
     one_design = ["designs=[fast-oblique]", "primary=fast-oblique", "contrast.designs=[]", "m2.enabled=false"]
-    args = ["attack", "arms=[fl,nbafl,dp_fedavg,sifl_m1]", *small, *one_design, "training.rounds=3"]
+    args = ["attack", "arms=[fl,nbafl,dp_fedavg,sifl_m1]", *small, *one_design, "train.rounds=3"]
     assert main([*args, "audit.trials=2000", f"out_dir={tmp_path}"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     audit = next(line for line in lines if line.startswith("RESULT audit "))
@@ -332,9 +401,9 @@ def test_secure_aggregation_hides_each_upload_and_only_dp_noise_protects_the_agg
     per-element ε."""
     from sifl_ray.cli import main
 
-    small = ["model.features=49", "data.clients=4", "data.samples_per_client=40", "training.batch_size=8"]
+    small = ["model.features=49", "clients.num_clients=4", "data.samples_per_client=40", "train.batch_size=8"]
     one_design = ["designs=[fast-oblique]", "primary=fast-oblique", "contrast.designs=[]", "m2.enabled=false"]
-    args = ["attack", "arms=[secagg,dp_fedavg_secagg,sifl_m2]", *small, *one_design, "training.rounds=4"]
+    args = ["attack", "arms=[secagg,dp_fedavg_secagg,sifl_m2]", *small, *one_design, "train.rounds=4"]
     assert main([*args, "audit.trials=1000", f"out_dir={tmp_path}"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     audit = next(line for line in lines if line.startswith("RESULT audit "))

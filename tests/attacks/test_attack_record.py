@@ -18,6 +18,8 @@ import torch
 
 from sifl_ray.arms import ARMS, arm_instances
 from sifl_ray.attacks.config import Design, load_attack_config
+from sifl_ray.attacks.design import design_coding
+from sifl_ray.attacks.m2 import m2_coding
 from sifl_ray.attacks.record import (
     RecordingBackend,
     epoch_coding,
@@ -25,16 +27,15 @@ from sifl_ray.attacks.record import (
     platform_config,
     record_arm,
 )
-from sifl_ray.attacks.suite import design_coding, m2_coding
 from sifl_ray.attacks.transcript import TranscriptRecorder
 
 SMALL = [
     "model.features=11",  # n = 12
-    "data.clients=4",
+    "clients.num_clients=4",
     "data.samples_per_client=40",
-    "training.batch_size=8",
-    "key.n_extra=4",
-    "key.block_size=6",
+    "train.batch_size=8",
+    "coding.n_extra=4",
+    "coding.block_size=6",
     "m2.features=11",
     "m2.clients=4",
     "m2.samples_per_client=40",
@@ -59,7 +60,7 @@ def _task(cfg, *, m2: bool = False):
     if m2:
         sizes = dict(features=cfg.m2.features, clients=cfg.m2.clients, samples_per_client=40)
     else:
-        sizes = dict(features=cfg.model.features, clients=cfg.data.clients, samples_per_client=40)
+        sizes = dict(features=cfg.model.features, clients=cfg.clients.num_clients, samples_per_client=40)
     return make_task(hidden=0, teacher_scale=3.0, seed=cfg.seed, **sizes)
 
 
@@ -110,7 +111,7 @@ def test_server_inputs_are_what_the_server_received(arm):
             assert got.shape == average.shape
             np.testing.assert_allclose(got, average, rtol=0, atol=1e-12 * np.abs(average).max())
         else:
-            assert got.shape == (average.shape[0], cfg.m2.p)
+            assert got.shape == (average.shape[0], cfg.coding.p)
             assert rec.broadcasts[t].ndim == (1 if t == 1 else 2)  # round 1 starts from an M1 encoding
             P2R = truth.agg_key.client_view().strip  # W'_a P2R = w~_a: code 2 stripped, the average back
             back = P2R(torch.as_tensor(got)).numpy()
@@ -121,7 +122,7 @@ def test_truth_comes_from_the_clients_not_from_a_decoder():
     """The truth is what the clients trained (the tap), not a decoding of the uploads: decoding an upload
     with the key gives it back only up to float64 round-off of a noise 1e6 times the signal, while the
     truth of a plain arm is exactly its upload."""
-    cfg = load_attack_config([*SMALL, "key.beta=1e3", "key.noise_scale=1e3", "arms=[sifl_m1,fl]"])
+    cfg = load_attack_config([*SMALL, "coding.beta=1e3", "coding.noise.sigma1=1e3", "arms=[sifl_m1,fl]"])
     design = Design.parse("fast-oblique")
     _, rec, truth = _record(cfg, "sifl_m1", design, design_coding(cfg, design), rounds=2)
     view = truth.keys[0].client_view()

@@ -15,18 +15,19 @@ import pytest
 import torch
 
 from sifl_ray.attacks.config import Design, load_attack_config
+from sifl_ray.attacks.design import evaluate_design
 from sifl_ray.attacks.record import make_task
-from sifl_ray.attacks.suite import evaluate_design, run_suite
+from sifl_ray.attacks.suite import run_suite
 
-PAPER_SCALES = ["key.alpha=1e-3", "key.beta=1e3", "key.noise_scale=1e3"]
+PAPER_SCALES = ["coding.alpha=1e-3", "coding.beta=1e3", "coding.noise.sigma1=1e3"]
 SMALL = [
     "model.features=47",  # n = 48
-    "data.clients=7",  # N_c - 1 = 6 new directions per round: full rank after ceil(48/6) = 8 rounds
+    "clients.num_clients=7",  # N_c - 1 = 6 new directions per round: full rank after ceil(48/6) = 8 rounds
     "data.samples_per_client=120",
-    "training.batch_size=24",
-    "training.rounds=20",
-    "key.n_extra=8",
-    "key.block_size=12",  # ceil(12/6) = 2 rounds
+    "train.batch_size=24",
+    "train.rounds=20",
+    "coding.n_extra=8",
+    "coding.block_size=12",  # ceil(12/6) = 2 rounds
     "audit.trials=3000",
     "m2.rounds=1",
     "m2.noise2_scales=[1e-3,1.0,1e3]",
@@ -103,7 +104,7 @@ def test_geometry_exact_for_scaled_orthogonal_keys(suite):
 
 def test_threat_models_follow_the_spec_parties(suite):
     """The SPEC's aggregator sees only the uploads: every figure that uses the broadcasts says so."""
-    from sifl_ray.attacks.suite import AGGREGATOR, AGGREGATOR_BROADCASTS
+    from sifl_ray.attacks.registry import AGGREGATOR, AGGREGATOR_BROADCASTS
 
     for d in suite.designs:
         f = d.figures
@@ -122,7 +123,7 @@ def test_same_round_differences_are_noise_free_per_element_in_every_design(suite
     noise dimensions, 10 pairs of rounds; for N1ᵀN1 = β²I (pinv keys) the ratio's standard deviation is
     1/√(2(mT + 1)) (derivation in test_attack_element_noise), five of them allowed; oblique keys weight the
     noise dimensions unequally (fewer effective dimensions), so only the pinv keys are held to it."""
-    from sifl_ray.attacks.suite import AGGREGATOR
+    from sifl_ray.attacks.registry import AGGREGATOR
 
     for d in suite.designs:
         f = d.figures["difference_noise"]
@@ -150,8 +151,8 @@ def _block_rows(suite):
     """Rows of the largest block of the block-pinv key, as the server actor makes it from the design."""
     from actors.server import ServerActor
     from sifl_ray.attacks.adversaries import BlockLayout
+    from sifl_ray.attacks.design import design_coding
     from sifl_ray.attacks.record import epoch_coding, platform_config
-    from sifl_ray.attacks.suite import design_coding
 
     cfg = load_attack_config([*SMALL, DESIGNS, "primary=fast-oblique"])
     coding = design_coding(cfg, Design.parse("block-pinv"))
@@ -193,22 +194,22 @@ def test_audit_bound_far_above_the_per_element_epsilon(suite):
 def test_projection_near_round_off_under_pinv_at_moderate_noise():
     """With noise/alpha moderate the differences' round-off is tiny and the projection alone is exact; its
     error grows like (noise/alpha)^2 (the recovered subspace tilts by the differences' round-off)."""
-    base = [*SMALL, "designs=[fast-pinv,fast-oblique]", "primary=fast-pinv", "key.beta=1"]
+    base = [*SMALL, "designs=[fast-pinv,fast-oblique]", "primary=fast-pinv", "coding.beta=1"]
     task = make_task(features=47, hidden=0, clients=7, samples_per_client=120, teacher_scale=3.0, seed=0)
-    cfg = load_attack_config([*base, "key.noise_scale=1"])
+    cfg = load_attack_config([*base, "coding.noise.sigma1=1"])
     pinv, _, _ = evaluate_design(task, cfg, Design.parse("fast-pinv"))
     oblique, _, _ = evaluate_design(task, cfg, Design.parse("fast-oblique"))
     assert pinv.figures["projection"].value < 1e-7
     assert oblique.figures["projection"].value > 1e3 * pinv.figures["projection"].value
     louder, _, _ = evaluate_design(
-        task, load_attack_config([*base, "key.noise_scale=10"]), Design.parse("fast-pinv")
+        task, load_attack_config([*base, "coding.noise.sigma1=10"]), Design.parse("fast-pinv")
     )
     assert 20 < louder.figures["projection"].value / pinv.figures["projection"].value < 500
 
 
 def test_oblique_regression_error_falls_with_rounds():
     cfg = load_attack_config(
-        [*SMALL, "designs=[fast-oblique]", "primary=fast-oblique", "training.rounds=100", "key.n_extra=4"]
+        [*SMALL, "designs=[fast-oblique]", "primary=fast-oblique", "train.rounds=100", "coding.n_extra=4"]
     )
     task = make_task(
         features=47, hidden=0, clients=7, samples_per_client=120, teacher_scale=3.0, seed=cfg.seed
@@ -222,15 +223,17 @@ def test_oblique_regression_error_falls_with_rounds():
 
 
 def test_secure_random_keys_give_the_same_attack_figures():
-    cfg = load_attack_config([*SMALL, "designs=[fast-oblique]", "primary=fast-oblique", "key_seed=null"])
+    cfg = load_attack_config(
+        [*SMALL, "designs=[fast-oblique]", "primary=fast-oblique", "coding.key_seed=null"]
+    )
     task = make_task(
         features=47, hidden=0, clients=7, samples_per_client=120, teacher_scale=3.0, seed=cfg.seed
     )
     result, _, truth = evaluate_design(task, cfg, Design.parse("fast-oblique"))
     assert result.figures["difference_rank"].value == 8
     assert result.figures["telescoped"].value < 1e-3
+    from sifl_ray.attacks.design import design_coding
     from sifl_ray.attacks.record import record_arm
-    from sifl_ray.attacks.suite import design_coding
     from sifl_ray.attacks.transcript import TranscriptRecorder
 
     design = Design.parse("fast-oblique")
