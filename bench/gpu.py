@@ -65,7 +65,7 @@ from bench._common import (
 )
 from bench.gpu_checks import (
     TRAJECTORY_TOLERANCE,
-    Figure,
+    Check,
     agreement_verdict,
     check_pinning,
     judge,
@@ -155,13 +155,13 @@ class GpuBench:
         self.cuda = torch.cuda.is_available() and not self.rehearsal
         self.device = torch.device("cuda" if self.cuda else "cpu")
         self.out = Path(args.out or f"bench_results/gpu-{time.strftime('%Y%m%d-%H%M%S')}.json")
-        self.figures: list[Figure] = []
+        self.figures: list[Check] = []
         self.sections: dict[str, Any] = {}
         self.errors: dict[str, str] = {}
         self.backend = None
 
     # -------------------------------------------------------------------- plumbing
-    def add(self, figure: Figure) -> None:
+    def add(self, figure: Check) -> None:
         self.figures.append(figure)
         print(figure.line(), flush=True)
 
@@ -214,7 +214,7 @@ class GpuBench:
             fn(deadline)
         except Exception as err:  # a broken section must not take the others with it
             self.errors[name] = traceback.format_exc()
-            self.add(Figure(name, None, "not_measured", note=f"section failed: {type(err).__name__}: {err}"))
+            self.add(Check(name, None, "not_measured", note=f"section failed: {type(err).__name__}: {err}"))
         self.sections.setdefault(name, {})["wall_s"] = round(time.monotonic() - tic, 2)
         self.save()
 
@@ -284,7 +284,7 @@ class GpuBench:
         beyond = [p for p in verdict["problems"] if "beyond the bound" in p]
         ratio, worst = verdict["worst_paired_over_bound"], verdict["worst_relative_difference"]
         self.add(
-            Figure(
+            Check(
                 "agreement_bound",
                 ratio,
                 judge(ratio, "<=1").replace("miss", "fail"),  # a correctness check: beyond is a failure
@@ -295,7 +295,7 @@ class GpuBench:
             )
         )
         self.add(
-            Figure(
+            Check(
                 "agreement_cuda_vs_cpu",
                 worst,
                 judge(worst, f"<={TRAJECTORY_TOLERANCE:g}").replace("miss", "fail"),
@@ -312,7 +312,7 @@ class GpuBench:
         devices = sorted({p["device"] for p in workers.values()})
         self.sections["pinning"] = {"placements": placements, "problems": problems}
         self.add(
-            Figure(
+            Check(
                 "pinning",
                 float(len(placements) - len({p.split(":")[0] for p in problems})),
                 "fail" if problems else "pass",
@@ -329,7 +329,7 @@ class GpuBench:
             "server and aggregator (a few ñ transforms and their noise per round), evaluator, noise draws"
         )
         self.add(
-            Figure(
+            Check(
                 "fallback",
                 float(len(fell)),
                 "rehearsal" if self.rehearsal else ("pass" if not fell else "fail"),
@@ -362,7 +362,7 @@ class GpuBench:
             largest = r["n"] == s.kernel_sizes[-1][0]
             target = TARGETS["kernel_ms"] if largest and not self.rehearsal else ""
             self.add(
-                Figure(
+                Check(
                     f"kernels_{r['left_inverse']}_n{r['n']}",
                     r["encode_decode_ms"],
                     judge(r["encode_decode_ms"], target, rehearsal=self.rehearsal),
@@ -385,7 +385,7 @@ class GpuBench:
             except Exception as err:
                 self.errors[f"rounds_{model}"] = traceback.format_exc()
                 note = f"failed: {type(err).__name__}: {err}"
-                self.add(Figure(f"rounds_{model}", None, "not_measured", note=note))
+                self.add(Check(f"rounds_{model}", None, "not_measured", note=note))
             self.save()
 
     def rounds_of(self, model: str, deadline: float) -> None:
@@ -438,7 +438,7 @@ class GpuBench:
             value = None if r is None else r["ratio"]
             spread_note = "" if r is None else f", p25–p75 {r['ratio_p25']:.3f}–{r['ratio_p75']:.3f}"
             self.add(
-                Figure(
+                Check(
                     f"rounds_{model}_{key}",
                     value,
                     judge(value, TARGETS[key], rehearsal=self.rehearsal),
@@ -489,7 +489,7 @@ class GpuBench:
             "max_model_difference": float((models["vectorised"] - models["per_client"]).abs().max()),
         }
         self.add(
-            Figure(
+            Check(
                 "vectorised_n1000_speedup",
                 speedup,
                 judge(speedup, TARGETS["vectorised"], rehearsal=self.rehearsal),
@@ -517,7 +517,7 @@ class GpuBench:
         worst = max(peaks.values())
         what = "torch's peak reserved GPU memory" if self.cuda else "peak RSS (no CUDA)"
         self.add(
-            Figure(
+            Check(
                 f"memory_{where}_worker_peak",
                 worst,
                 "rehearsal" if self.rehearsal else "info",
@@ -529,7 +529,7 @@ class GpuBench:
         gpus = smi.get("gpus") or []
         used = sum(float(g.get("memory.used", "nan")) for g in gpus) if gpus else None
         self.add(
-            Figure(
+            Check(
                 f"nvidia_smi_{where}",
                 used,
                 "info" if gpus else "not_measured",
@@ -551,7 +551,7 @@ class GpuBench:
             for i, (name, fn) in enumerate(sections):
                 shares_left = sum(shares[n] for n, _ in sections[i:]) or 1.0
                 if budget.left() <= 0:
-                    self.add(Figure(name, None, "not_measured", note="out of time (--budget-s)"))
+                    self.add(Check(name, None, "not_measured", note="out of time (--budget-s)"))
                     continue
                 self.run_section(name, fn, budget.deadline(shares[name], shares_left))
         finally:
@@ -672,14 +672,14 @@ def nvidia_smi() -> dict[str, Any]:
     return out
 
 
-def summary(figures: list[Figure]) -> str:
+def summary(figures: list[Check]) -> str:
     rows = [
         [f.name, "nan" if f.value is None else f"{f.value:.4g}{f.unit}", f.target, f.status] for f in figures
     ]
     return table(rows, ["figure", "value", "target", "status"])
 
 
-def final_line(figures: list[Figure], path: Path, *, rehearsal: bool, total_s: float) -> str:
+def final_line(figures: list[Check], path: Path, *, rehearsal: bool, total_s: float) -> str:
     counts = {
         s: sum(f.status == s for f in figures)
         for s in ("pass", "miss", "fail", "not_available", "not_measured")

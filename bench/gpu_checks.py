@@ -28,8 +28,10 @@ TRAJECTORY_TOLERANCE = 1e-3
 
 
 @dataclass
-class Figure:
-    """One measured figure of the bench: its RESULT line and its JSON entry."""
+class Check:
+    """One figure of the bench held against its target, with the verdict (``status``): its RESULT line and
+    its JSON entry. A check, not an attack's figure (:class:`sifl_ray.attacks.registry.Figure`, a measured
+    value with its threat model and no target): the two shared a name and nothing else."""
 
     name: str
     value: float | None

@@ -16,7 +16,7 @@ import torch
 
 from bench.__main__ import main as bench_main
 from bench.gpu_checks import (
-    Figure,
+    Check,
     agreement_verdict,
     check_pinning,
     judge,
@@ -123,16 +123,16 @@ def test_targets_and_result_lines():
     assert judge(0.5, "") == "info" and judge(5.0, "<=1", rehearsal=True) == "rehearsal"
     with pytest.raises(ValueError, match="'<=x' or '>=x'"):
         judge(1.0, "about 1")
-    line = Figure(
+    line = Check(
         "kernels_oblique_n1199882", 0.8123, "pass", target="<=1", unit="ms", note="35× a copy"
     ).line()
     assert line == "RESULT gpu_kernels_oblique_n1199882 value=0.8123ms target=<=1ms status=pass (35× a copy)"
-    absent = Figure("vectorised_n1000_speedup", None, "not_available", target=">=10", note="no switch").line()
+    absent = Check("vectorised_n1000_speedup", None, "not_available", target=">=10", note="no switch").line()
     assert (
         absent == "RESULT gpu_vectorised_n1000_speedup value=nan target=>=10 status=not_available (no switch)"
     )
     with pytest.raises(ValueError, match="unknown status"):
-        Figure("x", 1.0, "great")
+        Check("x", 1.0, "great")
 
 
 def test_the_vectorised_switch_the_bench_turns_is_a_key_of_the_schema():
