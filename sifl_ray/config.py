@@ -12,10 +12,13 @@ of it, it receives as a frozen value (:mod:`sifl_ray.specs`), not as a dict read
 
 from __future__ import annotations
 
+import copy
 import difflib
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
@@ -627,13 +630,23 @@ def _fault_checks(cfg: dict, problems: list[str]) -> None:
         )
 
 
-def load_config(overrides: list[str] | None = None, *, scenario: str | None = None) -> DictConfig:
+def load_config(
+    overrides: list[str] | None = None,
+    *,
+    scenario: str | None = None,
+    sections: Mapping[str, Any] | None = None,
+    settings: Mapping[str, Any] | None = None,
+) -> DictConfig:
     """Build the validated, read-only configuration.
 
     Args:
-        overrides: ``key=value`` strings (dotted keys; YAML values), applied last. ``scenario=NAME`` picks the
-            scenario file ``scenarios/NAME.yaml``; a path to a ``.yaml`` file also works.
+        overrides: ``key=value`` strings (dotted keys; YAML values), applied over the scenario.
+            ``scenario=NAME`` picks the scenario file ``scenarios/NAME.yaml``; a path to a ``.yaml`` file
+            also works.
         scenario: the scenario if not given in ``overrides`` (default ``quickstart``).
+        sections: a scenario given as a mapping of sections (what a scenario file holds) instead of a
+            file (:func:`sifl_ray.api.simulate`); ``scenario`` names it (default ``custom``).
+        settings: dotted key → value (Python values, not YAML text), applied last.
 
     Raises:
         ConfigError: every problem found, each with its key, expectation and fix.
@@ -642,21 +655,25 @@ def load_config(overrides: list[str] | None = None, *, scenario: str | None = No
     for key, value in parsed:
         if key == "scenario":
             scenario = str(value)
-    scenario = scenario or "quickstart"
-    path = scenario_path(scenario)
     raw: dict = {}
-    if not path.is_file():
-        names = [name for name, kind in scenario_kinds().items() if kind == "run"]
-        close = difflib.get_close_matches(scenario, names, n=1)
-        tip = f"did you mean {close[0]}? " if close else ""
-        problems.append(
-            f"scenario: no scenario {scenario!r} ({path}); {tip}available: {', '.join(names)} "
-            "(sifl list: what each is for)"
-        )
+    if sections is not None:
+        raw = copy.deepcopy(dict(sections))
+        raw["scenario"] = scenario or str(raw.get("scenario", "custom"))
     else:
-        raw = read_scenario(path, "run", problems)
-    raw["scenario"] = path.stem if path.is_file() else scenario
-    for key, value in parsed:
+        scenario = scenario or "quickstart"
+        path = scenario_path(scenario)
+        if not path.is_file():
+            names = [name for name, kind in scenario_kinds().items() if kind == "run"]
+            close = difflib.get_close_matches(scenario, names, n=1)
+            tip = f"did you mean {close[0]}? " if close else ""
+            problems.append(
+                f"scenario: no scenario {scenario!r} ({path}); {tip}available: {', '.join(names)} "
+                "(sifl list: what each is for)"
+            )
+        else:
+            raw = read_scenario(path, "run", problems)
+        raw["scenario"] = path.stem if path.is_file() else scenario
+    for key, value in [*parsed, *(settings or {}).items()]:
         if key != "scenario":
             set_path(raw, key, value)
     return _validated(raw, problems)
