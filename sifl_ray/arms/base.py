@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 if TYPE_CHECKING:
@@ -154,6 +155,10 @@ class Arm:
         uniform_weights: average the uploads with equal weights instead of FedAvg's |D_i| (a DP mean: the
             weights then reveal nothing and one client moves the sum by at most its clip).
         secure_aggregation: the uploads are masked so that the aggregator learns only their sum.
+        settings: the configuration sections the arm owns, name → dataclass (``{"nbafl": NbaflConfig}``):
+            registered with the arm, validated like every built-in section (a field's ``rule``, from
+            :func:`sifl_ray.validation.setting`, is its range or choice), read as ``ctx.cfg.<name>.<key>``.
+            Arms that share a mechanism share its section (``dp_fedavg_secagg`` reads ``dp_fedavg``).
     """
 
     kind: ClassVar[str] = ""
@@ -165,6 +170,7 @@ class Arm:
     #: its uploads travel masked under secure aggregation (:mod:`sifl_ray.roles.secure`): its steps then
     #: carry a :class:`~sifl_ray.roles.secure.SecAggSpec` (``PartySteps.secagg``); plain coding only
     secure_aggregation: ClassVar[bool] = False
+    settings: ClassVar[Mapping[str, type]] = MappingProxyType({})
     clips: ClassVar[str] = "models to ‖w_i‖"  # what its clip bounds, as the end-of-run message says it
     #: what a client's (plain) upload carries: its ``model`` w_i, or its ``update`` w_i − w^t (the attack
     #: suite scores the aggregator's reading of an upload against the one or the other)
