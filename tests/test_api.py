@@ -10,7 +10,7 @@ import yaml
 from sifl_ray import SiflError, simulate
 from sifl_ray.api import SimulationResult
 from sifl_ray.arms import Arm, ArmContext, PartySteps, unregister_arm
-from sifl_ray.arms.steps import ClipModel
+from sifl_ray.arms.steps import clip
 from sifl_ray.config import load_config
 from sifl_ray.validation import ConfigError
 
@@ -81,7 +81,7 @@ class HalfClip(Arm):
     clip_key: ClassVar[str | None] = "privacy.clip"
 
     def steps(self, ctx: ArmContext) -> PartySteps:
-        return PartySteps(client=ClipModel(float(ctx.cfg.privacy.clip) / 2))
+        return PartySteps(client=clip(ctx.cfg.privacy.clip / 2))
 
 
 def test_an_arm_object_is_registered_and_run(tmp_path):

@@ -13,7 +13,8 @@ broadcast. An arm fills that skeleton in two ways:
 - **its steps**, small picklable objects each party runs on plain vectors around the coding:
 
   - :class:`ClientStep`, in the client worker, on each client's local model before it is encoded and
-    uploaded (clip; clip and add the client's own noise; ...);
+    uploaded, a :func:`~sifl_ray.arms.steps.chain` of small steps (clip; clip and add the client's own
+    noise; take the update, clip it, add a noise share; ...) returning the upload and its metrics;
   - :class:`AggregatorStep`, in each aggregator shard, on the shard's average before code 2 (central noise,
     unmasking, ...);
   - :class:`ServerStep`, in the server, on the new global model before it is encoded again (a server
@@ -44,14 +45,16 @@ class ClientStep(Protocol):
     """The client's step on its local model ``w`` (float64, on the worker's device) before upload.
 
     ``start`` is the round's global model the client trained from (read-only: an update is ``w − start``).
-    Returns the model to upload (it may be ``w`` changed in place) and whether the step clipped it (counted
-    in ``clients/clipped``). Runs in the client worker; any secret it draws on (a noise seed) must be made
-    there, never sent by the driver (see :class:`sifl_ray.party_seeds.ClientNoiseSeeds`).
+    Returns the vector to upload (it may be ``w`` changed in place) and its metrics, name → number
+    (``{"clipped": 1.0}``; each is averaged over the round's clients as ``client/<name>``, and ``clipped``
+    counted in ``clients/clipped``). Steps compose: :func:`sifl_ray.arms.steps.chain`. Runs in the client
+    worker; any secret it draws on (a noise seed) must be made there, never sent by the driver (see
+    :class:`sifl_ray.party_seeds.ClientNoiseSeeds`).
     """
 
     def __call__(
         self, w: torch.Tensor, *, start: torch.Tensor, arm: str, client: int, t: int
-    ) -> tuple[torch.Tensor, bool]: ...
+    ) -> tuple[torch.Tensor, Mapping[str, float]]: ...
 
 
 class AggregatorStep(Protocol):

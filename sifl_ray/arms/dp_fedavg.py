@@ -30,8 +30,9 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sifl_ray import registry_names
-from sifl_ray.arms.base import Arm, ArmContext, PartySteps, Release
+from sifl_ray.arms.base import Arm, ArmContext, ClientStep, PartySteps, Release
 from sifl_ray.arms.nbafl import eps_label
+from sifl_ray.arms.steps import chain, clip, to_update
 from sifl_ray.validation import POSITIVE, PROBABILITY, Choice, Range, setting
 
 if TYPE_CHECKING:
@@ -62,19 +63,9 @@ class DpFedAvgConfig:
     )
 
 
-@dataclass(frozen=True)
-class ClipUpdate:
+def clipped_update(radius: float) -> ClientStep:
     """Client step: upload the update ``clip_C(w_i − w^t)`` instead of the model."""
-
-    clip: float
-
-    def __call__(
-        self, w: torch.Tensor, *, start: torch.Tensor, arm: str, client: int, t: int
-    ) -> tuple[torch.Tensor, bool]:
-        from sifl_ray.privacy.dp_fedavg import clip_update_
-
-        update = w.to(start.dtype) - start
-        return update, clip_update_(update, self.clip)
+    return chain(to_update(), clip(radius))
 
 
 @dataclass
@@ -214,7 +205,7 @@ class DpFedAvg(Arm):
             expected_clients=float(cfg.clients.fraction) * int(cfg.clients.num_clients),
             key_seed=cfg.coding.key_seed,
         )
-        return PartySteps(client=ClipUpdate(clip), aggregator=noise, server=AddUpdate())
+        return PartySteps(client=clipped_update(clip), aggregator=noise, server=AddUpdate())
 
     def releases(self) -> tuple[Release, ...]:
         return (

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from sifl_ray import registry_names
 from sifl_ray.arms.base import Arm, ArmContext, PartySteps, plain_releases
-from sifl_ray.arms.steps import ClipAndNoise
+from sifl_ray.arms.steps import chain, clip, gaussian
 from sifl_ray.validation import POSITIVE, PROBABILITY, Choice, Range, setting
 
 
@@ -92,7 +92,7 @@ class NbAFL(Arm):
 
         # Each client's noise seed is made in its worker (secure random, or from coding.key_seed).
         seeds = ClientNoiseSeeds(key_seed=ctx.cfg.coding.key_seed, key_dir=ctx.key_dir)
-        return PartySteps(client=ClipAndNoise(float(ctx.cfg.nbafl.clip), self.sigma(ctx), seeds))
+        return PartySteps(client=chain(clip(ctx.cfg.nbafl.clip), gaussian(self.sigma(ctx), seeds)))
 
     def releases(self):
         return plain_releases("clip_C(w_i) + N(0, sigma^2 I) (the client's own noise)")

@@ -40,7 +40,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sifl_ray.arms.base import Arm, ArmContext, PartySteps, Release
-from sifl_ray.arms.dp_fedavg import AddUpdate, ClipUpdate, DpFedAvg, DpFedAvgConfig
+from sifl_ray.arms.dp_fedavg import AddUpdate, DpFedAvg, DpFedAvgConfig, clipped_update
+from sifl_ray.arms.steps import chain, noise_share
 from sifl_ray.validation import AT_LEAST_1, NONNEG, POSITIVE, Range, setting
 
 if TYPE_CHECKING:
@@ -157,7 +158,7 @@ class SecAgg(Arm):
         clip = float(ctx.cfg.secagg.clip)
         # the largest |D_i| of any client: public (it bounds the weights), from the partition the driver made
         spec = secagg_spec(ctx.cfg, n=ctx.n, clip=clip, weight_ref=float(ctx.largest_size or ctx.local_size))
-        return PartySteps(client=ClipUpdate(clip), server=AddUpdate(), secagg=spec)
+        return PartySteps(client=clipped_update(clip), server=AddUpdate(), secagg=spec)
 
     def releases(self) -> tuple[Release, ...]:
         return secure_releases("clip_C(w_i - w^t)", "the FedAvg mean of the clipped updates")
@@ -170,34 +171,6 @@ class SecAgg(Arm):
             "scope": "each upload is hidden from the aggregator and the server; the aggregate is not",
             **ring_report(ctx.cfg, clip=float(ctx.cfg.secagg.clip)),
         }
-
-
-@dataclass(frozen=True)
-class ClipAndNoiseShare:
-    """Client step of distributed DP: clip the update to C, then add this client's share ``N(0, σ²)``,
-    ``σ = zC/√t``, of the round's noise, from the client's own secret stream (made in the worker, like
-    NbAFL's: :class:`sifl_ray.party_seeds.ClientNoiseSeeds`)."""
-
-    clip: float
-    noise_multiplier: float
-    num_noisers: int
-    seeds: Any  # sifl_ray.party_seeds.ClientNoiseSeeds
-
-    def __call__(
-        self, w: torch.Tensor, *, start: torch.Tensor, arm: str, client: int, t: int
-    ) -> tuple[torch.Tensor, bool]:
-        from sifl_ray.privacy.dp_fedavg import add_distributed_noise_
-
-        update, clipped = ClipUpdate(self.clip)(w, start=start, arm=arm, client=client, t=t)
-        noisy = update.cpu()  # the client's noise stream is a CPU generator (the same draws on any device)
-        add_distributed_noise_(
-            noisy,
-            noise_multiplier=self.noise_multiplier,
-            clip=self.clip,
-            num_noisers=self.num_noisers,
-            generator=self.seeds.generator(arm, client, t),
-        )
-        return noisy.to(update.device), clipped
 
 
 @dataclass(frozen=True)
@@ -265,7 +238,8 @@ class DpFedAvgSecAgg(DpFedAvg):
         seeds = ClientNoiseSeeds(key_seed=cfg.coding.key_seed, key_dir=ctx.key_dir)
         expected = float(cfg.clients.fraction) * int(cfg.clients.num_clients)
         return PartySteps(
-            client=ClipAndNoiseShare(clip, z, t, seeds),
+            # clip the update to C, then add this client's share N(0, (zC)²/t) of the round's noise
+            client=chain(clipped_update(clip), noise_share(z, clip, t, seeds)),
             aggregator=FixedDenominator(expected),
             server=AddUpdate(),
             secagg=spec,
