@@ -106,3 +106,16 @@ def test_to_pandas_is_the_rows(tmp_path):
     frame = got.to_pandas()
     assert isinstance(frame, pandas.DataFrame)
     assert list(frame["round"]) == [0, 1]
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_on_ray_and_in_process_the_history_is_the_same(ray_session, tmp_path):
+    # a notebook on Ray gets the numbers of an in-process run (here Ray is the test session's, joined)
+    small = {**_small(tmp_path), "ray.num_workers": 2}
+    on_ray = simulate("quickstart", small, arms=["fl", "nbafl"], backend="ray")
+    in_process = simulate("quickstart", small, arms=["fl", "nbafl"], backend="sequential")
+    assert on_ray.config.ray.backend == "ray"
+    for arm in ("fl", "nbafl_eps1"):
+        for got, want in zip(on_ray.history[arm], in_process.history[arm], strict=True):
+            assert got["test_accuracy"] == want["test_accuracy"] and got["train_loss"] == want["train_loss"]
