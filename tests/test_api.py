@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
@@ -36,6 +40,21 @@ def test_every_problem_is_raised_at_once_and_nothing_exits():
     assert any("train.lrr: unknown key; did you mean train.lr?" in p for p in problems)
     assert any("did you mean nbafl?" in p for p in problems)
     assert isinstance(got.value, SiflError)
+
+
+def test_a_refused_configuration_costs_no_torch_and_no_ray():
+    code = (
+        "import sys\n"
+        "from sifl_ray import simulate\n"
+        "from sifl_ray.validation import ConfigError\n"
+        "try:\n"
+        "    simulate('quickstart', {'train.lrr': 1})\n"
+        "except ConfigError:\n"
+        "    print('torch' in sys.modules, 'ray' in sys.modules)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["False", "False"], done.stderr
 
 
 def test_a_missing_scenario_is_a_configuration_problem():
