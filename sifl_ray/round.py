@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
 
+from sifl_ray.arms.steps import client_metrics
 from sifl_ray.backend import Backend
 from sifl_ray.errors import SiflError
 
@@ -222,6 +223,8 @@ def run_round(
             "clients/dropped": float(sum(len(d["clients"]) for d in dropped)),
             # models scaled back into the ball ‖w_i‖ ≤ C that every ε assumes (privacy.clip, nbafl.clip)
             "clients/clipped": float(sum(r.clipped for r in reports)),
+            # the arm's client step: each metric's mean over the clients (client/clipped, client/sparsity)
+            **client_metrics((r.step_metrics, r.stepped) for r in reports),
         }
     )
     if secure is not None:

@@ -1,13 +1,15 @@
 """One validator for every configuration schema: ``sifl run``'s, ``sifl attack``'s and the frontier's.
 
 A schema is a dataclass: its fields are the keys that exist, their annotations the types, their values the
-defaults. Its domain checks are declared once beside it, as :class:`Rules`: the ranges, and the choices,
-each read from the registry that owns it at the moment of validating (so an entry registered at run time is
-a valid choice, and no list is copied here). :func:`validate` collects *every* problem — unknown keys with
-a suggestion, wrong types, values out of range, unknown choices, then the schema's own cross-field checks —
-and raises them together as a :class:`ConfigError` (exit code 2 at the command line), each naming the key,
-what was expected, what arrived and the fix. It returns the schema as a read-only OmegaConf structured
-config: nobody mutates a configuration after validation.
+defaults. Its domain checks are declared once beside it: as :class:`Rules` (dotted key → range or choice),
+or on the field itself (:func:`setting`), which is how a component's own section carries them
+(:mod:`sifl_ray.sections`); each choice is read from the registry that owns it at the moment of validating
+(so an entry registered at run time is a valid choice, and no list is copied here). :func:`validate`
+collects *every* problem — unknown keys with a suggestion, wrong types, values out of range, unknown
+choices, then the schema's own cross-field checks — and raises them together as a :class:`ConfigError`
+(exit code 2 at the command line), each naming the key, what was expected, what arrived and the fix. It
+returns the schema as a read-only OmegaConf structured config: nobody mutates a configuration after
+validation.
 
 Why a walk over the keys before OmegaConf takes the values, instead of ``OmegaConf.merge`` alone: OmegaConf
 raises at the first problem, and the user must see them all in one message. And its conversions are too
@@ -112,7 +114,38 @@ class Rules:
     examples: Mapping[str, str] = field(default_factory=dict)
 
 
-CrossCheck = Callable[[dict[str, Any], list[str]], None]
+#: The ranges most keys take, named once (a component's section uses them as the built-in sections do).
+POSITIVE = Range(lambda v: v > 0, "a number > 0")
+NONNEG = Range(lambda v: v >= 0, "a number ≥ 0")
+AT_LEAST_1 = Range(lambda v: v >= 1, "an integer ≥ 1")
+PROBABILITY = Range(lambda v: 0 < v < 1, "a number in (0, 1)")
+
+
+def setting(
+    default: Any = dataclasses.MISSING,
+    *,
+    rule: Choice | Range | None = None,
+    default_factory: Callable[[], Any] | Any = dataclasses.MISSING,
+) -> Any:
+    """A schema field with its domain check beside it: ``fraction: float = setting(0.1, rule=Range(...))``.
+
+    Why on the field: a component's section (:mod:`sifl_ray.sections`) is one dataclass the component
+    declares, with no table of dotted keys elsewhere to keep in step; :func:`check_tree` reads the rule where
+    :class:`Rules` has none for the key, and ``sifl config`` shows it.
+    """
+    return dataclasses.field(
+        default=default, default_factory=default_factory, metadata={"rule": rule} if rule else {}
+    )
+
+
+def rule_of(dotted: str, spec: dataclasses.Field, rules: Rules) -> Choice | Range | None:
+    """The domain check of one key: the schema's :class:`Rules` for it, else its field's :func:`setting`."""
+    return rules.choices.get(dotted) or rules.ranges.get(dotted) or spec.metadata.get("rule")
+
+
+#: A check spanning several keys: ``check(cfg, problems)`` reads the merged, typed configuration (every key
+#: present: the given values that passed, the schema's defaults for the rest) and appends its problems.
+CrossCheck = Callable[[DictConfig, list[str]], None]
 
 
 def validate(
@@ -129,8 +162,8 @@ def validate(
         schema: the dataclass.
         raw: the values given (scenario file and overrides merged), nested by section.
         rules: the schema's ranges and choices.
-        cross_checks: ``check(values, problems)`` run on every value (the given ones that passed, the
-            defaults for the rest), appending what spans several keys.
+        cross_checks: ``check(cfg, problems)`` on the merged, typed configuration (the given values that
+            passed, the defaults for the rest, read-only), appending what spans several keys.
         problems: problems found before (a malformed override, a missing scenario), reported first.
 
     Raises:
@@ -142,11 +175,11 @@ def validate(
         merged = OmegaConf.merge(OmegaConf.structured(schema), checked)
     except Exception as err:  # defensive: ``checked`` holds checked values only
         raise ConfigError([*problems, f"configuration: cannot be merged ({err})"]) from None
+    OmegaConf.set_readonly(merged, True)
     for check in cross_checks:
-        check(OmegaConf.to_container(merged), problems)
+        check(merged, problems)
     if problems:
         raise ConfigError(problems)
-    OmegaConf.set_readonly(merged, True)
     return merged
 
 
@@ -205,11 +238,14 @@ def _domain_problem(dotted: str, value: Any, spec: dataclasses.Field, rules: Rul
     if value is None:  # an optional key left unset: its meaning is the schema's, nothing to check
         return None
     choice = rules.choices.get(dotted)
+    bounds = rules.ranges.get(dotted)
+    own = spec.metadata.get("rule")
+    choice = choice or (own if isinstance(own, Choice) else None)
+    bounds = bounds or (own if isinstance(own, Range) else None)
     if choice is not None:
         problem = choice.problem(dotted, value, spec.default)
         if problem:
             return problem
-    bounds = rules.ranges.get(dotted)
     if bounds is not None and not bounds.ok(value):
         return f"{dotted}: expected {bounds.expected}, got {value!r}; change {dotted}"
     return None

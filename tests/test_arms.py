@@ -24,7 +24,7 @@ from sifl_ray.arms import (
     register_arm,
     unregister_arm,
 )
-from sifl_ray.arms.steps import ClipModel
+from sifl_ray.arms.steps import clip
 from sifl_ray.config import ConfigError, load_config
 from sifl_ray.runner import Simulation
 from sifl_ray.seeding import torch_generator
@@ -41,13 +41,13 @@ class ClientNoise:
 
     def __call__(
         self, w: torch.Tensor, *, start: torch.Tensor, arm: str, client: int, t: int
-    ) -> tuple[torch.Tensor, bool]:
-        w, clipped = ClipModel(self.clip)(w, start=start, arm=arm, client=client, t=t)
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        w, metrics = clip(self.clip)(w, start=start, arm=arm, client=client, t=t)
         if self.sigma:
             gen = torch_generator(self.seed, "toy-noise", client, t)
             noise = torch.randn(w.shape, generator=gen, dtype=torch.float64)
             w = w + self.sigma * noise.to(w.device)
-        return w, clipped
+        return w, metrics
 
 
 @dataclass(frozen=True)

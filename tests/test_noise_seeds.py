@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from sifl_ray.arms.steps import ClipAndNoise
+from sifl_ray.arms.steps import chain, clip, gaussian
 from sifl_ray.coding import make_server_key
 from sifl_ray.coding.base import NoiseSpec
 from sifl_ray.keys import key_inventory
@@ -172,7 +172,7 @@ def _nbafl_noise(*, key_seed, run_seed, noise=None, t=2):
         device=torch.device("cpu"),
     )
     noise = ClientNoiseSeeds(key_seed) if noise is None else noise
-    role.set_arm("nbafl", ArmSetup(mode="plain", step=ClipAndNoise(clip=1e9, sigma=1.0, seeds=noise)))
+    role.set_arm("nbafl", ArmSetup(mode="plain", step=chain(clip(1e9), gaussian(1.0, noise))))
     (partial,), _ = role.train_round("nbafl", t, w0, [0], [(0, w0.numel())])
     return partial.weighted_sum / 20.0 - w0
 

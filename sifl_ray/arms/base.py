@@ -13,7 +13,8 @@ broadcast. An arm fills that skeleton in two ways:
 - **its steps**, small picklable objects each party runs on plain vectors around the coding:
 
   - :class:`ClientStep`, in the client worker, on each client's local model before it is encoded and
-    uploaded (clip; clip and add the client's own noise; ...);
+    uploaded, a :func:`~sifl_ray.arms.steps.chain` of small steps (clip; clip and add the client's own
+    noise; take the update, clip it, add a noise share; ...) returning the upload and its metrics;
   - :class:`AggregatorStep`, in each aggregator shard, on the shard's average before code 2 (central noise,
     unmasking, ...);
   - :class:`ServerStep`, in the server, on the new global model before it is encoded again (a server
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 if TYPE_CHECKING:
@@ -43,14 +45,16 @@ class ClientStep(Protocol):
     """The client's step on its local model ``w`` (float64, on the worker's device) before upload.
 
     ``start`` is the round's global model the client trained from (read-only: an update is ``w − start``).
-    Returns the model to upload (it may be ``w`` changed in place) and whether the step clipped it (counted
-    in ``clients/clipped``). Runs in the client worker; any secret it draws on (a noise seed) must be made
-    there, never sent by the driver (see :class:`sifl_ray.party_seeds.ClientNoiseSeeds`).
+    Returns the vector to upload (it may be ``w`` changed in place) and its metrics, name → number
+    (``{"clipped": 1.0}``; each is averaged over the round's clients as ``client/<name>``, and ``clipped``
+    counted in ``clients/clipped``). Steps compose: :func:`sifl_ray.arms.steps.chain`. Runs in the client
+    worker; any secret it draws on (a noise seed) must be made there, never sent by the driver (see
+    :class:`sifl_ray.party_seeds.ClientNoiseSeeds`).
     """
 
     def __call__(
         self, w: torch.Tensor, *, start: torch.Tensor, arm: str, client: int, t: int
-    ) -> tuple[torch.Tensor, bool]: ...
+    ) -> tuple[torch.Tensor, Mapping[str, float]]: ...
 
 
 class AggregatorStep(Protocol):
@@ -154,6 +158,10 @@ class Arm:
         uniform_weights: average the uploads with equal weights instead of FedAvg's |D_i| (a DP mean: the
             weights then reveal nothing and one client moves the sum by at most its clip).
         secure_aggregation: the uploads are masked so that the aggregator learns only their sum.
+        settings: the configuration sections the arm owns, name → dataclass (``{"nbafl": NbaflConfig}``):
+            registered with the arm, validated like every built-in section (a field's ``rule``, from
+            :func:`sifl_ray.validation.setting`, is its range or choice), read as ``ctx.cfg.<name>.<key>``.
+            Arms that share a mechanism share its section (``dp_fedavg_secagg`` reads ``dp_fedavg``).
     """
 
     kind: ClassVar[str] = ""
@@ -165,6 +173,7 @@ class Arm:
     #: its uploads travel masked under secure aggregation (:mod:`sifl_ray.roles.secure`): its steps then
     #: carry a :class:`~sifl_ray.roles.secure.SecAggSpec` (``PartySteps.secagg``); plain coding only
     secure_aggregation: ClassVar[bool] = False
+    settings: ClassVar[Mapping[str, type]] = MappingProxyType({})
     clips: ClassVar[str] = "models to ‖w_i‖"  # what its clip bounds, as the end-of-run message says it
     #: what a client's (plain) upload carries: its ``model`` w_i, or its ``update`` w_i − w^t (the attack
     #: suite scores the aggregator's reading of an upload against the one or the other)

@@ -26,28 +26,46 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sifl_ray.arms.base import Arm, ArmContext, PartySteps, Release
+from sifl_ray import registry_names
+from sifl_ray.arms.base import Arm, ArmContext, ClientStep, PartySteps, Release
 from sifl_ray.arms.nbafl import eps_label
+from sifl_ray.arms.steps import chain, clip, to_update
+from sifl_ray.validation import POSITIVE, PROBABILITY, Choice, Range, setting
 
 if TYPE_CHECKING:
     import torch
 
 
-@dataclass(frozen=True)
-class ClipUpdate:
+@dataclass
+class DpFedAvgConfig:
+    """DP-FedAvg (SPEC "Baselines"; McMahan et al. 2018): client-level (ε, δ) over all rounds, from an
+    accountant (``sifl_ray.privacy.dp_fedavg``), with the noise multiplier calibrated to each target ε."""
+
+    # one dp_fedavg arm per target ε
+    epsilons: list[float] = setting(
+        default_factory=lambda: [5.0],
+        rule=Range(lambda v: all(e > 0 for e in v), "every ε > 0; for example dp_fedavg.epsilons=[1,5,10]"),
+    )
+    delta: float = setting(1e-5, rule=PROBABILITY)
+    # C: every client's update Δ_i = w_i − w^t is clipped to ‖Δ_i‖ ≤ C
+    clip: float = setting(1.0, rule=POSITIVE)
+    # rdp | pld (dp_accounting)
+    accountant: str = setting(
+        "rdp",
+        rule=Choice(
+            lambda: registry_names.DP_ACCOUNTANTS,
+            meaning="rdp: Rényi DP (conservative); pld: privacy loss distributions (tighter, slower), both "
+            "from Google's dp_accounting",
+        ),
+    )
+
+
+def clipped_update(radius: float) -> ClientStep:
     """Client step: upload the update ``clip_C(w_i − w^t)`` instead of the model."""
-
-    clip: float
-
-    def __call__(
-        self, w: torch.Tensor, *, start: torch.Tensor, arm: str, client: int, t: int
-    ) -> tuple[torch.Tensor, bool]:
-        from sifl_ray.privacy.dp_fedavg import clip_update_
-
-        update = w.to(start.dtype) - start
-        return update, clip_update_(update, self.clip)
+    return chain(to_update(), clip(radius))
 
 
 @dataclass
@@ -119,31 +137,27 @@ class DpFedAvg(Arm):
     uniform_weights: ClassVar[bool] = True
     clips: ClassVar[str] = "updates to ‖w_i − w^t‖"
     uploads: ClassVar[str] = "update"
+    settings: ClassVar[Mapping[str, type]] = MappingProxyType({"dp_fedavg": DpFedAvgConfig})
     summary: ClassVar[str] = (
         "DP-FedAvg: clipped updates, central Gaussian noise, (ε, δ) over all rounds from dp_accounting"
     )
 
-    def instances(self, cfg: Mapping) -> list[str]:
-        return [f"{self.kind}_eps{eps_label(e)}" for e in _epsilons(cfg)]
+    def instances(self, cfg: Any) -> list[str]:
+        return [f"{self.kind}_eps{eps_label(e)}" for e in cfg.dp_fedavg.epsilons]
 
-    def problems(self, cfg: Mapping) -> list[str]:
-        out = [
-            f"dp_fedavg.epsilons: expected every ε > 0, got {eps}; for example dp_fedavg.epsilons=[1,5,10]"
-            for eps in _epsilons(cfg)
-            if not eps > 0
-        ]
-        clients = cfg.get("clients") or {}
-        if clients.get("sampling", "fixed") != "poisson" and clients.get("fraction", 1.0) < 1:
-            out.append(
+    def problems(self, cfg: Any) -> list[str]:
+        clients = cfg.clients
+        if clients.sampling != "poisson" and clients.fraction < 1:
+            return [
                 "clients.sampling: dp_fedavg's accountant assumes each client is sampled independently with "
-                f"probability clients.fraction, got sampling={clients.get('sampling', 'fixed')!r}; set "
+                f"probability clients.fraction, got sampling={clients.sampling!r}; set "
                 "clients.sampling=poisson (or clients.fraction=1)"
-            )
-        return out
+            ]
+        return []
 
-    def epsilon(self, cfg: Mapping, arm: str) -> float:
+    def epsilon(self, cfg: Any, arm: str) -> float:
         """The target ε of instance ``arm`` (``dp_fedavg_eps5`` → 5.0)."""
-        for eps in _epsilons(cfg):
+        for eps in cfg.dp_fedavg.epsilons:
             if f"{self.kind}_eps{eps_label(eps)}" == arm:
                 return float(eps)
         raise KeyError(arm)
@@ -191,7 +205,7 @@ class DpFedAvg(Arm):
             expected_clients=float(cfg.clients.fraction) * int(cfg.clients.num_clients),
             key_seed=cfg.coding.key_seed,
         )
-        return PartySteps(client=ClipUpdate(clip), aggregator=noise, server=AddUpdate())
+        return PartySteps(client=clipped_update(clip), aggregator=noise, server=AddUpdate())
 
     def releases(self) -> tuple[Release, ...]:
         return (
@@ -260,8 +274,3 @@ def _cross_check(noise_multiplier: float, sample_rate: float, rounds: int, delta
 
     got = cross_check(noise_multiplier=noise_multiplier, sample_rate=sample_rate, steps=rounds, delta=delta)
     return asdict(got)
-
-
-def _epsilons(cfg: Mapping) -> list[float]:
-    section = cfg.get("dp_fedavg") or {}
-    return list(section.get("epsilons", [5.0]))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from sifl_ray.arms.base import Arm, ArmContext, PartySteps
-from sifl_ray.arms.steps import ClipModel
+from sifl_ray.arms.steps import clip
 
 
 class FedAvg(Arm):
@@ -19,4 +19,4 @@ class FedAvg(Arm):
     summary: ClassVar[str] = "plain FedAvg: the reference every other arm is compared with"
 
     def steps(self, ctx: ArmContext) -> PartySteps:
-        return PartySteps(client=ClipModel(float(ctx.cfg.privacy.clip)))
+        return PartySteps(client=clip(ctx.cfg.privacy.clip))

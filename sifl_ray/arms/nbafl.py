@@ -7,10 +7,46 @@ uploads ``nbafl.exposures`` covers; one arm per ε of ``nbafl.epsilons`` (``nbaf
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, ClassVar
 
+from sifl_ray import registry_names
 from sifl_ray.arms.base import Arm, ArmContext, PartySteps, plain_releases
-from sifl_ray.arms.steps import ClipAndNoise
+from sifl_ray.arms.steps import chain, clip, gaussian
+from sifl_ray.validation import POSITIVE, PROBABILITY, Choice, Range, setting
+
+
+@dataclass
+class NbaflConfig:
+    """The NbAFL baseline (SPEC "Baselines"): σ from ε, δ, C, the exposures L and the Gaussian formula."""
+
+    # one nbafl arm per ε
+    epsilons: list[float] = setting(
+        default_factory=lambda: [1.0],
+        rule=Range(lambda v: all(e > 0 for e in v), "every ε > 0; for example nbafl.epsilons=[1,5]"),
+    )
+    delta: float = setting(1e-5, rule=PROBABILITY)
+    clip: float = setting(10.0, rule=POSITIVE)
+    # multi_round: (ε, δ) for all T uploads of a client, L = T (NbAFL Theorem 1); per_round: L = 1, each
+    # upload alone (weaker). Default multi_round: the guarantee NbAFL states and a reader of "ε" assumes.
+    exposures: str = setting(
+        "multi_round",
+        rule=Choice(
+            lambda: registry_names.NBAFL_EXPOSURES,
+            meaning="multi_round: (ε, δ) for all T uploads of a client, NbAFL Theorem 1, σ grows with T; "
+            "per_round: (ε, δ) per upload, per round only",
+        ),
+    )
+    # classical: NbAFL's c·L·Δ/ε (a proof for ε < 1); analytic: exact
+    calibration: str = setting(
+        "classical",
+        rule=Choice(
+            lambda: registry_names.NBAFL_CALIBRATIONS,
+            meaning="the Gaussian formula: classical, NbAFL's σ = c·L·Δ/ε, a proof for ε < 1 only; "
+            "analytic, exact for every ε. How many uploads it covers is nbafl.exposures",
+        ),
+    )
 
 
 def eps_label(eps: float) -> str:
@@ -23,20 +59,14 @@ class NbAFL(Arm):
     coding: ClassVar[str] = "plain"
     clip_key: ClassVar[str | None] = "nbafl.clip"
     summary: ClassVar[str] = "NbAFL: clients clip and add Gaussian noise before upload, one arm per ε"
+    settings: ClassVar[Mapping[str, type]] = MappingProxyType({"nbafl": NbaflConfig})
 
-    def instances(self, cfg: Mapping) -> list[str]:
-        return [f"nbafl_eps{eps_label(e)}" for e in _epsilons(cfg)]
+    def instances(self, cfg: Any) -> list[str]:
+        return [f"nbafl_eps{eps_label(e)}" for e in cfg.nbafl.epsilons]
 
-    def problems(self, cfg: Mapping) -> list[str]:
-        return [
-            f"nbafl.epsilons: expected every ε > 0, got {eps}; for example nbafl.epsilons=[1,5]"
-            for eps in _epsilons(cfg)
-            if not eps > 0
-        ]
-
-    def epsilon(self, cfg: Mapping, arm: str) -> float:
+    def epsilon(self, cfg: Any, arm: str) -> float:
         """The ε of instance ``arm`` (``nbafl_eps5`` → 5.0)."""
-        for eps in _epsilons(cfg):
+        for eps in cfg.nbafl.epsilons:
             if f"nbafl_eps{eps_label(eps)}" == arm:
                 return float(eps)
         raise KeyError(arm)
@@ -62,7 +92,7 @@ class NbAFL(Arm):
 
         # Each client's noise seed is made in its worker (secure random, or from coding.key_seed).
         seeds = ClientNoiseSeeds(key_seed=ctx.cfg.coding.key_seed, key_dir=ctx.key_dir)
-        return PartySteps(client=ClipAndNoise(float(ctx.cfg.nbafl.clip), self.sigma(ctx), seeds))
+        return PartySteps(client=chain(clip(ctx.cfg.nbafl.clip), gaussian(self.sigma(ctx), seeds)))
 
     def releases(self):
         return plain_releases("clip_C(w_i) + N(0, sigma^2 I) (the client's own noise)")
@@ -96,8 +126,3 @@ class NbAFL(Arm):
             "threat_model": THREAT_MODEL,
             "conditional": nbafl_condition(clip=float(nb.clip), local_size=int(ctx.local_size)),
         }
-
-
-def _epsilons(cfg: Mapping) -> list[float]:
-    nb = cfg.get("nbafl") or {}
-    return list(nb.get("epsilons", [1.0]))

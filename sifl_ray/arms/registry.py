@@ -9,16 +9,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sifl_ray.arms.base import CODINGS, Arm
+from sifl_ray.sections import SectionError, register_section, unregister_section
 
 ARMS: dict[str, Arm] = {}
 
 
 def register_arm(arm: Arm, *, replace: bool = False) -> Arm:
-    """Make ``arm`` available under ``arm.kind`` (``replace``: take the place of an arm of that name).
+    """Make ``arm`` available under ``arm.kind`` (``replace``: take the place of an arm of that name), and
+    its settings sections (:attr:`Arm.settings`) keys of the configuration.
 
     Raises:
         ValueError: the kind is empty or taken, the coding unknown, or secure aggregation asked of a coded
             arm.
+        SectionError: a section of its settings is another component's (a ``ValueError`` too).
     """
     if not arm.kind or not arm.kind.isidentifier():
         raise ValueError(f"an arm's kind must be a name like 'fl_momentum', got {arm.kind!r}")
@@ -31,13 +34,36 @@ def register_arm(arm: Arm, *, replace: bool = False) -> Arm:
             f"arm {arm.kind!r}: secure aggregation masks plain uploads; an immersion-coded ({arm.coding}) "
             "upload is not a fixed-point vector the ring can carry. Give it coding 'plain'"
         )
+    previous = ARMS.get(arm.kind)
+    if previous is not None:
+        _drop_sections(previous)
+    try:
+        for name, schema in arm.settings.items():
+            register_section(name, schema, owner=_owner(arm))
+    except SectionError:
+        _drop_sections(arm)
+        if previous is not None:  # the arm it was to replace keeps its place and its sections
+            for name, schema in previous.settings.items():
+                register_section(name, schema, owner=_owner(previous))
+        raise
     ARMS[arm.kind] = arm
     return arm
 
 
 def unregister_arm(kind: str) -> None:
-    """Remove ``kind`` from the registry (tests that register arms of their own)."""
-    ARMS.pop(kind, None)
+    """Remove ``kind`` and the sections only it declared (tests that register arms of their own)."""
+    arm = ARMS.pop(kind, None)
+    if arm is not None:
+        _drop_sections(arm)
+
+
+def _owner(arm: Arm) -> str:
+    return f"arm {arm.kind}"
+
+
+def _drop_sections(arm: Arm) -> None:
+    for name in arm.settings:
+        unregister_section(name, owner=_owner(arm))
 
 
 def arm_kinds() -> tuple[str, ...]:
@@ -55,11 +81,11 @@ def get_arm(kind: str) -> Arm:
 def arm_instances(cfg: Mapping) -> dict[str, str]:
     """Concrete arm names of ``cfg`` → their kind (``nbafl`` runs as ``nbafl_eps1``, ``nbafl_eps5``, ...).
 
-    ``cfg`` is the validated configuration or the raw mapping being validated; unknown kinds are skipped
-    (the validator reports them).
+    ``cfg`` is a configuration (validated, or merged and typed inside the validator's cross-checks);
+    unknown kinds are skipped (the validator reports them).
     """
     out: dict[str, str] = {}
-    for kind in cfg.get("arms") or ():
+    for kind in cfg.arms:
         if kind in ARMS:
             for name in ARMS[kind].instances(cfg):
                 out[name] = kind

@@ -36,34 +36,58 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sifl_ray.arms.base import Arm, ArmContext, PartySteps, Release
-from sifl_ray.arms.dp_fedavg import AddUpdate, ClipUpdate, DpFedAvg
+from sifl_ray.arms.dp_fedavg import AddUpdate, DpFedAvg, DpFedAvgConfig, clipped_update
+from sifl_ray.arms.steps import chain, noise_share
+from sifl_ray.validation import AT_LEAST_1, NONNEG, POSITIVE, Range, setting
 
 if TYPE_CHECKING:
     import torch
 
 
-def arm_codec(cfg: Mapping, clip: float):
+@dataclass
+class SecAggConfig:
+    """Secure aggregation (SPEC "Baselines"; Bonawitz et al. 2017, SecAgg+ of Bell et al. 2020): the arms
+    ``secagg`` and ``dp_fedavg_secagg``. Each client's upload is encoded in fixed point into Z_(2^k) and
+    masked; the aggregator can unmask only the sum of the survivors' uploads."""
+
+    # C of the secagg arm: each update is clipped to ‖w_i − w^t‖₂ ≤ C (its coordinates too)
+    clip: float = setting(10.0, rule=POSITIVE)
+    # k: the ring Z_(2^k); a masked upload costs k bits per parameter
+    ring_bits: int = setting(
+        32, rule=Range(lambda v: 2 <= v <= 64, "an integer in [2, 64] (the ring is held in uint64)")
+    )
+    # f: 2^-f resolution; None → the largest for which no sum can wrap
+    frac_bits: int | None = setting(None, rule=NONNEG)
+    # SecAgg+ neighbours per client; None → every pair (the original protocol)
+    degree: int | None = setting(None, rule=AT_LEAST_1)
+    # Shamir t per closed neighbourhood; None → ⌈2(k+1)/3⌉ (a majority)
+    threshold: int | None = setting(
+        None, rule=Range(lambda v: v >= 2, "an integer ≥ 2 (one share alone must not rebuild a secret)")
+    )
+    # dp_fedavg_secagg: coordinates are encoded up to C + margin·σ_client
+    noise_margin: float = setting(8.0, rule=POSITIVE)
+
+
+def arm_codec(cfg: Any, clip: float):
     """The fixed-point ring of a secure arm whose coordinates are clipped to ``clip``: ``secagg.ring_bits``,
-    and ``secagg.frac_bits`` or the most that keep a sum of every client's encoding from wrapping (reads
-    the validated configuration or the raw mapping being validated).
+    and ``secagg.frac_bits`` or the most that keep a sum of every client's encoding from wrapping.
 
     Raises:
         ValueError: no precision fits the ring (the message says the ring size that would).
     """
     from sifl_ray.roles.secure import fit_codec
 
-    sa = cfg.get("secagg") or {}
-    frac_bits = sa.get("frac_bits")
+    sa = cfg.secagg
     return fit_codec(
         clip=clip,
         # every client, and the in-run audit's canary clients, can be in one round's sum
-        num_summands=int((cfg.get("clients") or {}).get("num_clients", 10))
-        + int((cfg.get("audit") or {}).get("canaries", 0)),
-        ring_bits=int(sa.get("ring_bits", 32)),
-        frac_bits=None if frac_bits is None else int(frac_bits),
+        num_summands=int(cfg.clients.num_clients) + int(cfg.audit.canaries),
+        ring_bits=int(sa.ring_bits),
+        frac_bits=None if sa.frac_bits is None else int(sa.frac_bits),
     )
 
 
@@ -84,7 +108,7 @@ def secagg_spec(cfg: Any, *, n: int, clip: float, weight_ref: float, min_survivo
     )
 
 
-def _ring_problems(cfg: Mapping, clip: float) -> list[str]:
+def _ring_problems(cfg: Any, clip: float) -> list[str]:
     """The ring must hold a sum of every client's encoding at some precision (checked up front)."""
     try:
         arm_codec(cfg, clip)
@@ -93,17 +117,17 @@ def _ring_problems(cfg: Mapping, clip: float) -> list[str]:
     return []
 
 
-def _graph_problems(cfg: Mapping) -> list[str]:
+def _graph_problems(cfg: Any) -> list[str]:
     """A configured threshold must fit the closed neighbourhoods of a full round."""
     from sifl_ray.privacy.secagg import default_threshold
 
-    sa = cfg.get("secagg") or {}
-    num_clients = int((cfg.get("clients") or {}).get("num_clients", 10))
+    sa = cfg.secagg
+    num_clients = int(cfg.clients.num_clients)
     if num_clients < 2:
         return ["clients.num_clients: secure aggregation needs at least 2 clients a round, got 1"]
-    degree = sa.get("degree")
+    degree = sa.degree
     closed = (num_clients - 1 if degree is None else min(int(degree), num_clients - 1)) + 1
-    t = sa.get("threshold")
+    t = sa.threshold
     if t is not None and not closed // 2 + 1 <= int(t) <= closed:
         return [
             f"secagg.threshold: expected an integer in [{closed // 2 + 1}, {closed}] for closed "
@@ -122,19 +146,19 @@ class SecAgg(Arm):
     clip_key: ClassVar[str | None] = "secagg.clip"
     clips: ClassVar[str] = "updates to ‖w_i − w^t‖"
     uploads: ClassVar[str] = "update"
+    settings: ClassVar[Mapping[str, type]] = MappingProxyType({"secagg": SecAggConfig})
     summary: ClassVar[str] = (
         "secure aggregation (SecAgg/SecAgg+): masked fixed-point updates, the aggregator unmasks only the sum"
     )
 
-    def problems(self, cfg: Mapping) -> list[str]:
-        clip = float((cfg.get("secagg") or {}).get("clip", 10.0))
-        return _ring_problems(cfg, clip) + _graph_problems(cfg)
+    def problems(self, cfg: Any) -> list[str]:
+        return _ring_problems(cfg, float(cfg.secagg.clip)) + _graph_problems(cfg)
 
     def steps(self, ctx: ArmContext) -> PartySteps:
         clip = float(ctx.cfg.secagg.clip)
         # the largest |D_i| of any client: public (it bounds the weights), from the partition the driver made
         spec = secagg_spec(ctx.cfg, n=ctx.n, clip=clip, weight_ref=float(ctx.largest_size or ctx.local_size))
-        return PartySteps(client=ClipUpdate(clip), server=AddUpdate(), secagg=spec)
+        return PartySteps(client=clipped_update(clip), server=AddUpdate(), secagg=spec)
 
     def releases(self) -> tuple[Release, ...]:
         return secure_releases("clip_C(w_i - w^t)", "the FedAvg mean of the clipped updates")
@@ -147,34 +171,6 @@ class SecAgg(Arm):
             "scope": "each upload is hidden from the aggregator and the server; the aggregate is not",
             **ring_report(ctx.cfg, clip=float(ctx.cfg.secagg.clip)),
         }
-
-
-@dataclass(frozen=True)
-class ClipAndNoiseShare:
-    """Client step of distributed DP: clip the update to C, then add this client's share ``N(0, σ²)``,
-    ``σ = zC/√t``, of the round's noise, from the client's own secret stream (made in the worker, like
-    NbAFL's: :class:`sifl_ray.party_seeds.ClientNoiseSeeds`)."""
-
-    clip: float
-    noise_multiplier: float
-    num_noisers: int
-    seeds: Any  # sifl_ray.party_seeds.ClientNoiseSeeds
-
-    def __call__(
-        self, w: torch.Tensor, *, start: torch.Tensor, arm: str, client: int, t: int
-    ) -> tuple[torch.Tensor, bool]:
-        from sifl_ray.privacy.dp_fedavg import add_distributed_noise_
-
-        update, clipped = ClipUpdate(self.clip)(w, start=start, arm=arm, client=client, t=t)
-        noisy = update.cpu()  # the client's noise stream is a CPU generator (the same draws on any device)
-        add_distributed_noise_(
-            noisy,
-            noise_multiplier=self.noise_multiplier,
-            clip=self.clip,
-            num_noisers=self.num_noisers,
-            generator=self.seeds.generator(arm, client, t),
-        )
-        return noisy.to(update.device), clipped
 
 
 @dataclass(frozen=True)
@@ -205,13 +201,15 @@ class DpFedAvgSecAgg(DpFedAvg):
     secure_aggregation: ClassVar[bool] = True
     amplified: ClassVar[bool] = False  # zero-out, participation public: the accountant's q is 1
     zero_out: ClassVar[bool] = True
+    settings: ClassVar[Mapping[str, type]] = MappingProxyType(
+        {"dp_fedavg": DpFedAvgConfig, "secagg": SecAggConfig}
+    )
     summary: ClassVar[str] = (
         "DP-FedAvg, distributed: each client adds its share of the noise, uploads masked (secure aggregation)"
     )
 
-    def problems(self, cfg: Mapping) -> list[str]:
-        dp = cfg.get("dp_fedavg") or {}
-        clip = float(dp.get("clip", 1.0))
+    def problems(self, cfg: Any) -> list[str]:
+        clip = float(cfg.dp_fedavg.clip)
         # the ring must hold C plus the noise margin; the noise multiplier is known only after calibration,
         # so the up-front check uses C alone and the set-up reports the precision actually fitted
         return super().problems(cfg) + _ring_problems(cfg, clip) + _graph_problems(cfg)
@@ -240,7 +238,8 @@ class DpFedAvgSecAgg(DpFedAvg):
         seeds = ClientNoiseSeeds(key_seed=cfg.coding.key_seed, key_dir=ctx.key_dir)
         expected = float(cfg.clients.fraction) * int(cfg.clients.num_clients)
         return PartySteps(
-            client=ClipAndNoiseShare(clip, z, t, seeds),
+            # clip the update to C, then add this client's share N(0, (zC)²/t) of the round's noise
+            client=chain(clipped_update(clip), noise_share(z, clip, t, seeds)),
             aggregator=FixedDenominator(expected),
             server=AddUpdate(),
             secagg=spec,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from sifl_ray.arms.base import Arm, ArmContext, PartySteps, Release
-from sifl_ray.arms.steps import ClipModel
+from sifl_ray.arms.steps import clip
 
 
 class Sifl(Arm):
@@ -20,7 +20,7 @@ class Sifl(Arm):
     paired_with_fl: ClassVar[bool] = True  # the coding must not change the model beyond round-off
 
     def steps(self, ctx: ArmContext) -> PartySteps:
-        return PartySteps(client=ClipModel(float(ctx.cfg.privacy.clip)))
+        return PartySteps(client=clip(ctx.cfg.privacy.clip))
 
     def privacy(self, ctx: ArmContext) -> dict[str, Any] | None:
         from sifl_ray.sizing import describe_arm

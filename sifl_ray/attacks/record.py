@@ -199,13 +199,13 @@ class ModelTap:
 
     def __call__(
         self, w: torch.Tensor, *, start: torch.Tensor, arm: str, client: int, t: int
-    ) -> tuple[torch.Tensor, bool]:
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         self.trained[(t, client)] = w.detach().to("cpu", CODING_DTYPE, copy=True)
-        out, clipped = (
-            (w, False) if self.inner is None else self.inner(w, start=start, arm=arm, client=client, t=t)
+        out, metrics = (
+            (w, {}) if self.inner is None else self.inner(w, start=start, arm=arm, client=client, t=t)
         )
         self.uploaded[(t, client)] = out.detach().to("cpu", CODING_DTYPE, copy=True)
-        return out, clipped
+        return out, metrics
 
     def take(self, t: int, clients: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """Round ``t``'s trained and uploaded models as (n × N_c) columns in ``clients`` order; forgotten."""

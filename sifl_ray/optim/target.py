@@ -19,7 +19,7 @@ coordinates. The plain-FL arm resets its optimizer every round too, so both arms
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 import torch
 
@@ -39,14 +39,30 @@ def _stats(steps: list, w0: torch.Tensor, wK: torch.Tensor) -> dict[str, float]:
     }
 
 
-#: The arm's client step with its client and round bound: the local model → (the model to upload, clipped).
-ModelStep = Callable[[torch.Tensor], tuple[torch.Tensor, bool]]
+#: The arm's client step with its client and round bound: the local model → (the model to upload, its
+#: metrics) (:class:`sifl_ray.arms.ClientStep`).
+ModelStep = Callable[[torch.Tensor], tuple[torch.Tensor, Mapping[str, float]]]
+
+#: The prefix of the client step's metrics among an update's stats (:func:`step_metrics` takes them out).
+STEP_METRIC = "step/"
 
 
-def _client_step(w: torch.Tensor, clip: float | None, step: ModelStep | None) -> tuple[torch.Tensor, bool]:
+def _client_step(
+    w: torch.Tensor, clip: float | None, step: ModelStep | None
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The step's upload and its stats: ``clipped`` (1.0 or 0.0) and its metrics, each under
+    :data:`STEP_METRIC`."""
     if step is not None:
-        return step(w)
-    return w, clip is not None and clip_norm_(w, clip)
+        w, metrics = step(w)
+    else:
+        metrics = {} if clip is None else {"clipped": float(clip_norm_(w, clip))}
+    stats = {f"{STEP_METRIC}{name}": float(value) for name, value in metrics.items()}
+    return w, {"clipped": float(bool(metrics.get("clipped"))), **stats}
+
+
+def step_metrics(stats: Mapping[str, float]) -> dict[str, float]:
+    """The client step's metrics among the stats of :func:`fused_update` or :func:`stepwise_update`."""
+    return {k.removeprefix(STEP_METRIC): v for k, v in stats.items() if k.startswith(STEP_METRIC)}
 
 
 def fused_update(
@@ -64,11 +80,12 @@ def fused_update(
         clip: if given, ``w_K`` is clipped to ``‖w_K‖₂ ≤ clip`` before it is encoded (the ε figures assume
             bounded models; see :mod:`sifl_ray.privacy.clipping`).
         step: the arm's client step ``f`` on the local model before it is encoded (it may clip, add the
-            client's noise, ...; returns the model and whether it clipped). Overrides ``clip``.
+            client's noise, ...; returns the model and its metrics). Overrides ``clip``.
 
     Returns:
         The encoded upload (ñ,) and stats: mean ``loss`` over the steps, ``steps``, ``first_loss``,
-        ``last_loss``, ``update_norm`` = ‖f(w_K) − w_0‖₂ (decoded coordinates), ``clipped`` (1.0 or 0.0).
+        ``last_loss``, ``update_norm`` = ‖f(w_K) − w_0‖₂ (decoded coordinates), ``clipped`` (1.0 or 0.0),
+        and the step's metrics (:func:`step_metrics`).
     """
     w_tilde = w_tilde.to(CODING_DTYPE)
     w0 = key_view.decode(w_tilde)
@@ -89,9 +106,9 @@ def fused_tail(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """What :func:`fused_update` does once the K steps are taken (``wK``: the local model, float64, which
     the client step may change in place); shared with :mod:`sifl_ray.optim.vectorised`."""
-    wK, clipped = _client_step(wK, clip, step)
+    wK, stepped = _client_step(wK, clip, step)
     upload = w_tilde + key_view.apply_P1(wK - w0)
-    return upload, {**_stats(losses, w0, wK), "clipped": float(clipped)}
+    return upload, {**_stats(losses, w0, wK), **stepped}
 
 
 def stepwise_update(
@@ -143,11 +160,11 @@ def stepwise_tail(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """What :func:`stepwise_update` does once the K encoded steps are taken (``w_tilde``: the encoded model,
     ``wK``: its decoding); shared with :mod:`sifl_ray.optim.vectorised`."""
-    clipped = False
+    stepped = {"clipped": 0.0}
     if clip is not None or step is not None:
         before = wK.clone()
-        wK, clipped = _client_step(wK, clip, step)
+        wK, stepped = _client_step(wK, clip, step)
         change = wK - before
         if bool(change.any()):
             w_tilde = w_tilde + key_view.apply_P1(change)
-    return w_tilde, {**_stats(losses, w0, wK), "clipped": float(clipped)}
+    return w_tilde, {**_stats(losses, w0, wK), **stepped}

@@ -21,7 +21,7 @@ broadcast comes in and the partial sums go out once per round (:mod:`sifl_ray.de
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING
@@ -34,7 +34,7 @@ from sifl_ray.coding.base import CODING_DTYPE, AggregatorKey, ClientServerKey
 from sifl_ray.data import client_batches
 from sifl_ray.device import HostStaging, SampleStore, on_device, resolve_device
 from sifl_ray.optim import TorchTrainer, fused_update, loss_values, stepwise_update, vectorised
-from sifl_ray.optim.target import fused_tail
+from sifl_ray.optim.target import fused_tail, step_metrics
 from sifl_ray.roles.aggregator import check_upload
 from sifl_ray.roles.messages import MaskedPartial, Partial, WorkerReport
 
@@ -51,6 +51,15 @@ def all_finite(x: torch.Tensor) -> bool:
     the largest per-client cost of a worker after the training steps themselves.
     """
     return bool(torch.isfinite(x.sum())) or bool(torch.isfinite(x).all())
+
+
+def count_step(report: WorkerReport, metrics: Mapping[str, float]) -> None:
+    """One client's step metrics into the worker's report: ``clipped`` counted in ``clients/clipped``, each
+    summed for the round's ``client/<name>`` mean (:func:`sifl_ray.arms.steps.client_metrics`)."""
+    report.clipped += bool(metrics.get("clipped"))
+    report.stepped += 1
+    for name, value in metrics.items():
+        report.step_metrics[name] = report.step_metrics.get(name, 0.0) + float(value)
 
 
 @dataclass(frozen=True)
@@ -342,8 +351,8 @@ class ClientWorkerRole:
                 assert setup.canary_norm is not None
                 w_k, loss = self._canary_model(client, w0, setup.canary_norm), 0.0
                 if step is not None:
-                    w_k, clipped = step(w_k)
-                    report.clipped += bool(clipped)
+                    w_k, metrics = step(w_k)
+                    count_step(report, metrics)
                 # shortcut: the worker sums w_k − w0 and encodes once, as for every client
                 upload = (
                     w_k
@@ -358,7 +367,8 @@ class ClientWorkerRole:
                     else together.update(client, step=step)
                 )
                 loss = float(stats.get("loss", 0.0))
-                report.clipped += int(stats.get("clipped", 0.0))
+                if step is not None:
+                    count_step(report, step_metrics(stats))
                 report.train_s += time.perf_counter() - t0
             else:
                 if together is None:
@@ -367,8 +377,8 @@ class ClientWorkerRole:
                     w_k, loss = together.local(client, torch.empty_like(w0) if local is None else local)
                 report.train_s += time.perf_counter() - t0
                 if step is not None:
-                    w_k, clipped = step(w_k)
-                    report.clipped += bool(clipped)
+                    w_k, metrics = step(w_k)
+                    count_step(report, metrics)
                 upload = w_k.to(CODING_DTYPE) if w_tilde is None else None
             if shortcut or (direct and w_tilde is None):  # no hook: only finiteness can be wrong
                 reason = None if all_finite(w_k if shortcut else upload) else "non-finite values"
@@ -492,8 +502,8 @@ class ClientWorkerRole:
             report.train_s += time.perf_counter() - t0
             upload = w_k.to(CODING_DTYPE)
             if setup.step is not None:
-                upload, clipped = setup.step(upload, start=w0, arm=arm, client=client, t=t)
-                report.clipped += bool(clipped)
+                upload, metrics = setup.step(upload, start=w0, arm=arm, client=client, t=t)
+                count_step(report, metrics)
             upload, reason = self._delivered(arm, t, client, upload, setup, n)
             if reason is not None:
                 report.rejected[client] = reason

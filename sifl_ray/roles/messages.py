@@ -38,6 +38,9 @@ class WorkerReport:
     accepted: list[int] = field(default_factory=list)
     rejected: dict[int, str] = field(default_factory=dict)  # client id → reason
     clipped: int = 0  # clients whose model was scaled back to ‖w_i‖ ≤ C before upload
+    # the arm's client step: each metric summed over the clients that ran it, and how many did
+    step_metrics: dict[str, float] = field(default_factory=dict)
+    stepped: int = 0
     bytes_out: int = 0
     coords_clipped: int = 0  # secure aggregation: coordinates the fixed-point codec clipped to [-B, B]
     canaries: int = 0  # of the accepted uploads, canary clients' (the in-run audit: never trained)

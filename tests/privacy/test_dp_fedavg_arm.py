@@ -9,7 +9,7 @@ import pickle
 import pytest
 import torch
 
-from sifl_ray.arms.dp_fedavg import AddUpdate, CentralNoise, ClipUpdate
+from sifl_ray.arms.dp_fedavg import AddUpdate, CentralNoise, clipped_update
 from sifl_ray.config import ConfigError, load_config
 from sifl_ray.privacy.dp_fedavg import central_noise_std, epsilon
 from sifl_ray.runner import Simulation
@@ -21,14 +21,14 @@ def _vec(n: int, seed: int, scale: float = 1.0) -> torch.Tensor:
 
 def test_client_step_uploads_the_clipped_update():
     start, w = _vec(50, 0), _vec(50, 1)
-    update, clipped = ClipUpdate(0.5)(w.clone(), start=start, arm="a", client=3, t=0)
-    assert clipped and float(torch.linalg.vector_norm(update)) <= 0.5
+    update, metrics = clipped_update(0.5)(w.clone(), start=start, arm="a", client=3, t=0)
+    assert metrics == {"clipped": 1.0} and float(torch.linalg.vector_norm(update)) <= 0.5
     assert torch.allclose(
         update / torch.linalg.vector_norm(update), (w - start) / torch.linalg.vector_norm(w - start)
     )
     small = start + 1e-3 * _vec(50, 2)
-    update, clipped = ClipUpdate(0.5)(small, start=start, arm="a", client=3, t=0)
-    assert not clipped and torch.equal(update, small - start)
+    update, metrics = clipped_update(0.5)(small, start=start, arm="a", client=3, t=0)
+    assert metrics == {"clipped": 0.0} and torch.equal(update, small - start)
 
 
 def test_aggregator_step_is_the_fixed_denominator_mean_plus_noise_of_std_zC_over_m():

@@ -18,7 +18,7 @@ import torch
 from scipy.stats import chi2
 
 from sifl_ray.arms import ArmContext, arm_of
-from sifl_ray.arms.steps import ClipModel
+from sifl_ray.arms.steps import clip
 from sifl_ray.config import load_config
 from sifl_ray.privacy.clipping import clip_norm_
 from sifl_ray.privacy.dp_fedavg import clip_update_
@@ -94,8 +94,8 @@ def test_dp_fedavg_secagg_clients_add_a_share_zC_over_sqrt_t_fresh_every_round()
     start = torch.zeros(N, dtype=torch.float64)
 
     def share(client: int, r: int) -> torch.Tensor:
-        upload, clipped = step(start.clone(), start=start, arm=ctx.arm, client=client, t=r)
-        assert not clipped  # a zero update: the upload is the noise share alone
+        upload, metrics = step(start.clone(), start=start, arm=ctx.arm, client=client, t=r)
+        assert metrics == {"clipped": 0.0}  # a zero update: the upload is the noise share alone
         return upload
 
     draws = {(c, r): share(c, r) for c in (0, 1) for r in (0, 1, 2)}
@@ -135,8 +135,8 @@ def test_nbafl_noise_covers_all_T_uploads(rounds):
     sigma = nbafl_classical_sigma(eps=2.0, delta=nb.delta, clip=nb.clip, smallest=80, rounds=rounds)
     assert arm.privacy(ctx)["sigma"] == pytest.approx(sigma, rel=1e-12)
     zero = torch.zeros(N, dtype=torch.float64)
-    noise, clipped = arm.steps(ctx).client(zero.clone(), start=zero, arm=ctx.arm, client=0, t=0)
-    assert not clipped
+    noise, metrics = arm.steps(ctx).client(zero.clone(), start=zero, arm=ctx.arm, client=0, t=0)
+    assert metrics == {"clipped": 0.0}
     assert_gaussian(noise, sigma)
 
 
@@ -187,5 +187,5 @@ def test_a_model_of_norm_exactly_C_is_not_clipped():
         before = v.clone()
         assert not clip_norm_(v, c) and torch.equal(v, before)
         assert not clip_update_(v, c) and torch.equal(v, before)
-        out, clipped = ClipModel(c)(v, arm="a", client=0, t=0)
-        assert not clipped and torch.equal(out, before)
+        out, metrics = clip(c)(v, arm="a", client=0, t=0)
+        assert metrics == {"clipped": 0.0} and torch.equal(out, before)

@@ -28,8 +28,8 @@ import torch
 from torch import nn
 from training_roundoff import U64, gamma, reference
 
-from sifl_ray.arms.dp_fedavg import ClipUpdate
-from sifl_ray.arms.steps import ClipAndNoise
+from sifl_ray.arms.dp_fedavg import clipped_update
+from sifl_ray.arms.steps import chain, clip, gaussian
 from sifl_ray.coding import NoiseSpec, make_aggregator_key, make_server_key
 from sifl_ray.models import MLP, flatten_params
 from sifl_ray.optim import TorchTrainer, vectorised
@@ -87,8 +87,8 @@ class Setting:
         seeds = ClientNoiseSeeds(key_seed=5)  # one object for both workers: the same noise
         self.setups = {
             "fl": ArmSetup(mode="plain"),
-            "nbafl": ArmSetup(mode="plain", step=ClipAndNoise(clip=1.0, sigma=0.01, seeds=seeds)),
-            "dp_fedavg": ArmSetup(mode="plain", step=ClipUpdate(clip=0.5), uniform_weights=True),
+            "nbafl": ArmSetup(mode="plain", step=chain(clip(1.0), gaussian(0.01, seeds))),
+            "dp_fedavg": ArmSetup(mode="plain", step=clipped_update(0.5), uniform_weights=True),
             "m1": ArmSetup(mode="m1", server_view=self.key.client_view()),
             "m1_materialised": ArmSetup(mode="m1", server_view=self.key.client_view()),
             "m1_stepwise": ArmSetup(mode="m1", server_view=self.key.client_view(), client_form="stepwise"),

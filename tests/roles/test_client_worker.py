@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from sifl_ray.arms.steps import ClipAndNoise
+from sifl_ray.arms.steps import chain, clip, gaussian
 from sifl_ray.models import build_model, flatten_params
 from sifl_ray.optim import TorchTrainer
 from sifl_ray.party_seeds import ClientNoiseSeeds
@@ -54,7 +54,7 @@ def _worker(poisoned: int | None = None, skip: bool = False) -> tuple[ClientWork
         device=torch.device("cpu"),
     )
     role.set_arm("fl", ArmSetup(mode="plain"))
-    noise = ClipAndNoise(clip=1.0, sigma=0.01, seeds=ClientNoiseSeeds())
+    noise = chain(clip(1.0), gaussian(0.01, ClientNoiseSeeds()))
     role.set_arm("nbafl", ArmSetup(mode="plain", step=noise))
     return role, w0
 
