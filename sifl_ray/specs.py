@@ -75,8 +75,9 @@ class ModelSpec:
     the shape and the classes are the data's. ``dtype`` is ``train.dtype`` (the model's; coding is float64).
     ``factory`` is a user's model factory (``train.model`` registered or an import path), resolved once by
     the driver and pickled to each party (by reference, or by value for a script's own function), so a
-    worker builds it without importing the plug-in; ``None`` for a built-in model. ``args`` is
-    ``train.model_args``.
+    worker builds it without importing the plug-in; ``None`` for a built-in model. ``args`` are the
+    factory's keyword arguments: the model's own settings section when it declared one (its every key,
+    typed and validated), else ``train.model_args``.
     """
 
     name: str

@@ -11,7 +11,9 @@ non-IID split federated learning is studied on. ``data.name`` takes, beside the 
   {user: {"x": [...], "y": [...]}}}``) or a folder of them; ``data.test_path`` the same for the test set;
 * ``package.module:function``: called as ``function(**data.args)``, returns such a mapping (arrays or
   tensors) or a tuple ``(x, y)`` / ``(x, y, client_ids)``;
-* a name registered with :func:`register_dataset` (in a plug-in module, ``SIFL_PLUGINS``), called the same.
+* a name registered with :func:`register_dataset` (in a plug-in module, ``SIFL_PLUGINS``), called the same,
+  or, when it declares its settings (``register_dataset("writers", settings=WritersSettings)``), with the
+  typed values of its own section ``writers`` (``writers.per_class=3``), validated like every section.
 
 Without a test set, a stratified ``data.test_fraction`` of the samples is held out, drawn from the stream
 ``(seed, "data", "own_split", name)`` (LEAF: that share of each user's samples, as LEAF's own sample split
@@ -39,6 +41,12 @@ import numpy as np
 from sifl_ray.data.datasets import DATASET_NAMES, Dataset, _stratified_split, _subsample, load_dataset
 from sifl_ray.data.download import DatasetError
 from sifl_ray.import_paths import ImportPathError, import_object, is_import_path
+from sifl_ray.sections import (
+    component_section,
+    register_component_section,
+    section_defaults,
+    unregister_component_section,
+)
 from sifl_ray.seeding import numpy_generator
 
 __all__ = [
@@ -51,13 +59,15 @@ __all__ = [
     "load_arrays_file",
     "load_leaf",
     "register_dataset",
+    "unregister_dataset",
 ]
 
 FILE_DATASETS: tuple[str, ...] = ("arrays", "leaf")
 """Data sets read from the user's files at ``data.path`` (and ``data.test_path``)."""
 
 DataLoader = Callable[..., Any]
-"""``loader(**data.args)`` → a mapping of arrays or a tuple ``(x, y[, client_ids])``."""
+"""``loader(**settings)`` → a mapping of arrays or a tuple ``(x, y[, client_ids])``; ``settings`` are its
+section's values, or ``data.args`` for a loader that declares none."""
 
 USER_DATASETS: dict[str, DataLoader] = {}
 """Data sets registered with :func:`register_dataset`: the further names ``data.name`` accepts."""
@@ -78,23 +88,37 @@ def all_dataset_names() -> tuple[str, ...]:
     return (*DATASET_NAMES, *FILE_DATASETS, *USER_DATASETS)
 
 
-def register_dataset(name: str) -> Callable[[DataLoader], DataLoader]:
-    """Decorator: make ``loader`` the data set ``data.name=<name>`` loads (called as ``loader(**data.args)``).
+def register_dataset(name: str, *, settings: type | None = None) -> Callable[[DataLoader], DataLoader]:
+    """Decorator: make ``loader`` the data set ``data.name=<name>`` loads, and return it unchanged.
 
-    The data set is loaded by the driver alone (the workers receive its arrays), so a registered loader
-    need not be importable on the workers.
+    With ``settings`` (a dataclass whose fields have defaults and, through
+    :func:`sifl_ray.validation.setting`, ranges), the section ``<name>`` is a key of the configuration
+    (``writers.per_class=3``), checked like every section, and the loader is called with its typed values
+    as keyword arguments; without, it is called as ``loader(**data.args)``. The data set is loaded by the
+    driver alone (the workers receive its arrays), so a registered loader need not be importable on the
+    workers.
 
     Raises:
         ValueError: ``name`` is built in or already registered.
+        SectionError: ``settings`` is no dataclass with defaults, the loader takes no keyword of one of its
+            fields, or the section ``name`` is another component's (a ``ValueError`` too).
     """
 
     def register(loader: DataLoader) -> DataLoader:
         if name in DATASET_NAMES or name in FILE_DATASETS or name in USER_DATASETS:
             raise ValueError(f"data set {name!r} is already registered; choose another name")
+        if settings is not None:
+            register_component_section("data set", name, settings, loader)
         USER_DATASETS[name] = loader
         return loader
 
     return register
+
+
+def unregister_dataset(name: str) -> None:
+    """Remove the registered data set ``name`` and its section (tests that register data sets of theirs)."""
+    USER_DATASETS.pop(name, None)
+    unregister_component_section("data set", name)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -416,15 +440,15 @@ def load_leaf(
 
 
 def _from_function(
-    loader: DataLoader, name: str, args: Mapping[str, Any], seed: int, test_fraction: float
+    loader: DataLoader, name: str, args: Mapping[str, Any], seed: int, test_fraction: float, args_key: str
 ) -> Dataset:
     try:  # checked apart from the call: a TypeError inside the loader is a bug of its own, shown as such
         inspect.signature(loader).bind(**dict(args))
     except TypeError as err:
         raise DataInputError(
-            "data.args",
-            f"data set {name!r} could not be called with data.args={dict(args)} ({err})",
-            "fix data.args",
+            args_key,
+            f"data set {name!r} could not be called with {args_key}={dict(args)} ({err})",
+            f"fix {args_key}",
         ) from None
     except ValueError:  # no signature to read (a builtin): the call itself will tell
         pass
@@ -473,6 +497,9 @@ def load_any_dataset(
     """Load ``data.name`` whatever it names: a built-in set (:func:`~sifl_ray.data.datasets.load_dataset`,
     which also takes ``builtin``'s options), ``arrays``, ``leaf``, a registered name or an import path.
 
+    ``args`` are the loader's keyword arguments: a data set registered with ``settings`` takes them over its
+    dataclass's defaults (a run passes its section's validated values), any other loader ``data.args``.
+
     Raises:
         DataInputError: the user's data cannot be read or used (with the key to change).
     """
@@ -500,5 +527,10 @@ def load_any_dataset(
                 "path package.module:function",
                 "register yours with @sifl_ray.data.own.register_dataset in a module named in SIFL_PLUGINS",
             )
-        ds = _from_function(loader, name, args or {}, seed, test_fraction)
+        schema = component_section("data set", name)
+        if schema is None:
+            ds = _from_function(loader, name, args or {}, seed, test_fraction, "data.args")
+        else:
+            args = {**section_defaults(schema), **(args or {})}
+            ds = _from_function(loader, name, args, seed, test_fraction, name)
     return _subsample(ds, limit_train, limit_test, seed)

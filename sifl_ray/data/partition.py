@@ -12,20 +12,39 @@ registration::
     def partition_round_robin(labels, num_clients, generator):
         return [np.arange(k, len(labels), num_clients) for k in range(num_clients)]
 
-A scheme that needs a knob declares which of :func:`partition_dataset`'s options it takes
-(``options=("alpha",)``); it receives them as keyword arguments.
+A scheme with knobs of its own declares them as a settings dataclass, which becomes the configuration
+section named after the scheme, validated like every section (unknown key, type, range through
+:func:`sifl_ray.validation.setting`, all problems at once), and whose typed values the scheme receives as
+keyword arguments::
+
+    @dataclass
+    class BlocksSettings:
+        # samples per block dealt round-robin to the clients
+        block: int = setting(8, rule=Range(lambda v: v >= 1, "an integer >= 1"))
+
+    @register_partitioner("blocks", settings=BlocksSettings)
+    def partition_blocks(labels, num_clients, generator, block):
+        ...
+
+    # data.partition=blocks blocks.block=16
+
+The built-in schemes keep their knobs in the ``data`` section (``data.dirichlet_alpha``,
+``data.shards_per_client``, which scenarios and published figures use) and ask for them by name among
+:func:`partition_dataset`'s options (``options=("alpha",)``); a new scheme declares a section instead.
+``options=("groups",)`` still gives any scheme the data's own client id per sample.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
 from sifl_ray.data.download import DatasetError
+from sifl_ray.sections import register_component_section, section_defaults, unregister_component_section
 from sifl_ray.seeding import numpy_generator
 
 __all__ = [
@@ -39,6 +58,7 @@ __all__ = [
     "partition_natural",
     "partition_shards",
     "register_partitioner",
+    "unregister_partitioner",
 ]
 
 PARTITION_OPTIONS = ("alpha", "shards_per_client", "min_size", "groups")
@@ -53,10 +73,13 @@ class Partitioner:
     Attributes:
         function: returns ``num_clients`` sorted int64 index arrays covering every sample exactly once.
         options: the names in :data:`PARTITION_OPTIONS` it takes, passed as keyword arguments.
+        settings: its section's dataclass (the section is named after the scheme), whose values it takes
+            as keyword arguments; ``None``: it declares no section.
     """
 
     function: Callable[..., list[np.ndarray]]
     options: tuple[str, ...] = ()
+    settings: type | None = None
 
 
 PARTITIONERS: dict[str, Partitioner] = {}
@@ -65,16 +88,23 @@ PARTITIONERS: dict[str, Partitioner] = {}
 _F = TypeVar("_F", bound=Callable[..., list[np.ndarray]])
 
 
-def register_partitioner(name: str, *, options: Sequence[str] = ()) -> Callable[[_F], _F]:
+def register_partitioner(
+    name: str, *, options: Sequence[str] = (), settings: type | None = None
+) -> Callable[[_F], _F]:
     """Decorator: register a partitioner under ``name`` and return it unchanged.
 
     Args:
         name: the scheme's name, as a scenario writes it (``data.partition=<name>``).
         options: which of :data:`PARTITION_OPTIONS` the function takes as keyword arguments.
+        settings: a dataclass of the scheme's own knobs (defaults, and ranges through
+            :func:`sifl_ray.validation.setting`): the configuration section ``<name>``, whose values the
+            function takes as keyword arguments.
 
     Raises:
         ValueError: ``name`` is already registered (two schemes must not silently share a name), or an
             option is not one :func:`partition_dataset` can give.
+        SectionError: ``settings`` is no dataclass with defaults, the function takes no keyword of one of
+            its fields, or the section ``name`` is another component's (a ``ValueError`` too).
     """
     unknown = [o for o in options if o not in PARTITION_OPTIONS]
     if unknown:
@@ -89,10 +119,18 @@ def register_partitioner(name: str, *, options: Sequence[str] = ()) -> Callable[
             raise ValueError(
                 f"partition scheme {name!r} is already registered ({taken_by}); choose another name"
             )
-        PARTITIONERS[name] = Partitioner(function, tuple(options))
+        if settings is not None:
+            register_component_section("partitioner", name, settings, function)
+        PARTITIONERS[name] = Partitioner(function, tuple(options), settings)
         return function
 
     return register
+
+
+def unregister_partitioner(name: str) -> None:
+    """Remove the scheme ``name`` and its section (tests that register schemes of their own)."""
+    if PARTITIONERS.pop(name, None) is not None:
+        unregister_component_section("partitioner", name)
 
 
 def _check_partition_args(labels: np.ndarray, num_clients: int) -> np.ndarray:
@@ -268,16 +306,18 @@ def partition_dataset(
     shards_per_client: int = 2,
     min_size: int = 1,
     groups: np.ndarray | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> list[np.ndarray]:
     """Partition with the registered ``scheme``, drawing from the stream ``(seed, "partition", scheme)``.
 
     Each scheme receives only the options it registered (``alpha`` and ``min_size`` for ``dirichlet``,
     ``shards_per_client`` for ``shards``, ``groups``, the data's client id per sample, for ``natural``);
-    the others are ignored.
+    the others are ignored. A scheme that declared a section receives ``settings`` (a run passes the
+    section's validated values) over its dataclass's defaults.
 
     Raises:
-        ValueError: ``scheme`` is not registered (the message lists the registered ones), or the
-            partitioner's own checks fail.
+        ValueError: ``scheme`` is not registered (the message lists the registered ones), ``settings``
+            given to a scheme that declares none, or the partitioner's own checks fail.
     """
     partitioner = PARTITIONERS.get(scheme)
     if partitioner is None:
@@ -287,5 +327,9 @@ def partition_dataset(
         )
     given = {"alpha": alpha, "shards_per_client": shards_per_client, "min_size": min_size, "groups": groups}
     options = {name: given[name] for name in partitioner.options}
+    if partitioner.settings is not None:
+        options.update(section_defaults(partitioner.settings), **(settings or {}))
+    elif settings:
+        raise ValueError(f"partition scheme {scheme!r} declares no settings; got {dict(settings)}")
     generator = numpy_generator(seed, "partition", scheme)
     return partitioner.function(labels, num_clients, generator=generator, **options)

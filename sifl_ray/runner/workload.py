@@ -15,8 +15,21 @@ from omegaconf import DictConfig, OmegaConf
 from sifl_ray.data import partition_dataset
 from sifl_ray.data.own import load_any_dataset
 from sifl_ray.models import build_model, flatten_params, resolve_model_factory
+from sifl_ray.sections import component_section
 from sifl_ray.seeding import torch_generator
 from sifl_ray.specs import ModelSpec
+
+
+def component_settings(cfg: DictConfig, kind: str, name: str) -> dict[str, Any] | None:
+    """The typed values of the section the component ``kind`` ``name`` declared (``"model"``,
+    ``"my_cnn"`` → ``cfg.my_cnn``), as the keyword arguments it receives; ``None`` when it declared none.
+
+    Why read here and nowhere else: the validated section holds every key (the dataclass's defaults where
+    the scenario set none), so a component receives exactly what the configuration shows and saves.
+    """
+    if component_section(kind, name) is None:
+        return None
+    return OmegaConf.to_container(cfg[name], resolve=True)
 
 
 def partition(cfg: DictConfig, labels: np.ndarray, groups: np.ndarray | None = None) -> list[np.ndarray]:
@@ -29,6 +42,7 @@ def partition(cfg: DictConfig, labels: np.ndarray, groups: np.ndarray | None = N
         alpha=cfg.data.dirichlet_alpha,
         shards_per_client=cfg.data.shards_per_client,
         groups=groups,
+        settings=component_settings(cfg, "partitioner", cfg.data.partition),
     )
 
 
@@ -50,13 +64,15 @@ def load_data(cfg: DictConfig, *, download: bool | None = None) -> Any:
     """The run's data set, whatever ``data.name`` names (built-in, arrays, LEAF, registered, import path).
 
     ``download=False``: only what is on disk (``sifl describe`` never downloads; its pre-flight check has
-    made sure of the files); default ``data.download``.
+    made sure of the files); default ``data.download``. A registered loader receives its section's values
+    when it declared one (:func:`component_settings`), else ``data.args``.
     """
+    settings = component_settings(cfg, "data set", cfg.data.name)
     return load_any_dataset(
         cfg.data.name,
         path=cfg.data.path,
         test_path=cfg.data.test_path,
-        args=OmegaConf.to_container(cfg.data.args),
+        args=OmegaConf.to_container(cfg.data.args) if settings is None else settings,
         seed=cfg.seed,
         root=cfg.data.root or "data_cache",
         download=cfg.data.download if download is None else download,
@@ -71,13 +87,16 @@ def load_data(cfg: DictConfig, *, download: bool | None = None) -> Any:
 
 def model_for(cfg: DictConfig, dataset: Any) -> tuple[ModelSpec, torch.nn.Module]:
     """The model's recipe for the parties (what each builds) and the initial model built from it, from
-    the run seed's ``init`` stream: every party, the driver and ``sifl describe`` build the same one."""
+    the run seed's ``init`` stream: every party, the driver and ``sifl describe`` build the same one. A
+    registered model's factory receives its section's values when it declared one, else
+    ``train.model_args``."""
+    settings = component_settings(cfg, "model", cfg.train.model)
     spec = ModelSpec(
         name=cfg.train.model,
         input_shape=dataset.x_train.shape[1:],
         num_classes=int(dataset.num_classes),
         dtype=cfg.train.dtype,
-        args=OmegaConf.to_container(cfg.train.model_args),
+        args=OmegaConf.to_container(cfg.train.model_args) if settings is None else settings,
         factory=resolve_model_factory(cfg.train.model),
     )
     net = build_model(
