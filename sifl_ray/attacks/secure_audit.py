@@ -6,8 +6,10 @@ variance counts the clients"). So each trial is a whole round of the platform's 
 
 1. the round's clients are drawn as a run draws them (:func:`sifl_ray.data.sampling.sample_clients`,
    Poisson at the arm's q): the target is in the round with probability q;
-2. every client in the round runs the arm's client step (:class:`~sifl_ray.arms.secagg.ClipAndNoiseShare`:
-   clip, add its noise share from its own stream) on its update, 0 for all but the target;
+2. every client in the round runs the arm's client step, the chain
+   ``chain(clipped_update(C), noise_share(z, C, t, seeds))`` (:func:`sifl_ray.arms.dp_fedavg.clipped_update`,
+   :func:`sifl_ray.arms.steps.noise_share`: clip, then add its noise share from its own stream) on its
+   update, 0 for all but the target;
 3. the SecAgg parties of :mod:`sifl_ray.roles.secure` mask the uploads (keys, shares, masks: a fresh protocol
    run each round), the aggregator announces the survivors, rebuilds the masks left in the sum and
    :meth:`~sifl_ray.roles.aggregator.Aggregator.reduce_masked` unmasks, decodes and runs the arm's aggregator
