@@ -278,7 +278,7 @@ def _build_user_model(
     except TypeError as err:
         raise ModelError(
             f"train.model: {name!r} cannot be called as factory(input_shape, num_classes, "
-            f"**{args_key}={dict(args)}) ({err}); give it that signature or fix {args_key}"
+            f"**{dict(args)}) ({err}); give it that signature or fix {args_key}"
         ) from None
     except ValueError:  # no signature to read (a builtin): the call itself will tell
         pass

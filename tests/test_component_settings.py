@@ -19,6 +19,7 @@ import pytest
 from torch import nn
 
 from sifl_ray.config import load_config
+from sifl_ray.config_help import describe_keys
 from sifl_ray.data.own import USER_DATASETS, register_dataset, unregister_dataset
 from sifl_ray.data.partition import (
     PARTITIONERS,
@@ -111,6 +112,9 @@ def test_valid_overrides_reach_the_factory_loader_and_scheme_typed(components):
     assert RECEIVED["model"][-1] == {"width": 5, "activation": "tanh"}
     assert spec.args == {"width": 5, "activation": "tanh"}  # what every party builds from
     assert count_params(net) == 6 * 5 + 5 + 5 * 3 + 3
+    keys = {k.key: k for k in describe_keys(cfg)}  # what `sifl config` shows
+    assert (keys["st_net.width"].value, keys["st_net.width"].allowed) == (5, "an integer >= 1")
+    assert keys["st_net.width"].meaning == "hidden units of the one hidden layer"
 
 
 def test_without_overrides_each_receives_its_dataclass_defaults(components):

@@ -25,6 +25,7 @@ from sifl_ray.models import (
     model_refusal,
     register_model,
     resolve_model_factory,
+    unregister_model,
 )
 from sifl_ray.runner import Simulation
 from sifl_ray.seeding import torch_generator
@@ -128,8 +129,6 @@ def test_registered_models_are_choices_and_build(monkeypatch):
     with pytest.raises(ConfigError, match=r"train.model: expected one of .*or an import path"):
         load_config(["train.model=my_small"])
     register_model("my_small")(small_net)
-    from sifl_ray import models
-
     try:
         assert load_config(["train.model=my_small"]).train.model == "my_small"
         assert resolve_model_factory("my_small") is small_net
@@ -139,7 +138,7 @@ def test_registered_models_are_choices_and_build(monkeypatch):
         with pytest.raises(ValueError, match="already registered"):
             register_model("mlp")(small_net)
     finally:
-        models._REGISTERED.pop("my_small", None)
+        unregister_model("my_small")
 
 
 def test_bad_names_and_arguments_say_the_key_and_the_fix():

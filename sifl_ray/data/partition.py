@@ -17,6 +17,9 @@ section named after the scheme, validated like every section (unknown key, type,
 :func:`sifl_ray.validation.setting`, all problems at once), and whose typed values the scheme receives as
 keyword arguments::
 
+    from dataclasses import dataclass
+    from sifl_ray.validation import Range, setting
+
     @dataclass
     class BlocksSettings:
         # samples per block dealt round-robin to the clients
