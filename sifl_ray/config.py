@@ -515,7 +515,7 @@ def _cross_checks(cfg: DictConfig, problems: list[str]) -> None:
         n_digits_train = int(total * (1 - data.test_fraction))
         if num_clients > n_digits_train:
             problems.append(
-                f"clients.num_clients: {num_clients} clients but {data['name']} has only {n_digits_train} "
+                f"clients.num_clients: {num_clients} clients but {data.name} has only {n_digits_train} "
                 "training samples; lower clients.num_clients or use data.name=synthetic"
             )
     if data.name in ("arrays", "leaf") and not data.path:
