@@ -198,6 +198,7 @@ def test_summary_rounds_carry_the_tensorboard_epsilons(sequential_run):
 def test_nbafl_arm_sigma_covers_the_uploads_it_claims(tmp_path, exposures, uploads):
     """multi_round calibrates the σ the clients receive for all T = 3 uploads (NbAFL Theorem 1, L = T);
     per_round for one; the privacy info says which."""
+    from sifl_ray.arms.steps import Gaussian
     from sifl_ray.privacy.nbafl import GUARANTEES, nbafl_sigma
 
     overrides = ["arms=[fl,nbafl]", "ray.backend=sequential", f"nbafl.exposures={exposures}"]
@@ -208,8 +209,9 @@ def test_nbafl_arm_sigma_covers_the_uploads_it_claims(tmp_path, exposures, uploa
     finally:
         sim.close()
     one = nbafl_sigma(epsilon=1.0, delta=cfg.nbafl.delta, clip=cfg.nbafl.clip, local_size=smallest)
-    assert setup.step.sigma == pytest.approx(uploads * one, rel=1e-12)  # what the clients receive
-    assert priv["sigma"] == setup.step.sigma and priv["uploads_covered"] == uploads
+    (noise,) = [s for s in setup.step.steps if isinstance(s, Gaussian)]  # the chain clip, then noise
+    assert noise.sigma == pytest.approx(uploads * one, rel=1e-12)  # what the clients receive
+    assert priv["sigma"] == noise.sigma and priv["uploads_covered"] == uploads
     assert priv["guarantee"].startswith(GUARANTEES[exposures]) and priv["exposures"] == exposures
 
 
