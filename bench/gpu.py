@@ -580,6 +580,8 @@ def party_placements(sim) -> dict[str, dict]:
 
 
 def worker_memory(sim) -> dict[str, dict]:
+    """Each client worker's memory report (peak allocated and reserved on its device), read at the end so that
+    the figure covers the whole run."""
     workers = sim.parties.workers
     got = sim.backend.get([sim.backend.call(w, "memory") for w in workers])
     return {f"worker {k}": m for k, m in enumerate(got)}
@@ -673,6 +675,7 @@ def nvidia_smi() -> dict[str, Any]:
 
 
 def summary(figures: list[Check]) -> str:
+    """The console table of every check: its value, target and verdict."""
     rows = [
         [f.name, "nan" if f.value is None else f"{f.value:.4g}{f.unit}", f.target, f.status] for f in figures
     ]
@@ -680,6 +683,8 @@ def summary(figures: list[Check]) -> str:
 
 
 def final_line(figures: list[Check], path: Path, *, rehearsal: bool, total_s: float) -> str:
+    """The last line: how many checks passed, missed, failed or could not be measured, and where the JSON
+    is."""
     counts = {
         s: sum(f.status == s for f in figures)
         for s in ("pass", "miss", "fail", "not_available", "not_measured")
@@ -690,6 +695,8 @@ def final_line(figures: list[Check], path: Path, *, rehearsal: bool, total_s: fl
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m bench gpu``: every GPU check within the time budget, in one call (device time is scarce);
+    exit 0 unless a check failed."""
     parser = argparse.ArgumentParser(prog="python -m bench gpu", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer samples and rounds (about 4 minutes)")
     parser.add_argument("--rehearse", action="store_true", help="run every section on the CPU, tiny (no GPU)")

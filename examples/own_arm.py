@@ -52,6 +52,9 @@ class TopK:
 # 3. The arm: its name, its settings, its steps (a chain: the built-in clipped update, then top-k), and the
 #    server adding the average update to the global model. Coding and releases are plain FedAvg's.
 class TopKArm(Arm):
+    """Top-k sparsified updates: each client clips its update, keeps the ``topk.fraction`` largest entries and
+    uploads them; the server adds the average update to the model."""
+
     kind: ClassVar[str] = "topk"
     clip_key: ClassVar[str | None] = "topk.clip"
     clips: ClassVar[str] = "updates to ‖w_i − w^t‖"

@@ -79,6 +79,8 @@ class DataConfig:
 
 @dataclass
 class ClientsConfig:
+    """Who takes part: how many clients and how each round samples them."""
+
     num_clients: int = 10
     fraction: float = 1.0  # fraction of clients sampled each round (at least one)
     # fixed: exactly ⌈fraction·N⌉ clients a round; poisson: each client with probability fraction (a round
@@ -88,6 +90,8 @@ class ClientsConfig:
 
 @dataclass
 class TrainConfig:
+    """Local training: the model, optimizer and schedule every client and every arm share."""
+
     # mlp | cnn | cnn2 | digits_mlp | a name registered with sifl_ray.models.register_model |
     # package.module:factory, called as factory(input_shape, num_classes, **model_args) (docs/models.md)
     model: str = "digits_mlp"
@@ -109,6 +113,8 @@ class TrainConfig:
 
 @dataclass
 class NoiseConfig:
+    """The law of SIFL's two noises (the server's r1 / R1 and the aggregator's R2)."""
+
     distribution: str = "gaussian"  # gaussian | laplace
     sigma1: float = 1e3  # server noise r1 / R1: std (gaussian) or scale b (laplace)
     sigma2: float = 1e3  # aggregator noise R2
@@ -116,6 +122,9 @@ class NoiseConfig:
 
 @dataclass
 class PrecisionConfig:
+    """The float64 guard: a coding whose predicted decode error exceeds the tolerance is refused (or warned
+    about) before training."""
+
     tolerance: float = 1e-5  # largest acceptable predicted per-round decode error
     policy: str = "refuse"  # refuse | warn
 
@@ -143,12 +152,17 @@ class CodingConfig:
 
 @dataclass
 class PrivacyConfig:
+    """SIFL's ε inputs: the clip C behind the sensitivities 2C/|D_i| and 2C/|D|, and δ."""
+
     clip: float = 1000.0  # C used for SIFL's sensitivities 2C/|D_i| and 2C/|D|
     delta: float = 1e-5
 
 
 @dataclass
 class RayConfig:
+    """Where the parties run: Ray (local or a cluster) or in-process, and how many workers and resources each
+    gets."""
+
     backend: str = "ray"  # ray | sequential (in-process, same roles)
     # unset/local: a private local Ray instance; auto: join the cluster `ray start` recorded on this
     # machine; HOST:PORT or ray://HOST:PORT: join that one (RAY_ADDRESS also sets it, as a Ray job does)
@@ -169,6 +183,8 @@ class RayConfig:
 
 @dataclass
 class OutputConfig:
+    """What a run writes: the run folder, TensorBoard, the plot, progress and checkpoints."""
+
     dir: str = "runs"
     tensorboard: bool = True
     plot: bool = True
@@ -228,6 +244,9 @@ class CheckpointConfig:
 
 @dataclass
 class ScenarioConfig:
+    """A scenario: every section of the platform's own (the arms, the data, the coding, …); the sections that
+    components declare (:mod:`sifl_ray.sections`) are merged in by :func:`scenario_schema`."""
+
     scenario: str = "quickstart"
     seed: int = 0
     arms: list[str] = field(default_factory=lambda: list(DEFAULT_ARMS))

@@ -127,7 +127,8 @@ def setting(
     rule: Choice | Range | None = None,
     default_factory: Callable[[], Any] | Any = dataclasses.MISSING,
 ) -> Any:
-    """A schema field with its domain check beside it: ``fraction: float = setting(0.1, rule=Range(...))``.
+    """A schema field with its domain check beside it (``fraction: float`` with its default and its
+    ``rule=Range(...)``).
 
     Why on the field: a component's section (:mod:`sifl_ray.sections`) is one dataclass the component
     declares, with no table of dotted keys elsewhere to keep in step; :func:`check_tree` reads the rule where
@@ -297,6 +298,7 @@ def check_type(hint: Any, value: Any) -> tuple[bool, Any]:
 
 
 def type_name(hint: Any) -> str:
+    """A type hint as a user reads it in an error (``int``, ``list[str]``)."""
     return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
 
 

@@ -131,6 +131,9 @@ class AddUpdate:
 
 
 class DpFedAvg(Arm):
+    """DP-FedAvg (central noise): clipped updates averaged with a fixed denominator, Gaussian noise added by
+    the trusted server; one arm per target ε, calibrated by the accountant."""
+
     kind: ClassVar[str] = "dp_fedavg"
     coding: ClassVar[str] = "plain"
     clip_key: ClassVar[str | None] = "dp_fedavg.clip"

@@ -13,6 +13,9 @@ from sifl_ray.arms.steps import clip
 
 
 class FedAvg(Arm):
+    """Plain FedAvg: the reference every other arm is compared with (same data, initial model and
+    minibatches)."""
+
     kind: ClassVar[str] = "fl"
     coding: ClassVar[str] = "plain"
     clip_key: ClassVar[str | None] = "privacy.clip"

@@ -55,6 +55,8 @@ def eps_label(eps: float) -> str:
 
 
 class NbAFL(Arm):
+    """NbAFL: each client clips its model and adds Gaussian noise before upload (local DP); one arm per ε."""
+
     kind: ClassVar[str] = "nbafl"
     coding: ClassVar[str] = "plain"
     clip_key: ClassVar[str | None] = "nbafl.clip"

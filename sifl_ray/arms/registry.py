@@ -72,6 +72,7 @@ def arm_kinds() -> tuple[str, ...]:
 
 
 def get_arm(kind: str) -> Arm:
+    """The registered arm ``kind``; the error lists the registered ones, the fix for a typo."""
     try:
         return ARMS[kind]
     except KeyError:

@@ -139,6 +139,9 @@ def _graph_problems(cfg: Any) -> list[str]:
 
 
 class SecAgg(Arm):
+    """Secure aggregation (SecAgg / SecAgg+): the server learns only the sum of the uploads; equal to fl
+    within the fixed-point quantisation."""
+
     kind: ClassVar[str] = "secagg"
     coding: ClassVar[str] = "plain"
     secure_aggregation: ClassVar[bool] = True

@@ -15,6 +15,9 @@ from sifl_ray.arms.steps import clip
 
 
 class Sifl(Arm):
+    """What both SIFL arms share: the immersion coding of the uploads, local models clipped to the ball every
+    SIFL ε assumes, and a model equal to fl's up to round-off."""
+
     coding: ClassVar[str] = "m1"
     clip_key: ClassVar[str | None] = "privacy.clip"
     paired_with_fl: ClassVar[bool] = True  # the coding must not change the model beyond round-off
@@ -35,6 +38,9 @@ class Sifl(Arm):
 
 
 class SiflM1(Sifl):
+    """SIFL M1: uploads and aggregate encoded with key 1; the server decodes the average (private
+    aggregation)."""
+
     kind: ClassVar[str] = "sifl_m1"
     coding: ClassVar[str] = "m1"
     summary: ClassVar[str] = (
@@ -50,6 +56,9 @@ class SiflM1(Sifl):
 
 
 class SiflM2(Sifl):
+    """SIFL M2: the aggregator adds key 2, so the server never holds a plain model (private aggregation and
+    broadcasting)."""
+
     kind: ClassVar[str] = "sifl_m2"
     coding: ClassVar[str] = "m2"
     summary: ClassVar[str] = (

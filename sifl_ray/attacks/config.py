@@ -146,6 +146,9 @@ class ContrastSection:
 
 @dataclass
 class TranscriptSection:
+    """What the recorder keeps of each transcript: at most ``max_coordinates`` coordinates per vector (the
+    attacks need a sample, not a copy of every model), saved to the output folder or not."""
+
     max_coordinates: int = 100_000
     save: bool = True
 

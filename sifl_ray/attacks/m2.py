@@ -45,6 +45,9 @@ def m2_coding(cfg: DictConfig, *, noise2_scale: float) -> dict[str, Any]:
 
 @dataclass
 class M2Result:
+    """What the M2 server-side attack measured: the correlation of its estimate with the true model, per
+    round, against the aggregator noise's scale."""
+
     noise2_scale: float
     n: int
     p: int

@@ -56,7 +56,8 @@ def first_round(per_round: dict[int, float]) -> str:
 
 
 def trend(per_round: dict[int, float | int | None]) -> str:
-    """ "X in round a, Y in round b" over the rounds where the figure exists."""
+    """How a figure moved, as the report's prose says it: ``X in round a, Y in round b`` over the rounds
+    where the figure exists."""
     pts = [(t, v) for t, v in sorted(per_round.items()) if v is not None]
     if not pts:
         return "never computable: col(P1) was not known in any key epoch"

@@ -94,6 +94,9 @@ def public_config(cfg: DictConfig) -> dict[str, Any]:
 
 @dataclass
 class SuiteResult:
+    """Everything one ``sifl attack`` measured: per key design, the M2 attacks, the audits; what the report,
+    result.json and TensorBoard are written from."""
+
     config: dict[str, Any]
     designs: list[DesignResult]
     m2: list[M2Result]

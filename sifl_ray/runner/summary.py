@@ -21,6 +21,9 @@ from sifl_ray.round import RoundResult
 
 @dataclass
 class RunResult:
+    """What a run returns to its caller (the CLI, :func:`sifl_ray.simulate`, tests): the run folder, the
+    summary, every arm's per-round history and the RESULT line."""
+
     run_dir: Path
     summary: dict[str, Any]
     history: dict[str, list[dict[str, float]]] = field(default_factory=dict)

@@ -48,6 +48,9 @@ def partition(cfg: DictConfig, labels: np.ndarray, groups: np.ndarray | None = N
 
 @dataclass
 class Workload:
+    """What every arm of a run shares: the data, its split over clients and workers, the model's recipe and
+    its initial parameters."""
+
     dataset: Any
     sizes: np.ndarray  # |D_i| of every client i
     partitions: list[dict[int, np.ndarray]]  # worker k → {client: its training indices}
