@@ -19,10 +19,38 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
 from sifl_ray.backend import Backend
-from sifl_ray.errors import SiflError
+from sifl_ray.handles import (
+    AggregatorHandle,
+    EvaluatorHandle,
+    Finished,
+    PartyLost,
+    PlanInfo,
+    Reduced,
+    Ref,
+    ServerHandle,
+    ServerInfo,
+    ShardInfo,
+    Supervisor,
+    Trained,
+    UnmaskCosts,
+    WorkerHandle,
+    collect,
+)
+from sifl_ray.roles.messages import WorkerReport
+
+__all__ = [
+    "ArmState",
+    "Parties",
+    "PartyLost",
+    "RoundPolicy",
+    "RoundResult",
+    "Supervisor",
+    "collect",
+    "run_round",
+]
 
 
 @dataclass
@@ -63,26 +91,6 @@ class RoundPolicy:
     max_retries: int = 2  # per worker and round; then its clients are dropped (and logged)
 
 
-class Supervisor(Protocol):
-    """What ``run_round`` asks of the runner when a worker fails (and where the runner injects faults)."""
-
-    def replace_worker(self, k: int, *, arm: str, t: int, reason: str) -> float:
-        """Kill worker ``k`` if it still runs and put a fresh one with the same clients in its place;
-        return the seconds it took."""
-
-    def after_submit(self, stage: str, *, arm: str, t: int) -> None:
-        """Called after step 2 (``"train"``) and step 3 (``"reduce"``) were submitted (fault injection)."""
-
-
-class PartyLost(SiflError, RuntimeError):
-    """The server, an aggregator shard or the evaluator died during a round."""
-
-    def __init__(self, party: str, index: int, *, arm: str, round: int, error: BaseException):
-        self.party, self.index, self.arm, self.round = party, index, arm, round
-        name = party if party != "aggregator" else f"aggregator shard {index}"
-        super().__init__(f"the {name} died in round {round} of {arm} ({type(error).__name__})")
-
-
 @dataclass
 class RoundResult:
     arm: str
@@ -121,6 +129,9 @@ def run_round(
     """
     policy = policy or RoundPolicy()
     start = time.perf_counter()
+    server = ServerHandle(backend, parties.server)
+    shards = [AggregatorHandle(backend, a) for a in parties.aggregators[: len(arm.bounds)]]
+    evaluator = EvaluatorHandle(backend, parties.evaluator)
 
     # 1. Server encodes: ``arm.broadcast`` already holds ``π1(w^t)`` (made at the end of round t − 1).
     broadcast = arm.broadcast
@@ -140,46 +151,38 @@ def run_round(
     #    from the shares they return (3a–3c); then each shard unmasks and averages its rows.
     sources = sorted(k for k, r in trained.reports.items() if r.weight > 0)
     reduce = _reduce if secure is None else partial(_reduce_masked, secure=secure)
-    sources, shard_outs, agg_infos, refused = reduce(backend, parties, arm, t, sources, trained, supervisor)
+    sources, reduced, agg_infos, refused = reduce(
+        backend, parties, shards, arm, t, sources, trained, supervisor
+    )
 
     # 4. Server decodes (M1: the plain average; M2: P1L W'_a, code 2 still on) and encodes the next broadcast.
     #    Nothing usable this round (everyone dropped or refused): the model stays, the broadcast is reused,
     #    unless the aggregator's step released its noise on the zero sum (central DP: ``every_round``).
-    server_info = None
-    released = bool(sources) or bool(shard_outs)
+    finished: Finished | None = None
+    released = bool(sources) or bool(reduced)
     if released:
-        previous = {"previous": broadcast} if arm.server_step else {}
-        next_broadcast, server_info = backend.call(
-            parties.server,
-            "finish_round",
-            arm.name,
-            t,
-            *[out[0] for out in shard_outs],
-            num_returns=2,
-            **previous,
-        )
+        previous = broadcast if arm.server_step else None
+        finished = server.finish_round(arm.name, t, [r.aggregate for r in reduced], previous=previous)
+        next_broadcast = finished.broadcast
     else:
         next_broadcast, agg_infos = broadcast, []
 
     # Simulation only: the evaluator decodes the new global model for test metrics (and, under secure
     # aggregation, measures the ring's quantisation error against the clients' exact sum).
-    audited = {"previous": broadcast} if arm.audit else {}
-    evaluation = backend.call(parties.evaluator, "evaluate", arm.name, t, next_broadcast, **audited)
+    evaluation = evaluator.evaluate(arm.name, t, next_broadcast, previous=broadcast if arm.audit else None)
     quantisation = None
     if secure is not None and released and secure.plan_info.get("error") is None:
-        quantisation = backend.call(
-            parties.evaluator,
-            "sum_error",
+        quantisation = evaluator.sum_error(
             arm.name,
             t,
-            len(shard_outs),
-            *[out[2] for out in shard_outs],
-            *[trained.outs[k][-2] for k in sources],
+            len(reduced),
+            [r.summed for r in reduced],
+            [trained.outs[k].exact for k in sources],
         )
-    server_stats = {"decode_s": 0.0, "encode_s": 0.0}
-    if server_info is not None:  # read first: if the server died, the evaluation fails because of it
-        server_stats = collect(backend, server_info, "server", 0, arm=arm.name, t=t)
-    eval_stats = collect(backend, evaluation, "evaluator", 0, arm=arm.name, t=t)
+    server_stats: ServerInfo = {"decode_s": 0.0, "encode_s": 0.0}
+    if finished is not None:  # read first: if the server died, the evaluation fails because of it
+        server_stats = collect(backend, finished.info, "server", 0, arm=arm.name, t=t)
+    eval_stats: dict[str, Any] = collect(backend, evaluation, "evaluator", 0, arm=arm.name, t=t)
     audit = eval_stats.pop("audit", None)
     if quantisation is not None:  # the decoded sum's error, in the units of the mean (like its bound)
         error = collect(backend, quantisation, "evaluator", 0, arm=arm.name, t=t)
@@ -247,18 +250,18 @@ def _largest(rows: list[list[float]]) -> list[float] | None:
     return [max(col) for col in zip(*rows, strict=True)] if rows else None
 
 
-def _train_loss(reports: list) -> float:
+def _train_loss(reports: list[WorkerReport]) -> float:
     """The round's train loss, weighted like FedAvg, over the clients that trained (not the canaries)."""
     weight = sum(r.weight - r.canary_weight for r in reports)
     return sum(r.train_loss_sum for r in reports) / weight if weight else float("nan")
 
 
 @dataclass
-class _Trained:
-    outs: dict[int, list] = field(default_factory=dict)  # worker → refs (one partial per shard, the report)
-    reports: dict[int, Any] = field(default_factory=dict)  # worker → WorkerReport
-    dropped: list[dict] = field(default_factory=list)
-    retried: list[dict] = field(default_factory=list)
+class _Training:
+    outs: dict[int, Trained] = field(default_factory=dict)  # worker → the refs of its step 2
+    reports: dict[int, WorkerReport] = field(default_factory=dict)
+    dropped: list[dict[str, Any]] = field(default_factory=list)
+    retried: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _train_clients(
@@ -270,42 +273,33 @@ def _train_clients(
     policy: RoundPolicy,
     supervisor: Supervisor | None,
     secure: _SecureRound | None = None,
-) -> _Trained:
+) -> _Training:
     """Step 2 with its failure policy: submit every worker's clients, collect the small reports, and retry
     or drop the workers that died (or missed the deadline).
 
-    Under secure aggregation a worker returns one more value (the evaluator's instrument, before the
-    report), the workers that dropped in step 2a are not asked, and a failed worker is dropped, never
-    retried: its clients' secrets for the round died with it, and a client cannot rejoin a round.
+    Under secure aggregation the workers that dropped in step 2a are not asked, and a failed worker is
+    dropped, never retried: its clients' secrets for the round died with it, and a client cannot rejoin a
+    round.
     """
-    num_returns = len(arm.bounds) + (2 if secure is not None else 1)
+    inboxes = None
     if secure is not None:
         assignment = [clients if k in secure.workers else [] for k, clients in enumerate(assignment)]
+        inboxes = secure.inboxes
 
-    def submit(k: int, attempt: int) -> list:
-        extra: dict[str, Any] = {"attempt": attempt} if attempt else {}
-        if secure is not None:
-            extra["inboxes"] = secure.inboxes
-        return backend.call(
-            parties.workers[k],
-            "train_round",
-            arm.name,
-            t,
-            arm.broadcast,
-            assignment[k],
-            arm.bounds,
-            num_returns=num_returns,
-            **extra,
+    def submit(k: int, attempt: int) -> Trained:
+        worker = WorkerHandle(backend, parties.workers[k])  # a replaced worker is called anew
+        return worker.train_round(
+            arm.name, t, arm.broadcast, assignment[k], arm.bounds, attempt=attempt, inboxes=inboxes
         )
 
-    out = _Trained()
+    out = _Training()
     pending = {k: submit(k, 0) for k, clients in enumerate(assignment) if clients}
     out.outs.update(pending)
     if supervisor is not None:
         supervisor.after_submit("train", arm=arm.name, t=t)
     attempts = dict.fromkeys(pending, 0)
     while pending:
-        by_ref = {refs[-1]: k for k, refs in pending.items()}
+        by_ref = {refs.report: k for k, refs in pending.items()}
         ready, late = backend.wait(list(by_ref), policy.deadline_s)
         failed: dict[int, tuple[str, str]] = {}  # worker → (policy, reason)
         for ref in ready:
@@ -319,7 +313,9 @@ def _train_clients(
         for ref in late:
             failed[by_ref[ref]] = (policy.straggler_policy, f"missed the {policy.deadline_s:g} s deadline")
         pending = {}
-        if failed and supervisor is None:
+        if not failed:
+            break
+        if supervisor is None:
             raise TimeoutError(f"round {t} of {arm.name}: workers {sorted(failed)} missed the deadline")
         for k, (action, reason) in sorted(failed.items()):
             # A straggler is still busy (and would delay its next round), a dead worker is gone: either way
@@ -348,14 +344,14 @@ class _SecureRound:
     """What the driver holds of one round's secure aggregation: references it passes on, and public facts
     (who is still in, what the protocol cost, why it failed)."""
 
-    inboxes: Any = None  # ref: each client's encrypted shares, routed by the aggregator (step 1)
+    inboxes: Ref = None  # each client's encrypted shares, routed by the aggregator (step 1)
     workers: set[int] = field(default_factory=set)  # workers whose clients took part in the key agreement
-    dropped: list[dict] = field(default_factory=list)  # workers lost during the protocol's own steps
-    costs: list[dict] = field(default_factory=list)  # per answering worker: its clients' protocol costs
-    plan_info: dict = field(default_factory=dict)  # SecAgg server's report of step 3
+    dropped: list[dict[str, Any]] = field(default_factory=list)  # workers lost during the protocol's steps
+    costs: list[UnmaskCosts] = field(default_factory=list)  # per answering worker: its clients' costs
+    plan_info: PlanInfo = field(default_factory=lambda: PlanInfo())  # SecAgg server's report of step 3
     failure: str | None = None  # the round could not be run or unmasked (nothing was revealed)
 
-    def metrics(self, reports: list, agg_infos: list[dict]) -> dict[str, float]:
+    def metrics(self, reports: list[WorkerReport], agg_infos: list[ShardInfo]) -> dict[str, float]:
         """Per round: bytes and compute per client, the server's compute, the messages, who dropped and was
         recovered, and the quantisation bound (the measured error comes from the evaluator)."""
         clients = sum(c["clients"] for c in self.costs)
@@ -384,7 +380,7 @@ class _SecureRound:
 
 def _alive(
     backend: Backend,
-    refs: dict[int, Any],
+    refs: dict[int, Ref],
     secure: _SecureRound,
     supervisor: Supervisor | None,
     *,
@@ -429,106 +425,98 @@ def _agree_keys(
     each client sends its encrypted shares, the aggregator routes those. Every message between clients
     passes the aggregator; none is readable by it."""
     secure = _SecureRound()
-    aggregator = parties.aggregators[0]
+    aggregator = AggregatorHandle(backend, parties.aggregators[0])
     hosted = {k: list(c) for k, c in enumerate(assignment) if c}
     roster = sorted(c for clients in hosted.values() for c in clients)
 
-    def status(ref) -> bool:
+    def worker(k: int) -> WorkerHandle:
+        return WorkerHandle(backend, parties.workers[k])
+
+    def status(ref: Ref) -> bool:
         error = collect(backend, ref, "aggregator", 0, arm=arm.name, t=t)
         secure.failure = secure.failure or error
         return error is None
 
-    public, opened = backend.call(aggregator, "secagg_open", arm.name, t, roster, num_returns=2)
-    if not status(opened):
+    opened = aggregator.secagg_open(arm.name, t, roster)
+    if not status(opened.error):
         return secure
-    keys = {
-        k: backend.call(parties.workers[k], "secagg_advertise", arm.name, public, c)
-        for k, c in hosted.items()
-    }
+    keys = {k: worker(k).secagg_advertise(arm.name, opened.result, c) for k, c in hosted.items()}
     workers = _alive(backend, keys, secure, supervisor, arm=arm, t=t, step="advertise keys", clients=hosted)
-    routed, ok = backend.call(
-        aggregator, "secagg_route_keys", arm.name, t, *[keys[k] for k in workers], num_returns=2
-    )
-    if not status(ok):
+    routed = aggregator.secagg_route_keys(arm.name, t, [keys[k] for k in workers])
+    if not status(routed.error):
         return secure
-    outboxes = {k: backend.call(parties.workers[k], "secagg_share", arm.name, t, routed) for k in workers}
+    outboxes = {k: worker(k).secagg_share(arm.name, t, routed.result) for k in workers}
     workers = _alive(backend, outboxes, secure, supervisor, arm=arm, t=t, step="share keys", clients=hosted)
-    secure.inboxes, ok = backend.call(
-        aggregator, "secagg_route_shares", arm.name, t, *[outboxes[k] for k in workers], num_returns=2
-    )
-    if status(ok):
+    shared = aggregator.secagg_route_shares(arm.name, t, [outboxes[k] for k in workers])
+    secure.inboxes = shared.result
+    if status(shared.error):
         secure.workers = set(workers)
     return secure
+
+
+_Reduction = tuple[list[int], list[Reduced], list[ShardInfo], dict[int, str]]
 
 
 def _reduce(
     backend: Backend,
     parties: Parties,
+    shards: list[AggregatorHandle],
     arm: ArmState,
     t: int,
     sources: list[int],
-    trained: _Trained,
+    trained: _Training,
     supervisor: Supervisor | None,
-) -> tuple[list[int], list, list[dict], dict[int, str]]:
+) -> _Reduction:
     """Step 3: every shard averages its rows of the workers' partials (and, in M2, encodes them with π2);
     a partial one shard refuses is left out of every shard's next attempt, until all shards accept the
     same workers. Returns the sources, the shards' outputs and infos, and the refused partials."""
     refused: dict[int, str] = {}
-    shard_outs: list = []
-    agg_infos: list[dict] = []
+    reduced: list[Reduced] = []
+    agg_infos: list[ShardInfo] = []
     while sources or arm.every_round:  # a step that releases every round runs on a zero sum too
-        shard_outs = [
-            backend.call(
-                aggregator,
-                "reduce",
-                arm.name,
-                t,
-                arm.key_epoch,
-                *[trained.outs[k][s] for k in sources],
-                num_returns=2,
-                shard=s,
-            )
-            for s, aggregator in enumerate(parties.aggregators[: len(arm.bounds)])
+        reduced = [
+            shard.reduce(arm.name, t, arm.key_epoch, [trained.outs[k].partials[s] for k in sources], shard=s)
+            for s, shard in enumerate(shards)
         ]
         if supervisor is not None:
             supervisor.after_submit("reduce", arm=arm.name, t=t)
         agg_infos = [
-            collect(backend, out[1], "aggregator", s, arm=arm.name, t=t) for s, out in enumerate(shard_outs)
+            collect(backend, r.info, "aggregator", s, arm=arm.name, t=t) for s, r in enumerate(reduced)
         ]
         now_refused = {k: why for info in agg_infos for k, why in info["rejected"].items()}
         if not now_refused:
             break
-        shard_outs, agg_infos = [], []
+        reduced, agg_infos = [], []
         refused.update(now_refused)
         sources = [k for k in sources if k not in now_refused]
-    return sources, shard_outs, agg_infos, refused
+    return sources, reduced, agg_infos, refused
 
 
 def _reduce_masked(
     backend: Backend,
     parties: Parties,
+    shards: list[AggregatorHandle],
     arm: ArmState,
     t: int,
     sources: list[int],
-    trained: _Trained,
+    trained: _Training,
     supervisor: Supervisor | None,
     *,
     secure: _SecureRound,
-) -> tuple[list[int], list, list[dict], dict[int, str]]:
+) -> _Reduction:
     """Step 3 of a secure arm: 3a every shard checks the stamps and shapes of its masked partials (their
     content cannot be checked) until all shards accept the same workers; 3b the aggregator announces the
     survivors U3 and their workers answer with shares (a worker that dies now leaves its clients' inputs in
     the sum: the others' shares rebuild their masks); 3c the aggregator rebuilds the masks left in the sum;
     3d each shard unmasks, decodes and averages its rows. Returns the sources, the shards' outputs and
     infos, and the refused partials (sources empty: the round could not be unmasked)."""
-    aggregators = parties.aggregators[: len(arm.bounds)]
     refused: dict[int, str] = {}
     while sources:
         checks = [
-            backend.call(
-                a, "check_masked", arm.name, t, arm.key_epoch, *[trained.outs[k][s] for k in sources], shard=s
+            shard.check_masked(
+                arm.name, t, arm.key_epoch, [trained.outs[k].partials[s] for k in sources], shard=s
             )
-            for s, a in enumerate(aggregators)
+            for s, shard in enumerate(shards)
         ]
         now: dict[int, str] = {}
         for s, ref in enumerate(checks):
@@ -539,56 +527,37 @@ def _reduce_masked(
         sources = [k for k in sources if k not in now]
     if not sources:
         return [], [], [], refused
-    head = aggregators[0]
-    survivors, announced = backend.call(
-        head, "secagg_announce", arm.name, t, *[trained.outs[k][0] for k in sources], num_returns=2
-    )
-    error = collect(backend, announced, "aggregator", 0, arm=arm.name, t=t)
+    head = shards[0]
+    announced = head.secagg_announce(arm.name, t, [trained.outs[k].partials[0] for k in sources])
+    error = collect(backend, announced.error, "aggregator", 0, arm=arm.name, t=t)
     if error is not None:
         secure.failure = error
         return [], [], [], refused
     answers = {
-        k: backend.call(parties.workers[k], "secagg_unmask", arm.name, t, survivors, num_returns=2)
+        k: WorkerHandle(backend, parties.workers[k]).secagg_unmask(arm.name, t, announced.result)
         for k in sources
     }
-    costs = {k: refs[1] for k, refs in answers.items()}
-    hosted = {k: [] for k in sources}  # a worker lost now drops no client: their inputs are in the sum
+    costs = {k: a.costs for k, a in answers.items()}
+    hosted: dict[int, list[int]] = {k: [] for k in sources}  # a worker lost now drops no client
     answered = _alive(backend, costs, secure, supervisor, arm=arm, t=t, step="unmask", clients=hosted)
     secure.costs = [backend.get(costs[k]) for k in answered]
-    plan, planned = backend.call(
-        head, "secagg_plan", arm.name, t, *[answers[k][0] for k in answered], num_returns=2
-    )
-    secure.plan_info = collect(backend, planned, "aggregator", 0, arm=arm.name, t=t)
+    planned = head.secagg_plan(arm.name, t, [answers[k].responses for k in answered])
+    secure.plan_info = collect(backend, planned.info, "aggregator", 0, arm=arm.name, t=t)
     if secure.plan_info["error"] is not None:
         secure.failure = secure.plan_info["error"]
         return [], [], [], refused
-    shard_outs = [
-        backend.call(
-            a,
-            "reduce",
+    reduced = [
+        shard.reduce(
             arm.name,
             t,
             arm.key_epoch,
-            *[trained.outs[k][s] for k in sources],
-            plan=plan,
+            [trained.outs[k].partials[s] for k in sources],
             shard=s,
-            num_returns=3,
+            plan=planned.plan,
         )
-        for s, a in enumerate(aggregators)
+        for s, shard in enumerate(shards)
     ]
     if supervisor is not None:
         supervisor.after_submit("reduce", arm=arm.name, t=t)
-    agg_infos = [
-        collect(backend, out[1], "aggregator", s, arm=arm.name, t=t) for s, out in enumerate(shard_outs)
-    ]
-    return sources, shard_outs, agg_infos, refused
-
-
-def collect(backend: Backend, ref: Any, party: str, index: int, *, arm: str, t: int):
-    """``backend.get(ref)``, naming the party when the call failed because that party is gone."""
-    try:
-        return backend.get(ref)
-    except Exception as err:
-        if backend.is_lost(err):
-            raise PartyLost(party, index, arm=arm, round=t, error=err) from err
-        raise
+    agg_infos = [collect(backend, r.info, "aggregator", s, arm=arm.name, t=t) for s, r in enumerate(reduced)]
+    return sources, reduced, agg_infos, refused
