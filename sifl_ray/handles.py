@@ -69,6 +69,16 @@ class Supervisor(Protocol):
         ...
 
 
+@dataclass
+class Parties:
+    """The raw handles of every party, shared by all arms (wrap one in its handle class to call it)."""
+
+    server: Any
+    aggregators: list[Any]  # one per shard: an actor hosting several shards is there several times
+    workers: list[Any]
+    evaluator: Any
+
+
 # ------------------------------------------------------------------------------------------------------------
 # What the driver reads back (the values behind the refs, as :func:`collect` returns them).
 

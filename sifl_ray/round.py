@@ -12,34 +12,38 @@ forget pipeline: if a shard refuses a worker's partial sum, every shard must red
 worker before the server sees anything, because an aggregate over different workers in different shards
 would show the server more than an aggregate (and decode to nonsense). A server, aggregator or evaluator
 that dies raises :class:`PartyLost`; the runner restores it from the last checkpoint.
+
+Secure aggregation runs beside the round, not inside it: a secure arm's round holds a
+:class:`~sifl_ray.secure_aggregation.SecureAggregation` (``None`` for every other arm), which runs the
+protocol's own phases (key agreement before step 2, unmasking in step 3) through the same handles.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sifl_ray.backend import Backend
 from sifl_ray.handles import (
     AggregatorHandle,
     EvaluatorHandle,
     Finished,
+    Parties,
     PartyLost,
-    PlanInfo,
     Reduced,
-    Ref,
     ServerHandle,
     ServerInfo,
     ShardInfo,
     Supervisor,
     Trained,
-    UnmaskCosts,
     WorkerHandle,
     collect,
 )
-from sifl_ray.roles.messages import WorkerReport
+from sifl_ray.secure_aggregation import Reduction, SecureAggregation
+
+if TYPE_CHECKING:
+    from sifl_ray.roles.messages import WorkerReport
 
 __all__ = [
     "ArmState",
@@ -51,16 +55,6 @@ __all__ = [
     "collect",
     "run_round",
 ]
-
-
-@dataclass
-class Parties:
-    """Handles of every party, shared by all arms."""
-
-    server: Any
-    aggregators: list[Any]
-    workers: list[Any]
-    evaluator: Any
 
 
 @dataclass
@@ -137,8 +131,11 @@ def run_round(
     broadcast = arm.broadcast
 
     # 2a. Secure aggregation only (Bonawitz steps 0–1): the sampled clients agree on keys and share their
-    #     secrets, through the aggregator, which routes what it cannot read.
-    secure = _agree_keys(backend, parties, arm, t, assignment, supervisor) if arm.secure else None
+    #     secrets, through the aggregator, which routes what it cannot read (sifl_ray.secure_aggregation).
+    secure = None
+    if arm.secure:
+        secure = SecureAggregation(backend, parties, arm.name, t, arm.key_epoch, supervisor)
+        assignment = secure.agree_keys(assignment)
 
     # 2. Clients train on encoded parameters; each worker validates its clients' uploads and sums them
     #    (weighted by |D_i|), one partial per aggregator shard (masked, under secure aggregation). Dead or
@@ -147,13 +144,14 @@ def run_round(
 
     # 3. Aggregator averages each shard (weights renormalised to sum to 1) and, in M2, encodes it with π2.
     #    Every shard must average the same workers: a refused partial means reducing again without it.
-    #    Under secure aggregation it first announces the survivors and rebuilds the masks left in their sum
-    #    from the shares they return (3a–3c); then each shard unmasks and averages its rows.
+    #    Under secure aggregation the shards agree on the masked partials, the aggregator announces the
+    #    survivors and rebuilds the masks left in their sum from the shares they return (3a–3c); then each
+    #    shard unmasks and averages its rows.
     sources = sorted(k for k, r in trained.reports.items() if r.weight > 0)
-    reduce = _reduce if secure is None else partial(_reduce_masked, secure=secure)
-    sources, reduced, agg_infos, refused = reduce(
-        backend, parties, shards, arm, t, sources, trained, supervisor
-    )
+    if secure is None:
+        sources, reduced, agg_infos, refused = _reduce(backend, shards, arm, t, sources, trained, supervisor)
+    else:
+        sources, reduced, agg_infos, refused = secure.reduce(shards, sources, trained.outs)
 
     # 4. Server decodes (M1: the plain average; M2: P1L W'_a, code 2 still on) and encodes the next broadcast.
     #    Nothing usable this round (everyone dropped or refused): the model stays, the broadcast is reused,
@@ -171,14 +169,8 @@ def run_round(
     # aggregation, measures the ring's quantisation error against the clients' exact sum).
     evaluation = evaluator.evaluate(arm.name, t, next_broadcast, previous=broadcast if arm.audit else None)
     quantisation = None
-    if secure is not None and released and secure.plan_info.get("error") is None:
-        quantisation = evaluator.sum_error(
-            arm.name,
-            t,
-            len(reduced),
-            [r.summed for r in reduced],
-            [trained.outs[k].exact for k in sources],
-        )
+    if secure is not None:
+        quantisation = secure.measure(evaluator, reduced, [trained.outs[k].exact for k in sources])
     server_stats: ServerInfo = {"decode_s": 0.0, "encode_s": 0.0}
     if finished is not None:  # read first: if the server died, the evaluation fails because of it
         server_stats = collect(backend, finished.info, "server", 0, arm=arm.name, t=t)
@@ -272,19 +264,16 @@ def _train_clients(
     assignment: list[list[int]],
     policy: RoundPolicy,
     supervisor: Supervisor | None,
-    secure: _SecureRound | None = None,
+    secure: SecureAggregation | None = None,
 ) -> _Training:
     """Step 2 with its failure policy: submit every worker's clients, collect the small reports, and retry
     or drop the workers that died (or missed the deadline).
 
-    Under secure aggregation the workers that dropped in step 2a are not asked, and a failed worker is
-    dropped, never retried: its clients' secrets for the round died with it, and a client cannot rejoin a
-    round.
+    Under secure aggregation each worker masks its clients' uploads with their inboxes (step 2a), and a
+    failed worker is dropped, never retried: its clients' secrets for the round died with it, and a client
+    cannot rejoin a round.
     """
-    inboxes = None
-    if secure is not None:
-        assignment = [clients if k in secure.workers else [] for k, clients in enumerate(assignment)]
-        inboxes = secure.inboxes
+    inboxes = None if secure is None else secure.inboxes
 
     def submit(k: int, attempt: int) -> Trained:
         worker = WorkerHandle(backend, parties.workers[k])  # a replaced worker is called anew
@@ -339,134 +328,18 @@ def _train_clients(
     return out
 
 
-@dataclass
-class _SecureRound:
-    """What the driver holds of one round's secure aggregation: references it passes on, and public facts
-    (who is still in, what the protocol cost, why it failed)."""
-
-    inboxes: Ref = None  # each client's encrypted shares, routed by the aggregator (step 1)
-    workers: set[int] = field(default_factory=set)  # workers whose clients took part in the key agreement
-    dropped: list[dict[str, Any]] = field(default_factory=list)  # workers lost during the protocol's steps
-    costs: list[UnmaskCosts] = field(default_factory=list)  # per answering worker: its clients' costs
-    plan_info: PlanInfo = field(default_factory=lambda: PlanInfo())  # SecAgg server's report of step 3
-    failure: str | None = None  # the round could not be run or unmasked (nothing was revealed)
-
-    def metrics(self, reports: list[WorkerReport], agg_infos: list[ShardInfo]) -> dict[str, float]:
-        """Per round: bytes and compute per client, the server's compute, the messages, who dropped and was
-        recovered, and the quantisation bound (the measured error comes from the evaluator)."""
-        clients = sum(c["clients"] for c in self.costs)
-        info = self.plan_info
-        out = {
-            "secagg/bytes_per_client": sum(c["bytes_sent"] + c["bytes_received"] for c in self.costs)
-            / max(clients, 1),
-            "secagg/client_s": sum(c["compute_s"] for c in self.costs) / max(clients, 1),
-            **{
-                f"secagg/sent_per_client/{step}": sum(c["sent_by"].get(step, 0) for c in self.costs)
-                / max(clients, 1)
-                for step in ("keys", "shares", "masked", "unmask")
-            },
-            "secagg/server_s": float(info.get("server_s", 0.0)),
-            "secagg/messages": float(sum(c["messages"] for c in self.costs) + info.get("server_messages", 0)),
-            "secagg/survivors": float(info.get("survivors", 0)),
-            # dropped after sharing keys (their neighbours' masks rebuilt) / after uploading (shares do)
-            "secagg/recovered": float(info.get("shared", 0) - info.get("survivors", 0)),
-            "secagg/unanswered": float(info.get("survivors", 0) - info.get("responders", 0)),
-            "secagg/clipped_coordinates": float(sum(r.coords_clipped for r in reports)),
-        }
-        if agg_infos:
-            out["secagg/quantisation_bound"] = max(i["secagg_bound"] for i in agg_infos)
-        return out
-
-
-def _alive(
-    backend: Backend,
-    refs: dict[int, Ref],
-    secure: _SecureRound,
-    supervisor: Supervisor | None,
-    *,
-    arm: ArmState,
-    t: int,
-    step: str,
-    clients: dict[int, list[int]],
-) -> list[int]:
-    """The workers whose call of a secure-aggregation step returned; a worker that died is replaced (for
-    the next round) and its clients leave this one, which the protocol tolerates up to its threshold."""
-    alive = []
-    for k, ref in refs.items():
-        try:
-            backend.get(ref)
-        except Exception as err:
-            if supervisor is None or not backend.is_lost(err):
-                raise
-            replace_s = round(supervisor.replace_worker(k, arm=arm.name, t=t, reason=f"died in {step}"), 3)
-            secure.dropped.append(
-                {
-                    "worker": k,
-                    "clients": list(clients.get(k, [])),
-                    "reason": f"died in {step}",
-                    "replace_s": replace_s,
-                }
-            )
-            continue
-        alive.append(k)
-    return alive
-
-
-def _agree_keys(
-    backend: Backend,
-    parties: Parties,
-    arm: ArmState,
-    t: int,
-    assignment: list[list[int]],
-    supervisor: Supervisor | None,
-) -> _SecureRound:
-    """Step 2a (Bonawitz steps 0–1): the aggregator opens the round over the sampled clients (roster and
-    masking graph), each client advertises its public keys, the aggregator routes them to its neighbours,
-    each client sends its encrypted shares, the aggregator routes those. Every message between clients
-    passes the aggregator; none is readable by it."""
-    secure = _SecureRound()
-    aggregator = AggregatorHandle(backend, parties.aggregators[0])
-    hosted = {k: list(c) for k, c in enumerate(assignment) if c}
-    roster = sorted(c for clients in hosted.values() for c in clients)
-
-    def worker(k: int) -> WorkerHandle:
-        return WorkerHandle(backend, parties.workers[k])
-
-    def status(ref: Ref) -> bool:
-        error = collect(backend, ref, "aggregator", 0, arm=arm.name, t=t)
-        secure.failure = secure.failure or error
-        return error is None
-
-    opened = aggregator.secagg_open(arm.name, t, roster)
-    if not status(opened.error):
-        return secure
-    keys = {k: worker(k).secagg_advertise(arm.name, opened.result, c) for k, c in hosted.items()}
-    workers = _alive(backend, keys, secure, supervisor, arm=arm, t=t, step="advertise keys", clients=hosted)
-    routed = aggregator.secagg_route_keys(arm.name, t, [keys[k] for k in workers])
-    if not status(routed.error):
-        return secure
-    outboxes = {k: worker(k).secagg_share(arm.name, t, routed.result) for k in workers}
-    workers = _alive(backend, outboxes, secure, supervisor, arm=arm, t=t, step="share keys", clients=hosted)
-    shared = aggregator.secagg_route_shares(arm.name, t, [outboxes[k] for k in workers])
-    secure.inboxes = shared.result
-    if status(shared.error):
-        secure.workers = set(workers)
-    return secure
-
-
 _Reduction = tuple[list[int], list[Reduced], list[ShardInfo], dict[int, str]]
 
 
 def _reduce(
     backend: Backend,
-    parties: Parties,
     shards: list[AggregatorHandle],
     arm: ArmState,
     t: int,
     sources: list[int],
     trained: _Training,
     supervisor: Supervisor | None,
-) -> _Reduction:
+) -> Reduction:
     """Step 3: every shard averages its rows of the workers' partials (and, in M2, encodes them with π2);
     a partial one shard refuses is left out of every shard's next attempt, until all shards accept the
     same workers. Returns the sources, the shards' outputs and infos, and the refused partials."""
@@ -489,75 +362,4 @@ def _reduce(
         reduced, agg_infos = [], []
         refused.update(now_refused)
         sources = [k for k in sources if k not in now_refused]
-    return sources, reduced, agg_infos, refused
-
-
-def _reduce_masked(
-    backend: Backend,
-    parties: Parties,
-    shards: list[AggregatorHandle],
-    arm: ArmState,
-    t: int,
-    sources: list[int],
-    trained: _Training,
-    supervisor: Supervisor | None,
-    *,
-    secure: _SecureRound,
-) -> _Reduction:
-    """Step 3 of a secure arm: 3a every shard checks the stamps and shapes of its masked partials (their
-    content cannot be checked) until all shards accept the same workers; 3b the aggregator announces the
-    survivors U3 and their workers answer with shares (a worker that dies now leaves its clients' inputs in
-    the sum: the others' shares rebuild their masks); 3c the aggregator rebuilds the masks left in the sum;
-    3d each shard unmasks, decodes and averages its rows. Returns the sources, the shards' outputs and
-    infos, and the refused partials (sources empty: the round could not be unmasked)."""
-    refused: dict[int, str] = {}
-    while sources:
-        checks = [
-            shard.check_masked(
-                arm.name, t, arm.key_epoch, [trained.outs[k].partials[s] for k in sources], shard=s
-            )
-            for s, shard in enumerate(shards)
-        ]
-        now: dict[int, str] = {}
-        for s, ref in enumerate(checks):
-            now.update(collect(backend, ref, "aggregator", s, arm=arm.name, t=t))
-        if not now:
-            break
-        refused.update(now)
-        sources = [k for k in sources if k not in now]
-    if not sources:
-        return [], [], [], refused
-    head = shards[0]
-    announced = head.secagg_announce(arm.name, t, [trained.outs[k].partials[0] for k in sources])
-    error = collect(backend, announced.error, "aggregator", 0, arm=arm.name, t=t)
-    if error is not None:
-        secure.failure = error
-        return [], [], [], refused
-    answers = {
-        k: WorkerHandle(backend, parties.workers[k]).secagg_unmask(arm.name, t, announced.result)
-        for k in sources
-    }
-    costs = {k: a.costs for k, a in answers.items()}
-    hosted: dict[int, list[int]] = {k: [] for k in sources}  # a worker lost now drops no client
-    answered = _alive(backend, costs, secure, supervisor, arm=arm, t=t, step="unmask", clients=hosted)
-    secure.costs = [backend.get(costs[k]) for k in answered]
-    planned = head.secagg_plan(arm.name, t, [answers[k].responses for k in answered])
-    secure.plan_info = collect(backend, planned.info, "aggregator", 0, arm=arm.name, t=t)
-    if secure.plan_info["error"] is not None:
-        secure.failure = secure.plan_info["error"]
-        return [], [], [], refused
-    reduced = [
-        shard.reduce(
-            arm.name,
-            t,
-            arm.key_epoch,
-            [trained.outs[k].partials[s] for k in sources],
-            shard=s,
-            plan=planned.plan,
-        )
-        for s, shard in enumerate(shards)
-    ]
-    if supervisor is not None:
-        supervisor.after_submit("reduce", arm=arm.name, t=t)
-    agg_infos = [collect(backend, r.info, "aggregator", s, arm=arm.name, t=t) for s, r in enumerate(reduced)]
     return sources, reduced, agg_infos, refused

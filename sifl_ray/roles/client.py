@@ -21,10 +21,10 @@ broadcast comes in and the partial sums go out once per round (:mod:`sifl_ray.de
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -288,18 +288,19 @@ class ClientWorkerRole:
         broadcast: torch.Tensor,
         clients: list[int],
         bounds: list[tuple[int, int]],
-        inboxes: dict | None = None,
+        inboxes: dict[int, Any] | None = None,
     ) -> tuple[list[Partial], WorkerReport] | tuple[list[MaskedPartial], WorkerReport, torch.Tensor]:
         """Train ``clients`` for round ``t`` of ``arm``; return one partial sum per shard and a report.
 
-        Under secure aggregation (``inboxes``: the round's encrypted shares, routed by the aggregator) the
-        partials are :class:`MaskedPartial` sums of masked inputs, and a third value follows: the exact
-        float64 sum of what the clients encoded, a simulation-only instrument that only the evaluator
-        receives (it measures the ring's quantisation error; no deployment has it).
+        Under secure aggregation (``inboxes``: the round's encrypted shares, routed by the aggregator) each
+        client's upload, after the same training and client step, is masked (SecAgg step 2) and the worker
+        adds the masked inputs in the ring: the partials are :class:`MaskedPartial`, and a third value
+        follows, the exact float64 sum of what the clients encoded, a simulation-only instrument that only
+        the evaluator receives (it measures the ring's quantisation error; no deployment has it). A client
+        whose upload fails the checks, or that is not in the round's key agreement, masks nothing: the
+        aggregator recovers the masks its neighbours added.
         """
         setup = self.arms[arm]
-        if setup.secagg is not None:
-            return self._train_round_masked(arm, t, broadcast, clients, bounds, inboxes or {})
         report = WorkerReport(worker=self.worker, round=t)
         best = None  # the in-run audit: the aggregator's best cosine per direction this round
         tic = time.perf_counter()
@@ -316,6 +317,8 @@ class ClientWorkerRole:
             w0 = setup.server_view.decode(w_tilde)
         report.encode_s += time.perf_counter() - tic
         upload_len = broadcast.shape[0] if w_tilde is None else w_tilde.shape[0]
+        # Secure aggregation: the uploads are masked and summed in the ring (no coding: its arms are plain).
+        masked = None if setup.secagg is None else self.secure[arm].round_sum(t, upload_len, inboxes or {})
         acc = torch.zeros(upload_len, dtype=CODING_DTYPE, device=self.device)
         delta_sum = None if w_tilde is None else torch.zeros_like(w0)
         # Direct: no hook or recorder, so no upload leaves this worker before it is summed here; only
@@ -337,7 +340,7 @@ class ClientWorkerRole:
             canary = client in self.canaries
             size = self._size(client, setup)
             t0 = time.perf_counter()
-            step = None if setup.step is None else partial(setup.step, start=w0, arm=arm, client=client, t=t)
+            step = self._client_step(setup, w0, arm=arm, client=client, t=t)
             if canary:  # through the arm's step and coding like a trained client, never trained
                 assert setup.canary_norm is not None
                 w_k, loss = self._canary_model(client, w0, setup.canary_norm), 0.0
@@ -374,11 +377,13 @@ class ClientWorkerRole:
                 reason = None if all_finite(w_k if shortcut else upload) else "non-finite values"
             else:
                 upload, reason = self._delivered(arm, t, client, upload, setup, upload_len)
+            if reason is None and masked is not None:
+                reason = masked.add(client, upload, size, report)
             if reason is not None:
                 report.rejected[client] = reason
                 continue
-            if self.recorder is not None:
-                self.recorder.record_upload(t, client, upload.cpu())
+            if self.recorder is not None:  # what the aggregator receives (a masked input read as numbers)
+                self.recorder.record_upload(t, client, (upload if masked is None else masked.reading()).cpu())
             if (
                 self._audit_count
             ):  # the aggregator's reading: the update, decoded with a client's P1L if coded
@@ -386,22 +391,30 @@ class ClientWorkerRole:
                     reading = w_k - w0
                 elif w_tilde is not None:
                     reading = setup.server_view.decode(upload.to(CODING_DTYPE)) - w0
+                elif masked is not None:
+                    reading = masked.reading()
                 else:
                     reading = upload - w0 if setup.uploads == "model" else upload
                 best = self._aggregator_reads(best, setup, reading)
             if shortcut:
                 delta_sum.add_(w_k.sub_(w0), alpha=size)  # w_k is this worker's buffer
-            else:
+            elif masked is None:  # a masked input was added in the ring when it was masked
                 acc.add_(upload.to(CODING_DTYPE), alpha=size)
             self._count(report, client, size, loss)
         report.accepted.sort()  # trained together, clients come in groups of equal minibatch counts
         report.audit_max = None if best is None else best.tolist()
+        if masked is not None:
+            partials, exact = masked.partials(
+                self.worker, bounds, key_epoch=setup.key_epoch, weight=report.weight
+            )
+            report.bytes_out = masked.packed_bytes()
+            return partials, report, exact
         if shortcut and report.weight > 0:
             t0 = time.perf_counter()
             acc = w_tilde * report.weight + setup.server_view.apply_P1(delta_sum)
             report.encode_s += time.perf_counter() - t0
         acc = self.host.to_host(acc)  # out to the object store: the partials below are copies of it
-        partials = [
+        plain = [
             Partial(
                 source=self.worker,
                 round=t,
@@ -413,7 +426,17 @@ class ClientWorkerRole:
             for a, b in bounds
         ]
         report.bytes_out = acc.numel() * acc.element_size()
-        return partials, report
+        return plain, report
+
+    @staticmethod
+    def _client_step(
+        setup: ArmSetup, w0: torch.Tensor, *, arm: str, client: int, t: int
+    ) -> Callable[[torch.Tensor], tuple[torch.Tensor, bool]] | None:
+        """The arm's client step (:class:`~sifl_ray.arms.ClientStep`) for one client's local model, bound to
+        the round's start ``w0`` (``None``: the model is uploaded as trained)."""
+        if setup.step is None:
+            return None
+        return partial(setup.step, start=w0, arm=arm, client=client, t=t)
 
     def _size(self, client: int, setup: ArmSetup) -> float:
         """The client's FedAvg weight: |D_i|, 1 under uniform weights, a canary's configured weight."""
@@ -449,87 +472,3 @@ class ClientWorkerRole:
             stamped_epoch=stamped_epoch,
         )
         return upload, reason
-
-    def _train_round_masked(
-        self,
-        arm: str,
-        t: int,
-        broadcast: torch.Tensor,
-        clients: list[int],
-        bounds: list[tuple[int, int]],
-        inboxes: dict,
-    ) -> tuple[list[MaskedPartial], WorkerReport, torch.Tensor]:
-        """:meth:`train_round` of a secure-aggregation arm: each client trains, runs the arm's client step,
-        and uploads ``(weight_i / weight_ref)·u_i`` fixed-point encoded and masked (SecAgg step 2); the worker
-        adds the masked inputs in the ring. A client whose upload fails the checks, or that is not in the
-        round's key agreement, masks nothing: the aggregator recovers the masks its neighbours added."""
-        from sifl_ray.privacy.secagg import SecAggError
-        from sifl_ray.privacy.secagg.ring import ring_reduce_
-
-        setup, secure = self.arms[arm], self.secure[arm]
-        spec = setup.secagg
-        codec = spec.codec
-        report = WorkerReport(worker=self.worker, round=t)
-        best = None  # the in-run audit: the aggregator's best cosine per direction this round
-        w0 = broadcast.to(self.device, CODING_DTYPE)
-        start = w0.to(self.dtype)
-        n = w0.shape[0]
-        ring = np.zeros(n, dtype=np.uint64)
-        exact = np.zeros(n, dtype=np.float64)  # simulation only: Σ clip_B(x_i), the evaluator's truth
-        protocol_ids: list[int] = []
-        clients, canaries = self._split(clients)
-        together = self._together(t, clients, w0=w0, start=start)
-        for client in [*(sorted(clients) if together is None else together.order), *canaries]:
-            size = self._size(client, setup)
-            t0 = time.perf_counter()
-            if client in self.canaries:  # through the step and the masking like a trained client
-                assert setup.canary_norm is not None
-                w_k, loss = self._canary_model(client, w0, setup.canary_norm), 0.0
-            elif together is None:
-                w_k, loss = self._train(w0, start, client, t, None)
-            else:
-                w_k, loss = together.local(client, torch.empty_like(w0))
-            report.train_s += time.perf_counter() - t0
-            upload = w_k.to(CODING_DTYPE)
-            if setup.step is not None:
-                upload, clipped = setup.step(upload, start=w0, arm=arm, client=client, t=t)
-                report.clipped += bool(clipped)
-            upload, reason = self._delivered(arm, t, client, upload, setup, n)
-            if reason is not None:
-                report.rejected[client] = reason
-                continue
-            t0 = time.perf_counter()
-            x = upload.detach().cpu().numpy() * (size / spec.weight_ref)
-            try:
-                masked = secure.mask(t, client, x, inboxes)
-            except SecAggError as err:
-                report.rejected[client] = f"secure aggregation: {err}"
-                continue
-            report.encode_s += time.perf_counter() - t0
-            report.coords_clipped += secure.clipped(t, client)
-            if self.recorder is not None:  # what the aggregator receives: the masked input, read as numbers
-                self.recorder.record_upload(t, client, torch.from_numpy(codec.decode(masked)))
-            if self._audit_count:  # the aggregator's reading of a masked input: ring elements as numbers
-                best = self._aggregator_reads(best, setup, torch.from_numpy(codec.decode(masked)))
-            np.add(ring, masked, out=ring)
-            exact += np.clip(x, -codec.clip, codec.clip)
-            protocol_ids.append(secure.index(t, client))
-            self._count(report, client, size, loss)
-        report.accepted.sort()  # trained together, clients come in groups of equal minibatch counts
-        report.audit_max = None if best is None else best.tolist()
-        ring_reduce_(ring, codec.ring_bits)
-        ids = tuple(protocol_ids)
-        partials = [
-            MaskedPartial(
-                source=self.worker,
-                round=t,
-                key_epoch=setup.key_epoch,
-                masked_sum=ring[a:b].copy(),
-                weight=report.weight,
-                accepted=len(ids),
-                clients=ids,
-            )
-            for a, b in bounds
-        ]
-        report.bytes_out = codec.packed_bytes(n)
-        return partials, report, torch.from_numpy(exact)
