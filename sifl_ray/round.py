@@ -92,14 +92,16 @@ class RoundResult:
     metrics: dict[str, float] = field(default_factory=dict)
     accepted: int = 0
     rejected: dict[int, str] = field(default_factory=dict)  # client → why its upload was refused
-    dropped: list[dict] = field(default_factory=list)  # {"worker", "clients", "reason"[, "replace_s"]}
-    retried: list[dict] = field(default_factory=list)  # {"worker", "attempt", "reason", "replace_s"}
+    dropped: list[dict[str, Any]] = field(default_factory=list)  # {"worker", "clients", "reason", ...}
+    retried: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # {"worker", "attempt", "reason", "replace_s"}
     refused_partials: dict[int, str] = field(default_factory=dict)  # worker → why the aggregator refused it
     skipped: bool = False  # no update reached the aggregator: the model stays as it was
     skip_reason: str | None = None  # why, when it is not that every worker dropped (secure aggregation)
     # the in-run audit: the evaluator's inner products of the round's change with the audit directions,
     # and per direction the aggregator's best cosine with an upload (the workers measure it)
-    audit: dict | None = None
+    audit: dict[str, Any] | None = None
     audit_uploads: list[float] | None = None
 
 

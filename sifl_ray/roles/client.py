@@ -21,7 +21,7 @@ broadcast comes in and the partial sums go out once per round (:mod:`sifl_ray.de
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -39,6 +39,7 @@ from sifl_ray.roles.aggregator import check_upload
 from sifl_ray.roles.messages import MaskedPartial, Partial, WorkerReport
 
 if TYPE_CHECKING:  # imported where a secure arm is set up: ``cryptography`` costs ~13 MiB in each process
+    from sifl_ray.privacy.secagg import PublicKeys, UnmaskResponse
     from sifl_ray.roles.secure import RoundPublic, SecAggSpec, WorkerSecAgg
 
 
@@ -162,10 +163,12 @@ class ClientWorkerRole:
         self._canary_seed, self._canary_weight = seed, float(weight)
         self._canary_dirs = {}
         self._audit_count = int(directions)  # canaries + nulls: the aggregator's view is scored here
-        self._audit_dirs: torch.Tensor | None = None
+        self._audit_dirs = None
         self._included = None  # which canaries insert their direction (the auditor's draws)
 
-    def _aggregator_reads(self, best: torch.Tensor | None, setup: ArmSetup, reading: torch.Tensor):
+    def _aggregator_reads(
+        self, best: torch.Tensor | None, setup: ArmSetup, reading: torch.Tensor
+    ) -> torch.Tensor | None:
         """The in-run audit's aggregator view (simulation only): the cosine of what the aggregator reads of
         one upload (``reading``: the update it sees in the clear, or decodes with a colluding client's
         ``P1L``, or a masked input read as numbers) with every audit direction; the worker keeps the
@@ -175,6 +178,7 @@ class ClientWorkerRole:
             return best
         from sifl_ray.privacy.one_run import canary_directions
 
+        assert self._canary_seed is not None, "set_canaries comes first"
         if self._audit_dirs is None or self._audit_dirs.shape[1] != reading.numel():
             rows = canary_directions(d=reading.numel(), k=self._audit_count, seed=self._canary_seed, clip=1.0)
             self._audit_dirs = torch.from_numpy(rows)
@@ -192,6 +196,7 @@ class ClientWorkerRole:
         canary left out (only sampled under a zero-out arm) stays at the start: it uploads no change."""
         from sifl_ray.privacy.one_run import canary_directions, inclusion_draws
 
+        assert self._canary_seed is not None, "set_canaries comes first"
         if self._included is None:
             self._included = inclusion_draws(k=max(self.canaries.values()) + 1, seed=self._canary_seed)
         if not self._included[self.canaries[client]]:
@@ -199,7 +204,6 @@ class ClientWorkerRole:
 
         unit = self._canary_dirs.get(client)
         if unit is None:
-            assert self._canary_seed is not None
             row = canary_directions(
                 d=w0.numel(), k=1, seed=self._canary_seed, clip=1.0, first=self.canaries[client]
             )
@@ -211,7 +215,13 @@ class ClientWorkerRole:
         canaries = sorted(c for c in clients if c in self.canaries)
         return [c for c in clients if c not in self.canaries], canaries
 
-    def set_arm(self, arm: str, setup: ArmSetup, server_view=None, aggregator_view=None) -> None:
+    def set_arm(
+        self,
+        arm: str,
+        setup: ArmSetup,
+        server_view: ClientServerKey | None = None,
+        aggregator_view: AggregatorKey | None = None,
+    ) -> None:
         """Play ``arm``'s clients with ``setup`` (made once, by the driver's
         :func:`~sifl_ray.runner.arms.hand_out_arm`) and the key views the server and the aggregator made for
         the clients (given here: they travel by reference; ``None`` keeps the setup's own); the views are
@@ -229,13 +239,17 @@ class ClientWorkerRole:
             self.secure[arm] = WorkerSecAgg(setup.secagg, arm)
 
     # Secure aggregation, steps 0, 1 and 3 for the hosted clients (step 2, masking, is in train_round).
-    def secagg_advertise(self, arm: str, public: RoundPublic, clients: list[int]) -> dict:
+    def secagg_advertise(self, arm: str, public: RoundPublic, clients: list[int]) -> dict[int, PublicKeys]:
         return self.secure[arm].advertise(public, clients)
 
-    def secagg_share(self, arm: str, t: int, routed: dict) -> dict:
+    def secagg_share(
+        self, arm: str, t: int, routed: Mapping[int, Mapping[int, PublicKeys]]
+    ) -> dict[int, dict[int, bytes]]:
         return self.secure[arm].share(t, routed)
 
-    def secagg_unmask(self, arm: str, t: int, survivors) -> tuple[dict, dict]:
+    def secagg_unmask(
+        self, arm: str, t: int, survivors: Collection[int]
+    ) -> tuple[dict[int, UnmaskResponse], dict[str, Any]]:
         responses, costs = self.secure[arm].unmask(t, survivors)
         return responses, vars(costs)
 
@@ -267,7 +281,7 @@ class ClientWorkerRole:
         losses = loss_values([self.trainer.step(b) for b in self._batches(client, t)])
         return self.trainer.params(out), float(np.mean(losses)) if losses else 0.0
 
-    def _together(self, t: int, clients: list[int], **kwargs) -> vectorised.ClientRound | None:
+    def _together(self, t: int, clients: list[int], **kwargs: Any) -> vectorised.ClientRound | None:
         """The round's clients trained together (:mod:`sifl_ray.optim.vectorised`), or ``None``: one at a time
         (``train.vectorise=false``, no-op clients, or what cannot be vectorised, said once)."""
         if not self.training.vectorise or self.training.skip_training:
@@ -305,8 +319,9 @@ class ClientWorkerRole:
         best = None  # the in-run audit: the aggregator's best cosine per direction this round
         tic = time.perf_counter()
         broadcast = broadcast.to(self.device)
+        # coded: the key view that decodes and encodes, and the round's encoded start w~ (None: plain)
+        coded: tuple[ClientServerKey, torch.Tensor] | None = None
         if setup.mode == "plain":
-            w_tilde = None
             w0 = broadcast
         else:
             assert setup.server_view is not None
@@ -314,18 +329,21 @@ class ClientWorkerRole:
             if broadcast.dim() == 2:  # M2 after round 0: strip code 2, w~ = W' P2R (a valid M1 encoding)
                 assert setup.aggregator_view is not None
                 w_tilde = setup.aggregator_view.strip(broadcast)
+            coded = (setup.server_view, w_tilde)
             w0 = setup.server_view.decode(w_tilde)
         report.encode_s += time.perf_counter() - tic
-        upload_len = broadcast.shape[0] if w_tilde is None else w_tilde.shape[0]
+        upload_len = broadcast.shape[0] if coded is None else coded[1].shape[0]
         # Secure aggregation: the uploads are masked and summed in the ring (no coding: its arms are plain).
         masked = None if setup.secagg is None else self.secure[arm].round_sum(t, upload_len, inboxes or {})
         acc = torch.zeros(upload_len, dtype=CODING_DTYPE, device=self.device)
-        delta_sum = None if w_tilde is None else torch.zeros_like(w0)
+        delta_sum = None if coded is None else torch.zeros_like(w0)
         # Direct: no hook or recorder, so no upload leaves this worker before it is summed here; only
         # finiteness can then be wrong (shape, round and key epoch are this worker's own).
         direct = self.upload_hook is None and self.recorder is None
+        # The shortcut sums the local models' changes and encodes once (the upload of a client is then its
+        # local model w_k, never encoded on its own).
         shortcut = (
-            w_tilde is not None
+            coded is not None
             and setup.client_form == "fused"
             and direct
             and not getattr(self, "materialize", False)
@@ -333,7 +351,6 @@ class ClientWorkerRole:
         start = w0.to(self.dtype)  # every client starts from w0: cast it once, not once per client
         # A direct upload is consumed before the next client trains, so one buffer serves them all.
         local = torch.empty_like(w0) if direct else None
-        coded = None if w_tilde is None else (setup.server_view, w_tilde)
         clients, canaries = self._split(clients)
         together = self._together(t, clients, w0=w0, start=start, coded=coded, form=setup.client_form)
         for client in [*(sorted(clients) if together is None else together.order), *canaries]:
@@ -348,15 +365,11 @@ class ClientWorkerRole:
                     w_k, clipped = step(w_k)
                     report.clipped += bool(clipped)
                 # shortcut: the worker sums w_k − w0 and encodes once, as for every client
-                upload = (
-                    w_k
-                    if w_tilde is None or shortcut
-                    else fused_tail(setup.server_view, w_tilde, w0, w_k, [])[0]
-                )
-            elif w_tilde is not None and not shortcut:
+                upload = w_k if coded is None or shortcut else fused_tail(*coded, w0, w_k, [])[0]
+            elif coded is not None and not shortcut:
                 form = stepwise_update if setup.client_form == "stepwise" else fused_update
                 upload, stats = (
-                    form(setup.server_view, w_tilde, self.trainer, self._batches(client, t), step=step)
+                    form(*coded, self.trainer, self._batches(client, t), step=step)
                     if together is None
                     else together.update(client, step=step)
                 )
@@ -372,9 +385,9 @@ class ClientWorkerRole:
                 if step is not None:
                     w_k, clipped = step(w_k)
                     report.clipped += bool(clipped)
-                upload = w_k.to(CODING_DTYPE) if w_tilde is None else None
-            if shortcut or (direct and w_tilde is None):  # no hook: only finiteness can be wrong
-                reason = None if all_finite(w_k if shortcut else upload) else "non-finite values"
+                upload = w_k.to(CODING_DTYPE) if coded is None else w_k
+            if shortcut or (direct and coded is None):  # no hook: only finiteness can be wrong
+                reason = None if all_finite(upload) else "non-finite values"
             else:
                 upload, reason = self._delivered(arm, t, client, upload, setup, upload_len)
             if reason is None and masked is not None:
@@ -389,14 +402,15 @@ class ClientWorkerRole:
             ):  # the aggregator's reading: the update, decoded with a client's P1L if coded
                 if shortcut:
                     reading = w_k - w0
-                elif w_tilde is not None:
-                    reading = setup.server_view.decode(upload.to(CODING_DTYPE)) - w0
+                elif coded is not None:
+                    reading = coded[0].decode(upload.to(CODING_DTYPE)) - w0
                 elif masked is not None:
                     reading = masked.reading()
                 else:
                     reading = upload - w0 if setup.uploads == "model" else upload
                 best = self._aggregator_reads(best, setup, reading)
             if shortcut:
+                assert delta_sum is not None
                 delta_sum.add_(w_k.sub_(w0), alpha=size)  # w_k is this worker's buffer
             elif masked is None:  # a masked input was added in the ring when it was masked
                 acc.add_(upload.to(CODING_DTYPE), alpha=size)
@@ -410,8 +424,9 @@ class ClientWorkerRole:
             report.bytes_out = masked.packed_bytes()
             return partials, report, exact
         if shortcut and report.weight > 0:
+            assert coded is not None and delta_sum is not None
             t0 = time.perf_counter()
-            acc = w_tilde * report.weight + setup.server_view.apply_P1(delta_sum)
+            acc = coded[1] * report.weight + coded[0].apply_P1(delta_sum)
             report.encode_s += time.perf_counter() - t0
         acc = self.host.to_host(acc)  # out to the object store: the partials below are copies of it
         plain = [

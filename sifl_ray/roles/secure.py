@@ -338,7 +338,9 @@ class AggregatorSecAgg:
             merged.update(part)
         return self._round(t).collect_keys(merged)
 
-    def route_shares(self, t: int, outboxes: Sequence[Mapping[int, Mapping[int, bytes]]]) -> dict:
+    def route_shares(
+        self, t: int, outboxes: Sequence[Mapping[int, Mapping[int, bytes]]]
+    ) -> dict[int, dict[int, bytes]]:
         """Step 1: U2, and each client's inbox of encrypted shares."""
         merged: dict[int, Mapping[int, bytes]] = {}
         for part in outboxes:
