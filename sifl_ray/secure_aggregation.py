@@ -12,11 +12,12 @@ graph of Bell et al., CCS 2020) is here, behind one object the round holds for t
   aggregator announces the survivors and their workers answer with shares (3b), the aggregator rebuilds
   the masks left in the sum (3c), each shard unmasks and averages its rows (3d).
 
-Blocking reads: each phase reads only what decides the next one: the aggregator's status after opening
-and after each routing (a failed step reveals nothing and stops the round), which workers answered each
-worker step (a dead one leaves the protocol, which tolerates it up to its threshold), the shards'
-refusals, the announcement's status and the plan's report: nine reads besides the per-worker and
-per-shard ones, all of small values. No parameter vector and no secret ever reaches the driver.
+Blocking reads: each phase reads only what decides the next one, all of them small: SecAgg's server's
+status after opening, after each routing and after the announcement, and its report after rebuilding the
+masks (a failed step reveals nothing and ends the round: five reads); each worker's answer to each of its
+three steps (advertise, share, unmask), to know who is still in (a dead one leaves the protocol, which
+tolerates it up to its threshold); each shard's refusals of the masked partials. The worker's reports and
+the shards' infos are the plain round's reads. No parameter vector and no secret reaches the driver.
 """
 
 from __future__ import annotations
