@@ -335,7 +335,8 @@ class ClientWorkerRole:
         upload_len = broadcast.shape[0] if coded is None else coded[1].shape[0]
         # Secure aggregation: the uploads are masked and summed in the ring (no coding: its arms are plain).
         masked = None if setup.secagg is None else self.secure[arm].round_sum(t, upload_len, inboxes or {})
-        acc = torch.zeros(upload_len, dtype=CODING_DTYPE, device=self.device)
+        # the weighted sum of the uploads (empty under secure aggregation: the ring sum takes its place)
+        acc = torch.zeros(upload_len if masked is None else 0, dtype=CODING_DTYPE, device=self.device)
         delta_sum = None if coded is None else torch.zeros_like(w0)
         # Direct: no hook or recorder, so no upload leaves this worker before it is summed here; only
         # finiteness can then be wrong (shape, round and key epoch are this worker's own).
