@@ -252,6 +252,8 @@ def _train_loss(reports: list[WorkerReport]) -> float:
 
 @dataclass
 class _Training:
+    """Step 2 as the driver holds it: each worker's refs and report, and who was retried or dropped."""
+
     outs: dict[int, Trained] = field(default_factory=dict)  # worker → the refs of its step 2
     reports: dict[int, WorkerReport] = field(default_factory=dict)
     dropped: list[dict[str, Any]] = field(default_factory=list)
@@ -328,9 +330,6 @@ def _train_clients(
             )
             out.outs.pop(k)
     return out
-
-
-_Reduction = tuple[list[int], list[Reduced], list[ShardInfo], dict[int, str]]
 
 
 def _reduce(
