@@ -12,28 +12,50 @@ forget pipeline: if a shard refuses a worker's partial sum, every shard must red
 worker before the server sees anything, because an aggregate over different workers in different shards
 would show the server more than an aggregate (and decode to nonsense). A server, aggregator or evaluator
 that dies raises :class:`PartyLost`; the runner restores it from the last checkpoint.
+
+Secure aggregation runs beside the round, not inside it: a secure arm's round holds a
+:class:`~sifl_ray.secure_aggregation.SecureAggregation` (``None`` for every other arm), which runs the
+protocol's own phases (key agreement before step 2, unmasking in step 3) through the same handles.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from functools import partial
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from sifl_ray.arms.steps import client_metrics
 from sifl_ray.backend import Backend
-from sifl_ray.errors import SiflError
+from sifl_ray.handles import (
+    AggregatorHandle,
+    EvaluatorHandle,
+    Finished,
+    Parties,
+    PartyLost,
+    Reduced,
+    ServerHandle,
+    ServerInfo,
+    ShardInfo,
+    Supervisor,
+    Trained,
+    WorkerHandle,
+    collect,
+)
+from sifl_ray.secure_aggregation import Reduction, SecureAggregation
 
+if TYPE_CHECKING:
+    from sifl_ray.roles.messages import WorkerReport
 
-@dataclass
-class Parties:
-    """Handles of every party, shared by all arms."""
-
-    server: Any
-    aggregators: list[Any]
-    workers: list[Any]
-    evaluator: Any
+__all__ = [
+    "ArmState",
+    "Parties",
+    "PartyLost",
+    "RoundPolicy",
+    "RoundResult",
+    "Supervisor",
+    "collect",
+    "run_round",
+]
 
 
 @dataclass
@@ -64,26 +86,6 @@ class RoundPolicy:
     max_retries: int = 2  # per worker and round; then its clients are dropped (and logged)
 
 
-class Supervisor(Protocol):
-    """What ``run_round`` asks of the runner when a worker fails (and where the runner injects faults)."""
-
-    def replace_worker(self, k: int, *, arm: str, t: int, reason: str) -> float:
-        """Kill worker ``k`` if it still runs and put a fresh one with the same clients in its place;
-        return the seconds it took."""
-
-    def after_submit(self, stage: str, *, arm: str, t: int) -> None:
-        """Called after step 2 (``"train"``) and step 3 (``"reduce"``) were submitted (fault injection)."""
-
-
-class PartyLost(SiflError, RuntimeError):
-    """The server, an aggregator shard or the evaluator died during a round."""
-
-    def __init__(self, party: str, index: int, *, arm: str, round: int, error: BaseException):
-        self.party, self.index, self.arm, self.round = party, index, arm, round
-        name = party if party != "aggregator" else f"aggregator shard {index}"
-        super().__init__(f"the {name} died in round {round} of {arm} ({type(error).__name__})")
-
-
 @dataclass
 class RoundResult:
     arm: str
@@ -91,14 +93,16 @@ class RoundResult:
     metrics: dict[str, float] = field(default_factory=dict)
     accepted: int = 0
     rejected: dict[int, str] = field(default_factory=dict)  # client → why its upload was refused
-    dropped: list[dict] = field(default_factory=list)  # {"worker", "clients", "reason"[, "replace_s"]}
-    retried: list[dict] = field(default_factory=list)  # {"worker", "attempt", "reason", "replace_s"}
+    dropped: list[dict[str, Any]] = field(default_factory=list)  # {"worker", "clients", "reason", ...}
+    retried: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # {"worker", "attempt", "reason", "replace_s"}
     refused_partials: dict[int, str] = field(default_factory=dict)  # worker → why the aggregator refused it
     skipped: bool = False  # no update reached the aggregator: the model stays as it was
     skip_reason: str | None = None  # why, when it is not that every worker dropped (secure aggregation)
     # the in-run audit: the evaluator's inner products of the round's change with the audit directions,
     # and per direction the aggregator's best cosine with an upload (the workers measure it)
-    audit: dict | None = None
+    audit: dict[str, Any] | None = None
     audit_uploads: list[float] | None = None
 
 
@@ -122,13 +126,19 @@ def run_round(
     """
     policy = policy or RoundPolicy()
     start = time.perf_counter()
+    server = ServerHandle(backend, parties.server)
+    shards = [AggregatorHandle(backend, a) for a in parties.aggregators[: len(arm.bounds)]]
+    evaluator = EvaluatorHandle(backend, parties.evaluator)
 
     # 1. Server encodes: ``arm.broadcast`` already holds ``π1(w^t)`` (made at the end of round t − 1).
     broadcast = arm.broadcast
 
     # 2a. Secure aggregation only (Bonawitz steps 0–1): the sampled clients agree on keys and share their
-    #     secrets, through the aggregator, which routes what it cannot read.
-    secure = _agree_keys(backend, parties, arm, t, assignment, supervisor) if arm.secure else None
+    #     secrets, through the aggregator, which routes what it cannot read (sifl_ray.secure_aggregation).
+    secure = None
+    if arm.secure:
+        secure = SecureAggregation(backend, parties, arm.name, t, arm.key_epoch, supervisor)
+        assignment = secure.agree_keys(assignment)
 
     # 2. Clients train on encoded parameters; each worker validates its clients' uploads and sums them
     #    (weighted by |D_i|), one partial per aggregator shard (masked, under secure aggregation). Dead or
@@ -137,50 +147,37 @@ def run_round(
 
     # 3. Aggregator averages each shard (weights renormalised to sum to 1) and, in M2, encodes it with π2.
     #    Every shard must average the same workers: a refused partial means reducing again without it.
-    #    Under secure aggregation it first announces the survivors and rebuilds the masks left in their sum
-    #    from the shares they return (3a–3c); then each shard unmasks and averages its rows.
+    #    Under secure aggregation the shards agree on the masked partials, the aggregator announces the
+    #    survivors and rebuilds the masks left in their sum from the shares they return (3a–3c); then each
+    #    shard unmasks and averages its rows.
     sources = sorted(k for k, r in trained.reports.items() if r.weight > 0)
-    reduce = _reduce if secure is None else partial(_reduce_masked, secure=secure)
-    sources, shard_outs, agg_infos, refused = reduce(backend, parties, arm, t, sources, trained, supervisor)
+    if secure is None:
+        sources, reduced, agg_infos, refused = _reduce(backend, shards, arm, t, sources, trained, supervisor)
+    else:
+        sources, reduced, agg_infos, refused = secure.reduce(shards, sources, trained.outs)
 
     # 4. Server decodes (M1: the plain average; M2: P1L W'_a, code 2 still on) and encodes the next broadcast.
     #    Nothing usable this round (everyone dropped or refused): the model stays, the broadcast is reused,
     #    unless the aggregator's step released its noise on the zero sum (central DP: ``every_round``).
-    server_info = None
-    released = bool(sources) or bool(shard_outs)
+    finished: Finished | None = None
+    released = bool(sources) or bool(reduced)
     if released:
-        previous = {"previous": broadcast} if arm.server_step else {}
-        next_broadcast, server_info = backend.call(
-            parties.server,
-            "finish_round",
-            arm.name,
-            t,
-            *[out[0] for out in shard_outs],
-            num_returns=2,
-            **previous,
-        )
+        previous = broadcast if arm.server_step else None
+        finished = server.finish_round(arm.name, t, [r.aggregate for r in reduced], previous=previous)
+        next_broadcast = finished.broadcast
     else:
         next_broadcast, agg_infos = broadcast, []
 
     # Simulation only: the evaluator decodes the new global model for test metrics (and, under secure
     # aggregation, measures the ring's quantisation error against the clients' exact sum).
-    audited = {"previous": broadcast} if arm.audit else {}
-    evaluation = backend.call(parties.evaluator, "evaluate", arm.name, t, next_broadcast, **audited)
+    evaluation = evaluator.evaluate(arm.name, t, next_broadcast, previous=broadcast if arm.audit else None)
     quantisation = None
-    if secure is not None and released and secure.plan_info.get("error") is None:
-        quantisation = backend.call(
-            parties.evaluator,
-            "sum_error",
-            arm.name,
-            t,
-            len(shard_outs),
-            *[out[2] for out in shard_outs],
-            *[trained.outs[k][-2] for k in sources],
-        )
-    server_stats = {"decode_s": 0.0, "encode_s": 0.0}
-    if server_info is not None:  # read first: if the server died, the evaluation fails because of it
-        server_stats = collect(backend, server_info, "server", 0, arm=arm.name, t=t)
-    eval_stats = collect(backend, evaluation, "evaluator", 0, arm=arm.name, t=t)
+    if secure is not None:
+        quantisation = secure.measure(evaluator, reduced, [trained.outs[k].exact for k in sources])
+    server_stats: ServerInfo = {"decode_s": 0.0, "encode_s": 0.0}
+    if finished is not None:  # read first: if the server died, the evaluation fails because of it
+        server_stats = collect(backend, finished.info, "server", 0, arm=arm.name, t=t)
+    eval_stats: dict[str, Any] = collect(backend, evaluation, "evaluator", 0, arm=arm.name, t=t)
     audit = eval_stats.pop("audit", None)
     if quantisation is not None:  # the decoded sum's error, in the units of the mean (like its bound)
         error = collect(backend, quantisation, "evaluator", 0, arm=arm.name, t=t)
@@ -250,18 +247,20 @@ def _largest(rows: list[list[float]]) -> list[float] | None:
     return [max(col) for col in zip(*rows, strict=True)] if rows else None
 
 
-def _train_loss(reports: list) -> float:
+def _train_loss(reports: list[WorkerReport]) -> float:
     """The round's train loss, weighted like FedAvg, over the clients that trained (not the canaries)."""
     weight = sum(r.weight - r.canary_weight for r in reports)
     return sum(r.train_loss_sum for r in reports) / weight if weight else float("nan")
 
 
 @dataclass
-class _Trained:
-    outs: dict[int, list] = field(default_factory=dict)  # worker → refs (one partial per shard, the report)
-    reports: dict[int, Any] = field(default_factory=dict)  # worker → WorkerReport
-    dropped: list[dict] = field(default_factory=list)
-    retried: list[dict] = field(default_factory=list)
+class _Training:
+    """Step 2 as the driver holds it: each worker's refs and report, and who was retried or dropped."""
+
+    outs: dict[int, Trained] = field(default_factory=dict)  # worker → the refs of its step 2
+    reports: dict[int, WorkerReport] = field(default_factory=dict)
+    dropped: list[dict[str, Any]] = field(default_factory=list)
+    retried: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _train_clients(
@@ -272,43 +271,31 @@ def _train_clients(
     assignment: list[list[int]],
     policy: RoundPolicy,
     supervisor: Supervisor | None,
-    secure: _SecureRound | None = None,
-) -> _Trained:
+    secure: SecureAggregation | None = None,
+) -> _Training:
     """Step 2 with its failure policy: submit every worker's clients, collect the small reports, and retry
     or drop the workers that died (or missed the deadline).
 
-    Under secure aggregation a worker returns one more value (the evaluator's instrument, before the
-    report), the workers that dropped in step 2a are not asked, and a failed worker is dropped, never
-    retried: its clients' secrets for the round died with it, and a client cannot rejoin a round.
+    Under secure aggregation each worker masks its clients' uploads with their inboxes (step 2a), and a
+    failed worker is dropped, never retried: its clients' secrets for the round died with it, and a client
+    cannot rejoin a round.
     """
-    num_returns = len(arm.bounds) + (2 if secure is not None else 1)
-    if secure is not None:
-        assignment = [clients if k in secure.workers else [] for k, clients in enumerate(assignment)]
+    inboxes = None if secure is None else secure.inboxes
 
-    def submit(k: int, attempt: int) -> list:
-        extra: dict[str, Any] = {"attempt": attempt} if attempt else {}
-        if secure is not None:
-            extra["inboxes"] = secure.inboxes
-        return backend.call(
-            parties.workers[k],
-            "train_round",
-            arm.name,
-            t,
-            arm.broadcast,
-            assignment[k],
-            arm.bounds,
-            num_returns=num_returns,
-            **extra,
+    def submit(k: int, attempt: int) -> Trained:
+        worker = WorkerHandle(backend, parties.workers[k])  # a replaced worker is called anew
+        return worker.train_round(
+            arm.name, t, arm.broadcast, assignment[k], arm.bounds, attempt=attempt, inboxes=inboxes
         )
 
-    out = _Trained()
+    out = _Training()
     pending = {k: submit(k, 0) for k, clients in enumerate(assignment) if clients}
     out.outs.update(pending)
     if supervisor is not None:
         supervisor.after_submit("train", arm=arm.name, t=t)
     attempts = dict.fromkeys(pending, 0)
     while pending:
-        by_ref = {refs[-1]: k for k, refs in pending.items()}
+        by_ref = {refs.report: k for k, refs in pending.items()}
         ready, late = backend.wait(list(by_ref), policy.deadline_s)
         failed: dict[int, tuple[str, str]] = {}  # worker → (policy, reason)
         for ref in ready:
@@ -322,7 +309,9 @@ def _train_clients(
         for ref in late:
             failed[by_ref[ref]] = (policy.straggler_policy, f"missed the {policy.deadline_s:g} s deadline")
         pending = {}
-        if failed and supervisor is None:
+        if not failed:
+            break
+        if supervisor is None:
             raise TimeoutError(f"round {t} of {arm.name}: workers {sorted(failed)} missed the deadline")
         for k, (action, reason) in sorted(failed.items()):
             # A straggler is still busy (and would delay its next round), a dead worker is gone: either way
@@ -346,252 +335,35 @@ def _train_clients(
     return out
 
 
-@dataclass
-class _SecureRound:
-    """What the driver holds of one round's secure aggregation: references it passes on, and public facts
-    (who is still in, what the protocol cost, why it failed)."""
-
-    inboxes: Any = None  # ref: each client's encrypted shares, routed by the aggregator (step 1)
-    workers: set[int] = field(default_factory=set)  # workers whose clients took part in the key agreement
-    dropped: list[dict] = field(default_factory=list)  # workers lost during the protocol's own steps
-    costs: list[dict] = field(default_factory=list)  # per answering worker: its clients' protocol costs
-    plan_info: dict = field(default_factory=dict)  # SecAgg server's report of step 3
-    failure: str | None = None  # the round could not be run or unmasked (nothing was revealed)
-
-    def metrics(self, reports: list, agg_infos: list[dict]) -> dict[str, float]:
-        """Per round: bytes and compute per client, the server's compute, the messages, who dropped and was
-        recovered, and the quantisation bound (the measured error comes from the evaluator)."""
-        clients = sum(c["clients"] for c in self.costs)
-        info = self.plan_info
-        out = {
-            "secagg/bytes_per_client": sum(c["bytes_sent"] + c["bytes_received"] for c in self.costs)
-            / max(clients, 1),
-            "secagg/client_s": sum(c["compute_s"] for c in self.costs) / max(clients, 1),
-            **{
-                f"secagg/sent_per_client/{step}": sum(c["sent_by"].get(step, 0) for c in self.costs)
-                / max(clients, 1)
-                for step in ("keys", "shares", "masked", "unmask")
-            },
-            "secagg/server_s": float(info.get("server_s", 0.0)),
-            "secagg/messages": float(sum(c["messages"] for c in self.costs) + info.get("server_messages", 0)),
-            "secagg/survivors": float(info.get("survivors", 0)),
-            # dropped after sharing keys (their neighbours' masks rebuilt) / after uploading (shares do)
-            "secagg/recovered": float(info.get("shared", 0) - info.get("survivors", 0)),
-            "secagg/unanswered": float(info.get("survivors", 0) - info.get("responders", 0)),
-            "secagg/clipped_coordinates": float(sum(r.coords_clipped for r in reports)),
-        }
-        if agg_infos:
-            out["secagg/quantisation_bound"] = max(i["secagg_bound"] for i in agg_infos)
-        return out
-
-
-def _alive(
-    backend: Backend,
-    refs: dict[int, Any],
-    secure: _SecureRound,
-    supervisor: Supervisor | None,
-    *,
-    arm: ArmState,
-    t: int,
-    step: str,
-    clients: dict[int, list[int]],
-) -> list[int]:
-    """The workers whose call of a secure-aggregation step returned; a worker that died is replaced (for
-    the next round) and its clients leave this one, which the protocol tolerates up to its threshold."""
-    alive = []
-    for k, ref in refs.items():
-        try:
-            backend.get(ref)
-        except Exception as err:
-            if supervisor is None or not backend.is_lost(err):
-                raise
-            replace_s = round(supervisor.replace_worker(k, arm=arm.name, t=t, reason=f"died in {step}"), 3)
-            secure.dropped.append(
-                {
-                    "worker": k,
-                    "clients": list(clients.get(k, [])),
-                    "reason": f"died in {step}",
-                    "replace_s": replace_s,
-                }
-            )
-            continue
-        alive.append(k)
-    return alive
-
-
-def _agree_keys(
-    backend: Backend,
-    parties: Parties,
-    arm: ArmState,
-    t: int,
-    assignment: list[list[int]],
-    supervisor: Supervisor | None,
-) -> _SecureRound:
-    """Step 2a (Bonawitz steps 0–1): the aggregator opens the round over the sampled clients (roster and
-    masking graph), each client advertises its public keys, the aggregator routes them to its neighbours,
-    each client sends its encrypted shares, the aggregator routes those. Every message between clients
-    passes the aggregator; none is readable by it."""
-    secure = _SecureRound()
-    aggregator = parties.aggregators[0]
-    hosted = {k: list(c) for k, c in enumerate(assignment) if c}
-    roster = sorted(c for clients in hosted.values() for c in clients)
-
-    def status(ref) -> bool:
-        error = collect(backend, ref, "aggregator", 0, arm=arm.name, t=t)
-        secure.failure = secure.failure or error
-        return error is None
-
-    public, opened = backend.call(aggregator, "secagg_open", arm.name, t, roster, num_returns=2)
-    if not status(opened):
-        return secure
-    keys = {
-        k: backend.call(parties.workers[k], "secagg_advertise", arm.name, public, c)
-        for k, c in hosted.items()
-    }
-    workers = _alive(backend, keys, secure, supervisor, arm=arm, t=t, step="advertise keys", clients=hosted)
-    routed, ok = backend.call(
-        aggregator, "secagg_route_keys", arm.name, t, *[keys[k] for k in workers], num_returns=2
-    )
-    if not status(ok):
-        return secure
-    outboxes = {k: backend.call(parties.workers[k], "secagg_share", arm.name, t, routed) for k in workers}
-    workers = _alive(backend, outboxes, secure, supervisor, arm=arm, t=t, step="share keys", clients=hosted)
-    secure.inboxes, ok = backend.call(
-        aggregator, "secagg_route_shares", arm.name, t, *[outboxes[k] for k in workers], num_returns=2
-    )
-    if status(ok):
-        secure.workers = set(workers)
-    return secure
-
-
 def _reduce(
     backend: Backend,
-    parties: Parties,
+    shards: list[AggregatorHandle],
     arm: ArmState,
     t: int,
     sources: list[int],
-    trained: _Trained,
+    trained: _Training,
     supervisor: Supervisor | None,
-) -> tuple[list[int], list, list[dict], dict[int, str]]:
+) -> Reduction:
     """Step 3: every shard averages its rows of the workers' partials (and, in M2, encodes them with π2);
     a partial one shard refuses is left out of every shard's next attempt, until all shards accept the
     same workers. Returns the sources, the shards' outputs and infos, and the refused partials."""
     refused: dict[int, str] = {}
-    shard_outs: list = []
-    agg_infos: list[dict] = []
+    reduced: list[Reduced] = []
+    agg_infos: list[ShardInfo] = []
     while sources or arm.every_round:  # a step that releases every round runs on a zero sum too
-        shard_outs = [
-            backend.call(
-                aggregator,
-                "reduce",
-                arm.name,
-                t,
-                arm.key_epoch,
-                *[trained.outs[k][s] for k in sources],
-                num_returns=2,
-                shard=s,
-            )
-            for s, aggregator in enumerate(parties.aggregators[: len(arm.bounds)])
+        reduced = [
+            shard.reduce(arm.name, t, arm.key_epoch, [trained.outs[k].partials[s] for k in sources], shard=s)
+            for s, shard in enumerate(shards)
         ]
         if supervisor is not None:
             supervisor.after_submit("reduce", arm=arm.name, t=t)
         agg_infos = [
-            collect(backend, out[1], "aggregator", s, arm=arm.name, t=t) for s, out in enumerate(shard_outs)
+            collect(backend, r.info, "aggregator", s, arm=arm.name, t=t) for s, r in enumerate(reduced)
         ]
         now_refused = {k: why for info in agg_infos for k, why in info["rejected"].items()}
         if not now_refused:
             break
-        shard_outs, agg_infos = [], []
+        reduced, agg_infos = [], []
         refused.update(now_refused)
         sources = [k for k in sources if k not in now_refused]
-    return sources, shard_outs, agg_infos, refused
-
-
-def _reduce_masked(
-    backend: Backend,
-    parties: Parties,
-    arm: ArmState,
-    t: int,
-    sources: list[int],
-    trained: _Trained,
-    supervisor: Supervisor | None,
-    *,
-    secure: _SecureRound,
-) -> tuple[list[int], list, list[dict], dict[int, str]]:
-    """Step 3 of a secure arm: 3a every shard checks the stamps and shapes of its masked partials (their
-    content cannot be checked) until all shards accept the same workers; 3b the aggregator announces the
-    survivors U3 and their workers answer with shares (a worker that dies now leaves its clients' inputs in
-    the sum: the others' shares rebuild their masks); 3c the aggregator rebuilds the masks left in the sum;
-    3d each shard unmasks, decodes and averages its rows. Returns the sources, the shards' outputs and
-    infos, and the refused partials (sources empty: the round could not be unmasked)."""
-    aggregators = parties.aggregators[: len(arm.bounds)]
-    refused: dict[int, str] = {}
-    while sources:
-        checks = [
-            backend.call(
-                a, "check_masked", arm.name, t, arm.key_epoch, *[trained.outs[k][s] for k in sources], shard=s
-            )
-            for s, a in enumerate(aggregators)
-        ]
-        now: dict[int, str] = {}
-        for s, ref in enumerate(checks):
-            now.update(collect(backend, ref, "aggregator", s, arm=arm.name, t=t))
-        if not now:
-            break
-        refused.update(now)
-        sources = [k for k in sources if k not in now]
-    if not sources:
-        return [], [], [], refused
-    head = aggregators[0]
-    survivors, announced = backend.call(
-        head, "secagg_announce", arm.name, t, *[trained.outs[k][0] for k in sources], num_returns=2
-    )
-    error = collect(backend, announced, "aggregator", 0, arm=arm.name, t=t)
-    if error is not None:
-        secure.failure = error
-        return [], [], [], refused
-    answers = {
-        k: backend.call(parties.workers[k], "secagg_unmask", arm.name, t, survivors, num_returns=2)
-        for k in sources
-    }
-    costs = {k: refs[1] for k, refs in answers.items()}
-    hosted = {k: [] for k in sources}  # a worker lost now drops no client: their inputs are in the sum
-    answered = _alive(backend, costs, secure, supervisor, arm=arm, t=t, step="unmask", clients=hosted)
-    secure.costs = [backend.get(costs[k]) for k in answered]
-    plan, planned = backend.call(
-        head, "secagg_plan", arm.name, t, *[answers[k][0] for k in answered], num_returns=2
-    )
-    secure.plan_info = collect(backend, planned, "aggregator", 0, arm=arm.name, t=t)
-    if secure.plan_info["error"] is not None:
-        secure.failure = secure.plan_info["error"]
-        return [], [], [], refused
-    shard_outs = [
-        backend.call(
-            a,
-            "reduce",
-            arm.name,
-            t,
-            arm.key_epoch,
-            *[trained.outs[k][s] for k in sources],
-            plan=plan,
-            shard=s,
-            num_returns=3,
-        )
-        for s, a in enumerate(aggregators)
-    ]
-    if supervisor is not None:
-        supervisor.after_submit("reduce", arm=arm.name, t=t)
-    agg_infos = [
-        collect(backend, out[1], "aggregator", s, arm=arm.name, t=t) for s, out in enumerate(shard_outs)
-    ]
-    return sources, shard_outs, agg_infos, refused
-
-
-def collect(backend: Backend, ref: Any, party: str, index: int, *, arm: str, t: int):
-    """``backend.get(ref)``, naming the party when the call failed because that party is gone."""
-    try:
-        return backend.get(ref)
-    except Exception as err:
-        if backend.is_lost(err):
-            raise PartyLost(party, index, arm=arm, round=t, error=err) from err
-        raise
+    return sources, reduced, agg_infos, refused

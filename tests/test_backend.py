@@ -12,7 +12,7 @@ import ray
 
 from actors.backend import RayBackend
 from sifl_ray.backend import Backend
-from sifl_ray.round import collect
+from sifl_ray.handles import collect
 from sifl_ray.sequential import SequentialBackend
 
 BACKENDS = {"ray": RayBackend, "sequential": SequentialBackend}

@@ -44,6 +44,7 @@ from torch import nn
 from sifl_ray.attacks.config import Design
 from sifl_ray.attacks.transcript import TranscriptRecorder
 from sifl_ray.coding.base import CODING_DTYPE, AggregatorKey, ServerKey
+from sifl_ray.handles import AggregatorHandle, EvaluatorHandle, ServerHandle, WorkerHandle
 from sifl_ray.optim import TorchTrainer
 from sifl_ray.roles.evaluator import EvaluatorRole
 from sifl_ray.seeding import derive_seed, torch_generator
@@ -402,12 +403,12 @@ class TaskParties:
         backend, parties = self.backend, self.parties
         done = []
         if steps.server is not None:
-            done.append(backend.call(parties.server, "set_step", arm, steps.server))
-        for aggregator in parties.aggregators[:shards]:
+            done.append(ServerHandle(backend, parties.server).set_step(arm, steps.server))
+        for aggregator in [AggregatorHandle(backend, a) for a in parties.aggregators[:shards]]:
             if steps.aggregator is not None:
-                done.append(backend.call(aggregator, "set_step", arm, steps.aggregator))
+                done.append(aggregator.set_step(arm, steps.aggregator))
             if steps.secagg is not None:
-                done.append(backend.call(aggregator, "set_secagg", arm, steps.secagg))
+                done.append(aggregator.set_secagg(arm, steps.secagg))
         return done
 
     def hand_arm(self, arm: str, *, mode: str, setup, views: tuple, paired: bool) -> list:
@@ -415,8 +416,8 @@ class TaskParties:
         :class:`~sifl_ray.runner.arms.PartyHost`). The evaluator reports no deviation from fl (``paired`` is
         ignored): a task plays one arm at a time."""
         backend, parties = self.backend, self.parties
-        done = [backend.call(worker, "set_arm", arm, setup, *views) for worker in parties.workers]
-        done.append(backend.call(parties.evaluator, "set_arm", arm, mode, *views))
+        done = [WorkerHandle(backend, worker).set_arm(arm, setup, *views) for worker in parties.workers]
+        done.append(EvaluatorHandle(backend, parties.evaluator).set_arm(arm, mode, *views))
         return done
 
     def setup_arm(
@@ -441,7 +442,7 @@ class TaskParties:
 
     def global_model(self, arm: str, broadcast) -> torch.Tensor:
         """Simulation only: the evaluator's decoding of ``broadcast`` (what every client decodes)."""
-        return self.backend.get(self.backend.call(self.parties.evaluator, "decode", arm, broadcast))
+        return self.backend.get(EvaluatorHandle(self.backend, self.parties.evaluator).decode(arm, broadcast))
 
 
 def record_arm(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -19,6 +20,10 @@ from sifl_ray.arms.base import AggregatorStep
 from sifl_ray.coding.base import CODING_DTYPE, AggregatorKey, NoiseSpec
 from sifl_ray.roles.messages import MaskedPartial, Partial
 from sifl_ray.seeding import noise_generator
+
+if TYPE_CHECKING:  # imported where a secure arm is set up: ``cryptography`` costs ~13 MiB in each process
+    from sifl_ray.privacy.secagg import MaskPlan
+    from sifl_ray.roles.secure import SecAggSpec
 
 
 def check_upload(
@@ -151,7 +156,7 @@ class Aggregator:
         allow_empty: bool = False,
         step: AggregatorStep | None = None,
         arm: str = "",
-    ) -> tuple[torch.Tensor | None, dict]:
+    ) -> tuple[torch.Tensor | None, dict[str, Any]]:
         """Steps 3a–3b: ``w~_a = Σ_i (|D_i| / Σ|D|) w~_i`` over this shard, then the arm's ``step`` on it (if
         any); M2: ``W'_a = w~_a P2 + R2 N2``.
 
@@ -257,11 +262,11 @@ class Aggregator:
         t: int,
         partials: list[MaskedPartial],
         *,
-        plan,
-        spec,
+        plan: MaskPlan,
+        spec: SecAggSpec,
         step: AggregatorStep | None = None,
         arm: str = "",
-    ) -> tuple[torch.Tensor, dict, torch.Tensor]:
+    ) -> tuple[torch.Tensor, dict[str, Any], torch.Tensor]:
         """Step 3d of a secure arm on this shard's rows: add the masked partials in the ring, remove the
         masks the plan names (:func:`sifl_ray.roles.secure.unmask_rows`), decode, turn the sum
         ``Σ (weight_i/weight_ref)·u_i`` into the weighted mean, then the arm's step.
@@ -280,7 +285,7 @@ class Aggregator:
         acc = summed * (spec.weight_ref / total)
         if step is not None:
             acc = self._step(step, acc, arm=arm, t=t, weight=total)
-        info = {
+        info: dict[str, Any] = {
             "aggregate_s": time.perf_counter() - start - encode_s,
             "encode_s": encode_s,
             "weight": total,

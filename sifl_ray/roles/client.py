@@ -21,10 +21,10 @@ broadcast comes in and the partial sums go out once per round (:mod:`sifl_ray.de
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -39,6 +39,7 @@ from sifl_ray.roles.aggregator import check_upload
 from sifl_ray.roles.messages import MaskedPartial, Partial, WorkerReport
 
 if TYPE_CHECKING:  # imported where a secure arm is set up: ``cryptography`` costs ~13 MiB in each process
+    from sifl_ray.privacy.secagg import PublicKeys, UnmaskResponse
     from sifl_ray.roles.secure import RoundPublic, SecAggSpec, WorkerSecAgg
 
 
@@ -171,10 +172,12 @@ class ClientWorkerRole:
         self._canary_seed, self._canary_weight = seed, float(weight)
         self._canary_dirs = {}
         self._audit_count = int(directions)  # canaries + nulls: the aggregator's view is scored here
-        self._audit_dirs: torch.Tensor | None = None
+        self._audit_dirs = None
         self._included = None  # which canaries insert their direction (the auditor's draws)
 
-    def _aggregator_reads(self, best: torch.Tensor | None, setup: ArmSetup, reading: torch.Tensor):
+    def _aggregator_reads(
+        self, best: torch.Tensor | None, setup: ArmSetup, reading: torch.Tensor
+    ) -> torch.Tensor | None:
         """The in-run audit's aggregator view (simulation only): the cosine of what the aggregator reads of
         one upload (``reading``: the update it sees in the clear, or decodes with a colluding client's
         ``P1L``, or a masked input read as numbers) with every audit direction; the worker keeps the
@@ -184,6 +187,7 @@ class ClientWorkerRole:
             return best
         from sifl_ray.privacy.one_run import canary_directions
 
+        assert self._canary_seed is not None, "set_canaries comes first"
         if self._audit_dirs is None or self._audit_dirs.shape[1] != reading.numel():
             rows = canary_directions(d=reading.numel(), k=self._audit_count, seed=self._canary_seed, clip=1.0)
             self._audit_dirs = torch.from_numpy(rows)
@@ -201,6 +205,7 @@ class ClientWorkerRole:
         canary left out (only sampled under a zero-out arm) stays at the start: it uploads no change."""
         from sifl_ray.privacy.one_run import canary_directions, inclusion_draws
 
+        assert self._canary_seed is not None, "set_canaries comes first"
         if self._included is None:
             self._included = inclusion_draws(k=max(self.canaries.values()) + 1, seed=self._canary_seed)
         if not self._included[self.canaries[client]]:
@@ -208,7 +213,6 @@ class ClientWorkerRole:
 
         unit = self._canary_dirs.get(client)
         if unit is None:
-            assert self._canary_seed is not None
             row = canary_directions(
                 d=w0.numel(), k=1, seed=self._canary_seed, clip=1.0, first=self.canaries[client]
             )
@@ -220,7 +224,13 @@ class ClientWorkerRole:
         canaries = sorted(c for c in clients if c in self.canaries)
         return [c for c in clients if c not in self.canaries], canaries
 
-    def set_arm(self, arm: str, setup: ArmSetup, server_view=None, aggregator_view=None) -> None:
+    def set_arm(
+        self,
+        arm: str,
+        setup: ArmSetup,
+        server_view: ClientServerKey | None = None,
+        aggregator_view: AggregatorKey | None = None,
+    ) -> None:
         """Play ``arm``'s clients with ``setup`` (made once, by the driver's
         :func:`~sifl_ray.runner.arms.hand_out_arm`) and the key views the server and the aggregator made for
         the clients (given here: they travel by reference; ``None`` keeps the setup's own); the views are
@@ -238,13 +248,17 @@ class ClientWorkerRole:
             self.secure[arm] = WorkerSecAgg(setup.secagg, arm)
 
     # Secure aggregation, steps 0, 1 and 3 for the hosted clients (step 2, masking, is in train_round).
-    def secagg_advertise(self, arm: str, public: RoundPublic, clients: list[int]) -> dict:
+    def secagg_advertise(self, arm: str, public: RoundPublic, clients: list[int]) -> dict[int, PublicKeys]:
         return self.secure[arm].advertise(public, clients)
 
-    def secagg_share(self, arm: str, t: int, routed: dict) -> dict:
+    def secagg_share(
+        self, arm: str, t: int, routed: Mapping[int, Mapping[int, PublicKeys]]
+    ) -> dict[int, dict[int, bytes]]:
         return self.secure[arm].share(t, routed)
 
-    def secagg_unmask(self, arm: str, t: int, survivors) -> tuple[dict, dict]:
+    def secagg_unmask(
+        self, arm: str, t: int, survivors: Collection[int]
+    ) -> tuple[dict[int, UnmaskResponse], dict[str, Any]]:
         responses, costs = self.secure[arm].unmask(t, survivors)
         return responses, vars(costs)
 
@@ -276,7 +290,7 @@ class ClientWorkerRole:
         losses = loss_values([self.trainer.step(b) for b in self._batches(client, t)])
         return self.trainer.params(out), float(np.mean(losses)) if losses else 0.0
 
-    def _together(self, t: int, clients: list[int], **kwargs) -> vectorised.ClientRound | None:
+    def _together(self, t: int, clients: list[int], **kwargs: Any) -> vectorised.ClientRound | None:
         """The round's clients trained together (:mod:`sifl_ray.optim.vectorised`), or ``None``: one at a time
         (``train.vectorise=false``, no-op clients, or what cannot be vectorised, said once)."""
         if not self.training.vectorise or self.training.skip_training:
@@ -297,24 +311,26 @@ class ClientWorkerRole:
         broadcast: torch.Tensor,
         clients: list[int],
         bounds: list[tuple[int, int]],
-        inboxes: dict | None = None,
+        inboxes: dict[int, Any] | None = None,
     ) -> tuple[list[Partial], WorkerReport] | tuple[list[MaskedPartial], WorkerReport, torch.Tensor]:
         """Train ``clients`` for round ``t`` of ``arm``; return one partial sum per shard and a report.
 
-        Under secure aggregation (``inboxes``: the round's encrypted shares, routed by the aggregator) the
-        partials are :class:`MaskedPartial` sums of masked inputs, and a third value follows: the exact
-        float64 sum of what the clients encoded, a simulation-only instrument that only the evaluator
-        receives (it measures the ring's quantisation error; no deployment has it).
+        Under secure aggregation (``inboxes``: the round's encrypted shares, routed by the aggregator) each
+        client's upload, after the same training and client step, is masked (SecAgg step 2) and the worker
+        adds the masked inputs in the ring: the partials are :class:`MaskedPartial`, and a third value
+        follows, the exact float64 sum of what the clients encoded, a simulation-only instrument that only
+        the evaluator receives (it measures the ring's quantisation error; no deployment has it). A client
+        whose upload fails the checks, or that is not in the round's key agreement, masks nothing: the
+        aggregator recovers the masks its neighbours added.
         """
         setup = self.arms[arm]
-        if setup.secagg is not None:
-            return self._train_round_masked(arm, t, broadcast, clients, bounds, inboxes or {})
         report = WorkerReport(worker=self.worker, round=t)
         best = None  # the in-run audit: the aggregator's best cosine per direction this round
         tic = time.perf_counter()
         broadcast = broadcast.to(self.device)
+        # coded: the key view that decodes and encodes, and the round's encoded start w~ (None: plain)
+        coded: tuple[ClientServerKey, torch.Tensor] | None = None
         if setup.mode == "plain":
-            w_tilde = None
             w0 = broadcast
         else:
             assert setup.server_view is not None
@@ -322,16 +338,22 @@ class ClientWorkerRole:
             if broadcast.dim() == 2:  # M2 after round 0: strip code 2, w~ = W' P2R (a valid M1 encoding)
                 assert setup.aggregator_view is not None
                 w_tilde = setup.aggregator_view.strip(broadcast)
+            coded = (setup.server_view, w_tilde)
             w0 = setup.server_view.decode(w_tilde)
         report.encode_s += time.perf_counter() - tic
-        upload_len = broadcast.shape[0] if w_tilde is None else w_tilde.shape[0]
-        acc = torch.zeros(upload_len, dtype=CODING_DTYPE, device=self.device)
-        delta_sum = None if w_tilde is None else torch.zeros_like(w0)
+        upload_len = broadcast.shape[0] if coded is None else coded[1].shape[0]
+        # Secure aggregation: the uploads are masked and summed in the ring (no coding: its arms are plain).
+        masked = None if setup.secagg is None else self.secure[arm].round_sum(t, upload_len, inboxes or {})
+        # the weighted sum of the uploads (empty under secure aggregation: the ring sum takes its place)
+        acc = torch.zeros(upload_len if masked is None else 0, dtype=CODING_DTYPE, device=self.device)
+        delta_sum = None if coded is None else torch.zeros_like(w0)
         # Direct: no hook or recorder, so no upload leaves this worker before it is summed here; only
         # finiteness can then be wrong (shape, round and key epoch are this worker's own).
         direct = self.upload_hook is None and self.recorder is None
+        # The shortcut sums the local models' changes and encodes once (the upload of a client is then its
+        # local model w_k, never encoded on its own).
         shortcut = (
-            w_tilde is not None
+            coded is not None
             and setup.client_form == "fused"
             and direct
             and not getattr(self, "materialize", False)
@@ -339,14 +361,13 @@ class ClientWorkerRole:
         start = w0.to(self.dtype)  # every client starts from w0: cast it once, not once per client
         # A direct upload is consumed before the next client trains, so one buffer serves them all.
         local = torch.empty_like(w0) if direct else None
-        coded = None if w_tilde is None else (setup.server_view, w_tilde)
         clients, canaries = self._split(clients)
         together = self._together(t, clients, w0=w0, start=start, coded=coded, form=setup.client_form)
         for client in [*(sorted(clients) if together is None else together.order), *canaries]:
             canary = client in self.canaries
             size = self._size(client, setup)
             t0 = time.perf_counter()
-            step = None if setup.step is None else partial(setup.step, start=w0, arm=arm, client=client, t=t)
+            step = self._client_step(setup, w0, arm=arm, client=client, t=t)
             if canary:  # through the arm's step and coding like a trained client, never trained
                 assert setup.canary_norm is not None
                 w_k, loss = self._canary_model(client, w0, setup.canary_norm), 0.0
@@ -354,15 +375,11 @@ class ClientWorkerRole:
                     w_k, metrics = step(w_k)
                     count_step(report, metrics)
                 # shortcut: the worker sums w_k − w0 and encodes once, as for every client
-                upload = (
-                    w_k
-                    if w_tilde is None or shortcut
-                    else fused_tail(setup.server_view, w_tilde, w0, w_k, [])[0]
-                )
-            elif w_tilde is not None and not shortcut:
+                upload = w_k if coded is None or shortcut else fused_tail(*coded, w0, w_k, [])[0]
+            elif coded is not None and not shortcut:
                 form = stepwise_update if setup.client_form == "stepwise" else fused_update
                 upload, stats = (
-                    form(setup.server_view, w_tilde, self.trainer, self._batches(client, t), step=step)
+                    form(*coded, self.trainer, self._batches(client, t), step=step)
                     if together is None
                     else together.update(client, step=step)
                 )
@@ -379,39 +396,51 @@ class ClientWorkerRole:
                 if step is not None:
                     w_k, metrics = step(w_k)
                     count_step(report, metrics)
-                upload = w_k.to(CODING_DTYPE) if w_tilde is None else None
-            if shortcut or (direct and w_tilde is None):  # no hook: only finiteness can be wrong
-                reason = None if all_finite(w_k if shortcut else upload) else "non-finite values"
+                upload = w_k.to(CODING_DTYPE) if coded is None else w_k
+            if shortcut or (direct and coded is None):  # no hook: only finiteness can be wrong
+                reason = None if all_finite(upload) else "non-finite values"
             else:
                 upload, reason = self._delivered(arm, t, client, upload, setup, upload_len)
+            if reason is None and masked is not None:
+                reason = masked.add(client, upload, size, report)
             if reason is not None:
                 report.rejected[client] = reason
                 continue
-            if self.recorder is not None:
-                self.recorder.record_upload(t, client, upload.cpu())
+            if self.recorder is not None:  # what the aggregator receives (a masked input read as numbers)
+                self.recorder.record_upload(t, client, (upload if masked is None else masked.reading()).cpu())
             if (
                 self._audit_count
             ):  # the aggregator's reading: the update, decoded with a client's P1L if coded
                 if shortcut:
                     reading = w_k - w0
-                elif w_tilde is not None:
-                    reading = setup.server_view.decode(upload.to(CODING_DTYPE)) - w0
+                elif coded is not None:
+                    reading = coded[0].decode(upload.to(CODING_DTYPE)) - w0
+                elif masked is not None:
+                    reading = masked.reading()
                 else:
                     reading = upload - w0 if setup.uploads == "model" else upload
                 best = self._aggregator_reads(best, setup, reading)
             if shortcut:
+                assert delta_sum is not None
                 delta_sum.add_(w_k.sub_(w0), alpha=size)  # w_k is this worker's buffer
-            else:
+            elif masked is None:  # a masked input was added in the ring when it was masked
                 acc.add_(upload.to(CODING_DTYPE), alpha=size)
             self._count(report, client, size, loss)
         report.accepted.sort()  # trained together, clients come in groups of equal minibatch counts
         report.audit_max = None if best is None else best.tolist()
+        if masked is not None:
+            partials, exact = masked.partials(
+                self.worker, bounds, key_epoch=setup.key_epoch, weight=report.weight
+            )
+            report.bytes_out = masked.packed_bytes()
+            return partials, report, exact
         if shortcut and report.weight > 0:
+            assert coded is not None and delta_sum is not None
             t0 = time.perf_counter()
-            acc = w_tilde * report.weight + setup.server_view.apply_P1(delta_sum)
+            acc = coded[1] * report.weight + coded[0].apply_P1(delta_sum)
             report.encode_s += time.perf_counter() - t0
         acc = self.host.to_host(acc)  # out to the object store: the partials below are copies of it
-        partials = [
+        plain = [
             Partial(
                 source=self.worker,
                 round=t,
@@ -423,7 +452,17 @@ class ClientWorkerRole:
             for a, b in bounds
         ]
         report.bytes_out = acc.numel() * acc.element_size()
-        return partials, report
+        return plain, report
+
+    @staticmethod
+    def _client_step(
+        setup: ArmSetup, w0: torch.Tensor, *, arm: str, client: int, t: int
+    ) -> Callable[[torch.Tensor], tuple[torch.Tensor, Mapping[str, float]]] | None:
+        """The arm's client step (:class:`~sifl_ray.arms.ClientStep`) for one client's local model, bound to
+        the round's start ``w0`` (``None``: the model is uploaded as trained)."""
+        if setup.step is None:
+            return None
+        return partial(setup.step, start=w0, arm=arm, client=client, t=t)
 
     def _size(self, client: int, setup: ArmSetup) -> float:
         """The client's FedAvg weight: |D_i|, 1 under uniform weights, a canary's configured weight."""
@@ -459,87 +498,3 @@ class ClientWorkerRole:
             stamped_epoch=stamped_epoch,
         )
         return upload, reason
-
-    def _train_round_masked(
-        self,
-        arm: str,
-        t: int,
-        broadcast: torch.Tensor,
-        clients: list[int],
-        bounds: list[tuple[int, int]],
-        inboxes: dict,
-    ) -> tuple[list[MaskedPartial], WorkerReport, torch.Tensor]:
-        """:meth:`train_round` of a secure-aggregation arm: each client trains, runs the arm's client step,
-        and uploads ``(weight_i / weight_ref)·u_i`` fixed-point encoded and masked (SecAgg step 2); the worker
-        adds the masked inputs in the ring. A client whose upload fails the checks, or that is not in the
-        round's key agreement, masks nothing: the aggregator recovers the masks its neighbours added."""
-        from sifl_ray.privacy.secagg import SecAggError
-        from sifl_ray.privacy.secagg.ring import ring_reduce_
-
-        setup, secure = self.arms[arm], self.secure[arm]
-        spec = setup.secagg
-        codec = spec.codec
-        report = WorkerReport(worker=self.worker, round=t)
-        best = None  # the in-run audit: the aggregator's best cosine per direction this round
-        w0 = broadcast.to(self.device, CODING_DTYPE)
-        start = w0.to(self.dtype)
-        n = w0.shape[0]
-        ring = np.zeros(n, dtype=np.uint64)
-        exact = np.zeros(n, dtype=np.float64)  # simulation only: Σ clip_B(x_i), the evaluator's truth
-        protocol_ids: list[int] = []
-        clients, canaries = self._split(clients)
-        together = self._together(t, clients, w0=w0, start=start)
-        for client in [*(sorted(clients) if together is None else together.order), *canaries]:
-            size = self._size(client, setup)
-            t0 = time.perf_counter()
-            if client in self.canaries:  # through the step and the masking like a trained client
-                assert setup.canary_norm is not None
-                w_k, loss = self._canary_model(client, w0, setup.canary_norm), 0.0
-            elif together is None:
-                w_k, loss = self._train(w0, start, client, t, None)
-            else:
-                w_k, loss = together.local(client, torch.empty_like(w0))
-            report.train_s += time.perf_counter() - t0
-            upload = w_k.to(CODING_DTYPE)
-            if setup.step is not None:
-                upload, metrics = setup.step(upload, start=w0, arm=arm, client=client, t=t)
-                count_step(report, metrics)
-            upload, reason = self._delivered(arm, t, client, upload, setup, n)
-            if reason is not None:
-                report.rejected[client] = reason
-                continue
-            t0 = time.perf_counter()
-            x = upload.detach().cpu().numpy() * (size / spec.weight_ref)
-            try:
-                masked = secure.mask(t, client, x, inboxes)
-            except SecAggError as err:
-                report.rejected[client] = f"secure aggregation: {err}"
-                continue
-            report.encode_s += time.perf_counter() - t0
-            report.coords_clipped += secure.clipped(t, client)
-            if self.recorder is not None:  # what the aggregator receives: the masked input, read as numbers
-                self.recorder.record_upload(t, client, torch.from_numpy(codec.decode(masked)))
-            if self._audit_count:  # the aggregator's reading of a masked input: ring elements as numbers
-                best = self._aggregator_reads(best, setup, torch.from_numpy(codec.decode(masked)))
-            np.add(ring, masked, out=ring)
-            exact += np.clip(x, -codec.clip, codec.clip)
-            protocol_ids.append(secure.index(t, client))
-            self._count(report, client, size, loss)
-        report.accepted.sort()  # trained together, clients come in groups of equal minibatch counts
-        report.audit_max = None if best is None else best.tolist()
-        ring_reduce_(ring, codec.ring_bits)
-        ids = tuple(protocol_ids)
-        partials = [
-            MaskedPartial(
-                source=self.worker,
-                round=t,
-                key_epoch=setup.key_epoch,
-                masked_sum=ring[a:b].copy(),
-                weight=report.weight,
-                accepted=len(ids),
-                clients=ids,
-            )
-            for a, b in bounds
-        ]
-        report.bytes_out = codec.packed_bytes(n)
-        return partials, report, torch.from_numpy(exact)

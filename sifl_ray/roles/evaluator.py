@@ -12,6 +12,7 @@ test set is copied there once, and an evaluation reads its figures back once.
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import numpy as np
 import torch
@@ -80,7 +81,11 @@ class EvaluatorRole:
         mode, server_view, aggregator_view = self.views[arm]
         if mode == "plain":
             return broadcast.to(CODING_DTYPE)
-        w_tilde = aggregator_view.strip(broadcast) if broadcast.dim() == 2 else broadcast
+        assert server_view is not None, f"{arm}: a coded arm's evaluator holds the clients' view of key 1"
+        w_tilde = broadcast
+        if broadcast.dim() == 2:  # M2 after round 0: strip code 2 first
+            assert aggregator_view is not None, f"{arm}: an M2 evaluator holds the clients' view of key 2"
+            w_tilde = aggregator_view.strip(broadcast)
         return server_view.decode(w_tilde)
 
     @torch.no_grad()
@@ -106,7 +111,7 @@ class EvaluatorRole:
         for value in loss_values(losses):  # summed in batch order on the host, as before
             loss_sum += value
         correct = int(torch.stack(hits).sum()) if hits else 0
-        out = {
+        out: dict[str, Any] = {
             "test_accuracy": correct / len(self.y),
             "test_loss": loss_sum / len(self.y),
             "finite": float(bool(torch.isfinite(w).all())),

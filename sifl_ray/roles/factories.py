@@ -8,8 +8,10 @@ driver orchestrates every party, so it must never hold a key either. The server'
 
 from __future__ import annotations
 
+from typing import cast
+
 from sifl_ray.coding import IdentityKey, make_aggregator_key, make_server_key
-from sifl_ray.coding.base import NoiseSpec
+from sifl_ray.coding.base import ClientServerKey, NoiseDistribution, NoiseSpec
 from sifl_ray.coding.keys import server_key_class
 from sifl_ray.party_seeds import party_seed
 from sifl_ray.roles.aggregator import Aggregator
@@ -18,12 +20,12 @@ from sifl_ray.seeding import derive_bytes
 from sifl_ray.specs import CodingSpec
 
 
-def make_party_server_key(*, arm: str, mode: str, n: int, coding: CodingSpec, run_seed: int):
+def make_party_server_key(
+    *, arm: str, mode: str, n: int, coding: CodingSpec, run_seed: int
+) -> tuple[Server, ClientServerKey | None]:
     """The server's role for ``arm`` with its fresh key 1, and the clients' view of that key."""
     if mode == "plain":
-        key = IdentityKey(n)
-        role = Server(mode=mode, key=key, noise=NoiseSpec(), noise_seed=b"")
-        return role, None
+        return Server(mode=mode, key=IdentityKey(n), noise=NoiseSpec(), noise_seed=b""), None
     seed = party_seed(coding.key_seed, arm, "server")
     server_key_class(coding.backend, coding.backend_path)  # a backend the user registered: import it here
     key = make_server_key(
@@ -40,14 +42,16 @@ def make_party_server_key(*, arm: str, mode: str, n: int, coding: CodingSpec, ru
     role = Server(
         mode=mode,
         key=key,
-        noise=NoiseSpec(distribution=coding.noise_distribution, scale=coding.sigma1),
+        noise=_noise(coding, coding.sigma1),
         noise_seed=derive_bytes(seed, "noise"),
         p=coding.p,
     )
     return role, key.client_view()
 
 
-def make_party_aggregator_state(*, arm: str, mode: str, coding: CodingSpec, run_seed: int) -> dict:
+def make_party_aggregator_state(
+    *, arm: str, mode: str, coding: CodingSpec, run_seed: int
+) -> dict[str, bytes]:
     """The aggregator's secrets of ``arm``, made by aggregator shard 0, kept in its key file and shared with
     the other shards by reference: key 2's seed (M2 only) and the seed of its step's noise (every arm:
     DP-FedAvg's central noise). Both live in the key file so that a respawned aggregator replaying a round
@@ -60,7 +64,7 @@ def make_party_aggregator_state(*, arm: str, mode: str, coding: CodingSpec, run_
 
 
 def aggregator_from_state(
-    *, mode: str, coding: CodingSpec, state: dict | None, bounds: tuple[int, int], shard: int
+    *, mode: str, coding: CodingSpec, state: dict[str, bytes] | None, bounds: tuple[int, int], shard: int
 ) -> Aggregator:
     key = None
     noise_seed = b""
@@ -71,9 +75,15 @@ def aggregator_from_state(
     return Aggregator(
         mode=mode,
         key=key,
-        noise=NoiseSpec(distribution=coding.noise_distribution, scale=coding.sigma2),
+        noise=_noise(coding, coding.sigma2),
         noise_seed=noise_seed,
         step_seed=(state or {}).get("step_seed"),
         bounds=bounds,
         shard=shard,
     )
+
+
+def _noise(coding: CodingSpec, scale: float) -> NoiseSpec:
+    """A party's coding noise: ``coding.noise.distribution`` (one of NoiseDistribution's, as the
+    configuration's validation checked) at ``scale``."""
+    return NoiseSpec(distribution=cast(NoiseDistribution, coding.noise_distribution), scale=scale)

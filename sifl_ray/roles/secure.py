@@ -30,11 +30,13 @@ ids ``0..N-1``. Each round is a fresh protocol run: keys, graph and masks are ne
 from __future__ import annotations
 
 import math
+import time
 from bisect import bisect_left
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
 from sifl_ray.privacy.secagg import (
     FixedPointCodec,
@@ -49,6 +51,8 @@ from sifl_ray.privacy.secagg import (
     harary_graph,
 )
 from sifl_ray.privacy.secagg.graph import NeighbourGraph
+from sifl_ray.privacy.secagg.ring import ring_reduce_
+from sifl_ray.roles.messages import MaskedPartial, WorkerReport
 
 
 @dataclass(frozen=True)
@@ -217,6 +221,10 @@ class WorkerSecAgg:
         """How many coordinates of the client's last masked input the codec clipped."""
         return self._clients[self._round(t).index(client)].clipped
 
+    def round_sum(self, t: int, n: int, inboxes: Mapping[int, Mapping[int, bytes]]) -> MaskedSum:
+        """Step 2 for round ``t``: an empty ring sum of this worker's clients' masked inputs."""
+        return MaskedSum(self, t, n, inboxes)
+
     def unmask(self, t: int, survivors: Collection[int]) -> tuple[dict[int, UnmaskResponse], ClientCosts]:
         """Step 3: the answer of each of this worker's clients that is a survivor (U3), and what the
         protocol cost this worker's clients over the round."""
@@ -228,6 +236,70 @@ class WorkerSecAgg:
                 costs.add(client.stats)
         self._clients = {}  # the round is over: its secrets go
         return responses, costs
+
+
+class MaskedSum:
+    """A worker's sum of its clients' masked inputs for one round, in the ring (SecAgg step 2).
+
+    Each client adds ``(weight_i / weight_ref)·u_i`` fixed-point encoded and masked; a client not in the
+    round's key agreement, or one the protocol refuses, adds nothing (the aggregator recovers the masks its
+    neighbours added). Beside the ring it keeps the exact float64 sum of the clipped inputs: a
+    simulation-only instrument for the evaluator, which measures the ring's quantisation error with it.
+    """
+
+    def __init__(self, secure: WorkerSecAgg, t: int, n: int, inboxes: Mapping[int, Mapping[int, bytes]]):
+        self.secure, self.t, self.n, self.inboxes = secure, t, n, inboxes
+        self.codec = secure.spec.codec
+        self.ring = np.zeros(n, dtype=np.uint64)
+        self.exact = np.zeros(n, dtype=np.float64)
+        self.ids: list[int] = []
+        self._last: np.ndarray | None = None
+
+    def add(self, client: int, upload: torch.Tensor, size: float, report: WorkerReport) -> str | None:
+        """Mask ``client``'s upload (FedAvg weight ``size``) and add it to the ring sum; return why the
+        protocol refused it (``None``: added). Its compute goes to ``report``'s encoding time."""
+        t0 = time.perf_counter()
+        x = upload.detach().cpu().numpy() * (size / self.secure.spec.weight_ref)
+        try:
+            masked = self.secure.mask(self.t, client, x, self.inboxes)
+        except SecAggError as err:
+            return f"secure aggregation: {err}"
+        report.encode_s += time.perf_counter() - t0
+        report.coords_clipped += self.secure.clipped(self.t, client)
+        np.add(self.ring, masked, out=self.ring)
+        self.exact += np.clip(x, -self.codec.clip, self.codec.clip)
+        self.ids.append(self.secure.index(self.t, client))
+        self._last = masked
+        return None
+
+    def reading(self) -> torch.Tensor:
+        """The last masked input as the aggregator would read it: ring elements decoded as numbers."""
+        assert self._last is not None, "no input was masked yet"
+        return torch.from_numpy(self.codec.decode(self._last))
+
+    def partials(
+        self, source: int, bounds: Sequence[tuple[int, int]], *, key_epoch: int, weight: float
+    ) -> tuple[list[MaskedPartial], torch.Tensor]:
+        """One masked partial per aggregator shard (rows ``bounds``), and the exact sum (the instrument)."""
+        ring_reduce_(self.ring, self.codec.ring_bits)
+        ids = tuple(self.ids)
+        partials = [
+            MaskedPartial(
+                source=source,
+                round=self.t,
+                key_epoch=key_epoch,
+                masked_sum=self.ring[a:b].copy(),
+                weight=weight,
+                accepted=len(ids),
+                clients=ids,
+            )
+            for a, b in bounds
+        ]
+        return partials, torch.from_numpy(self.exact)
+
+    def packed_bytes(self) -> int:
+        """What the worker's partials carry through the object store."""
+        return self.codec.packed_bytes(self.n)
 
 
 @dataclass
@@ -266,7 +338,9 @@ class AggregatorSecAgg:
             merged.update(part)
         return self._round(t).collect_keys(merged)
 
-    def route_shares(self, t: int, outboxes: Sequence[Mapping[int, Mapping[int, bytes]]]) -> dict:
+    def route_shares(
+        self, t: int, outboxes: Sequence[Mapping[int, Mapping[int, bytes]]]
+    ) -> dict[int, dict[int, bytes]]:
         """Step 1: U2, and each client's inbox of encrypted shares."""
         merged: dict[int, Mapping[int, bytes]] = {}
         for part in outboxes:

@@ -8,6 +8,7 @@ global model ``w^{t+1} = P1L w~_a`` and re-encodes it with fresh noise; in M2 it
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import torch
 
@@ -36,7 +37,7 @@ class Server:
         self._noise_seed = noise_seed
         self.p = p
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """Everything that makes this server this server: key 1 and its noise seed (secret: the server's own
         key file only, see :mod:`sifl_ray.checkpoint`). The server keeps nothing else across rounds."""
         return {
@@ -48,7 +49,7 @@ class Server:
         }
 
     @classmethod
-    def from_state_dict(cls, state: dict) -> Server:
+    def from_state_dict(cls, state: dict[str, Any]) -> Server:
         from sifl_ray.coding.keys import server_key_from_state_dict
 
         return cls(

@@ -16,6 +16,7 @@ import torch
 from omegaconf import DictConfig
 
 from sifl_ray.arms import ArmContext, arm_of
+from sifl_ray.handles import AggregatorHandle, ServerHandle
 from sifl_ray.roles.client import ArmSetup
 from sifl_ray.round import ArmState
 from sifl_ray.runner.parties import PartyPool, say
@@ -80,9 +81,11 @@ def hand_out_arm(
         The driver's :class:`~sifl_ray.round.ArmState` and the workers' set-up.
     """
     backend, parties = host.backend, host.parties
+    server = ServerHandle(backend, parties.server)
     protocol = arm_of(cfg, arm)
     n = int(w0.numel())
     mode, n_tilde, bounds = arm_shape(cfg, arm, n)
+    shards = [AggregatorHandle(backend, a) for a in parties.aggregators[: len(bounds)]]
     if mode == "m2" and steps.server is not None:
         raise ValueError(
             f"arm {arm}: its server step needs a plain model, and an M2 server never holds one (code 2 stays "
@@ -104,36 +107,21 @@ def hand_out_arm(
     if restored is not None:
         done = []
     else:
-        server_view = backend.call(
-            parties.server,
-            "setup_arm",
-            arm,
-            mode=mode,
-            n=n,
-            coding=coding,
-            run_seed=seed,
-            key_path=path("server"),
+        server_view = server.setup_arm(
+            arm, mode=mode, n=n, coding=coding, run_seed=seed, key_path=path("server")
         )
-        agg_state = backend.call(
-            parties.aggregators[0],
-            "create_key",
-            arm,
-            mode=mode,
-            coding=coding,
-            run_seed=seed,
-            key_path=path("aggregator"),
+        agg_state = shards[0].create_key(
+            arm, mode=mode, coding=coding, run_seed=seed, key_path=path("aggregator")
         )
         done = [
-            backend.call(
-                a, "setup_arm", arm, mode=mode, coding=coding, state=agg_state, bounds=bounds[s], shard=s
-            )
-            for s, a in enumerate(parties.aggregators[: len(bounds)])
+            a.setup_arm(arm, mode=mode, coding=coding, state=agg_state, bounds=bounds[s], shard=s)
+            for s, a in enumerate(shards)
         ]
     done += host.hand_steps(arm, steps, shards=len(bounds))
     backend.get(done)
     if restored is not None:
-        server_view = backend.call(parties.server, "client_view", arm)
-    agg_view = backend.call(parties.aggregators[0], "client_view", arm)
+        server_view = server.client_view(arm)
+    agg_view = shards[0].client_view(arm)
     setup = ArmSetup(
         mode=mode,
         client_form=str(cfg.coding.client_form),
@@ -149,7 +137,7 @@ def hand_out_arm(
     views = (server_view, agg_view)
     done = host.hand_arm(arm, mode=mode, setup=setup, views=views, paired=protocol.paired_with_fl)
     if restored is None:
-        state.broadcast = backend.call(parties.server, "initial_broadcast", arm, backend.put(w0))
+        state.broadcast = server.initial_broadcast(arm, backend.put(w0))
     else:
         state.broadcast = restored.broadcast  # from the checkpoint (see Checkpoints.load_broadcasts)
     backend.get(done)
@@ -203,18 +191,12 @@ def setup_arm(
     )
     out = PreparedArm(state=state, setup=setup, precision=precision)
     if mode != "plain":
-        key_norms, agg_norms = backend.get(
-            [
-                backend.call(parties.server, "key_norms", arm),
-                backend.call(parties.aggregators[0], "key_norms", arm),
-            ]
+        server, aggregator = (
+            ServerHandle(backend, parties.server),
+            AggregatorHandle(backend, parties.aggregators[0]),
         )
-        key_ro, agg_ro = backend.get(
-            [
-                backend.call(parties.server, "roundoff", arm),
-                backend.call(parties.aggregators[0], "roundoff", arm),
-            ]
-        )
+        key_norms, agg_norms = backend.get([server.key_norms(arm), aggregator.key_norms(arm)])
+        key_ro, agg_ro = backend.get([server.roundoff(arm), aggregator.roundoff(arm)])
         bound = arm_round_bound(
             cfg,
             mode=mode,

@@ -25,6 +25,7 @@ from actors.server import ServerActor
 from sifl_ray.backend import Backend
 from sifl_ray.config import ConfigError
 from sifl_ray.faults import FaultJournal, FaultPlan
+from sifl_ray.handles import AggregatorHandle, EvaluatorHandle, PartyHandle, ServerHandle, WorkerHandle
 from sifl_ray.round import Parties
 from sifl_ray.specs import ModelSpec, TrainSpec
 
@@ -153,7 +154,7 @@ class PartyPool:
         """Say which parties Ray gave a GPU that CUDA cannot use there (they compute on the CPU)."""
         parties = {f"worker {k}": w for k, w in enumerate(self.parties.workers)}
         parties["evaluator"] = self.parties.evaluator
-        placed = self.backend.get([self.backend.call(h, "placement") for h in parties.values()])
+        placed = self.backend.get([PartyHandle(self.backend, h).placement() for h in parties.values()])
         fell = [(name, p["fallback"]) for name, p in zip(parties, placed, strict=True) if p["fallback"]]
         if fell:
             names = ", ".join(name for name, _ in fell)
@@ -175,15 +176,14 @@ class PartyPool:
             num_gpus=cfg.ray.gpus_per_worker,
             spread=cfg.ray.spread_workers,
         )
+        worker = WorkerHandle(self.backend, handle)
         events = self.plan.for_worker(k, sorted(self._partitions[k]))
         if events:
-            self.backend.call(handle, "set_faults", events)
+            worker.set_faults(events)
         if self.audit is not None:  # every worker scores the aggregator's view; some host canaries too
             a = self.audit
             directions = a["canaries"] + a["nulls"]
-            self.backend.call(
-                handle, "set_canaries", a["seed"], a["hosted"].get(k, {}), a["weight"], directions
-            )
+            worker.set_canaries(a["seed"], a["hosted"].get(k, {}), a["weight"], directions)
         return handle
 
     def _spawn_evaluator(self):
@@ -197,7 +197,7 @@ class PartyPool:
         )
         if self.audit is not None:
             a = self.audit
-            self.backend.call(handle, "set_audit", a["seed"], a["canaries"], a["nulls"], a["n"])
+            EvaluatorHandle(self.backend, handle).set_audit(a["seed"], a["canaries"], a["nulls"], a["n"])
         return handle
 
     def hand_arm(self, arm: str, *, mode: str, setup, views: tuple, paired: bool) -> list:
@@ -206,8 +206,8 @@ class PartyPool:
         self.setups[arm], self.views[arm], self.modes[arm] = setup, views, mode
         self.paired[arm] = paired
         backend, parties = self.backend, self.parties
-        done = [backend.call(w, "set_arm", arm, setup, *views) for w in parties.workers]
-        done.append(backend.call(parties.evaluator, "set_arm", arm, mode, *views, paired=paired))
+        done = [WorkerHandle(backend, w).set_arm(arm, setup, *views) for w in parties.workers]
+        done.append(EvaluatorHandle(backend, parties.evaluator).set_arm(arm, mode, *views, paired=paired))
         return done
 
     def hand_steps(self, arm: str, steps, *, shards: int) -> list:
@@ -217,12 +217,14 @@ class PartyPool:
         backend, parties = self.backend, self.parties
         done = []
         if steps.server is not None:
-            done.append(backend.call(parties.server, "set_step", arm, steps.server))
-        hosts = {id(a): a for a in parties.aggregators[:shards]}.values()  # each actor once
-        if steps.aggregator is not None:
-            done += [backend.call(a, "set_step", arm, steps.aggregator) for a in hosts]
+            done.append(ServerHandle(backend, parties.server).set_step(arm, steps.server))
+        hosts = [
+            AggregatorHandle(backend, a) for a in {id(a): a for a in parties.aggregators[:shards]}.values()
+        ]
+        if steps.aggregator is not None:  # each actor once
+            done += [a.set_step(arm, steps.aggregator) for a in hosts]
         if steps.secagg is not None:
-            done += [backend.call(a, "set_secagg", arm, steps.secagg) for a in hosts]
+            done += [a.set_secagg(arm, steps.secagg) for a in hosts]
         return done
 
     # ---------------------------------------------------------------- Supervisor
@@ -232,7 +234,8 @@ class PartyPool:
             self.backend.kill(self.parties.workers[k])
         tic = time.perf_counter()
         handle = self._spawn_worker(k)
-        ready = [self.backend.call(handle, "set_arm", a, self.setups[a], *self.views[a]) for a in self.setups]
+        worker = WorkerHandle(self.backend, handle)
+        ready = [worker.set_arm(a, self.setups[a], *self.views[a]) for a in self.setups]
         self.backend.get(ready)
         self.parties.workers[k] = handle
         took = time.perf_counter() - tic
@@ -295,27 +298,21 @@ class PartyPool:
             old, parties.evaluator = parties.evaluator, self._spawn_evaluator()
         with contextlib.suppress(Exception):  # already gone
             backend.kill(old)
-        if party != "evaluator":  # the arms' steps are kept apart from the keys: hand them over again
-            which = "server" if party == "server" else "aggregator"
-            new = parties.server if party == "server" else parties.aggregators[index]
+        if party == "server":  # the arms' steps are kept apart from the keys: hand them over again
+            server = ServerHandle(backend, parties.server)
+            backend.get([server.set_step(a, s.server) for a, s in self.steps.items() if s.server is not None])
+        elif party == "aggregator":
+            shard = AggregatorHandle(backend, parties.aggregators[index])
             calls = [
-                backend.call(new, "set_step", a, getattr(s, which))
-                for a, s in self.steps.items()
-                if getattr(s, which) is not None
+                shard.set_step(a, s.aggregator) for a, s in self.steps.items() if s.aggregator is not None
             ]
-            if party == "aggregator":
-                calls += [
-                    backend.call(new, "set_secagg", a, s.secagg)
-                    for a, s in self.steps.items()
-                    if s.secagg is not None
-                ]
+            calls += [shard.set_secagg(a, s.secagg) for a, s in self.steps.items() if s.secagg is not None]
             backend.get(calls)
-        if party == "evaluator":
+        else:
+            evaluator = EvaluatorHandle(backend, parties.evaluator)
             backend.get(
                 [
-                    backend.call(
-                        parties.evaluator, "set_arm", a, self.modes[a], *self.views[a], paired=self.paired[a]
-                    )
+                    evaluator.set_arm(a, self.modes[a], *self.views[a], paired=self.paired[a])
                     for a in self.modes
                 ]
             )
@@ -335,7 +332,7 @@ class PartyPool:
         if self.backend.name != "ray":
             return None
         actors = self.actors()
-        nodes = self.backend.get([self.backend.call(h, "node") for h in actors.values()])
+        nodes = self.backend.get([PartyHandle(self.backend, h).node() for h in actors.values()])
         parties = dict(zip(actors, nodes, strict=True))
         return {"nodes": sorted({n for n in nodes if n}), "parties": parties}
 

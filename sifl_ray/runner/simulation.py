@@ -29,10 +29,11 @@ from sifl_ray.checkpoint import CheckpointError, CheckpointStore, describe_error
 from sifl_ray.config import ConfigError, arm_names
 from sifl_ray.data import sample_clients
 from sifl_ray.faults import FaultJournal, FaultPlan
+from sifl_ray.handles import EvaluatorHandle, PartyLost
 from sifl_ray.logging import write_summary
 from sifl_ray.privacy.canaries import CanaryAudit
 from sifl_ray.privacy.one_run import inclusion_draws
-from sifl_ray.round import ArmState, Parties, PartyLost, RoundPolicy, RoundResult, run_round
+from sifl_ray.round import ArmState, Parties, RoundPolicy, RoundResult, run_round
 from sifl_ray.runner.arms import setup_arm
 from sifl_ray.runner.parties import PartyPool, say, worker_count
 from sifl_ray.runner.recorder import Recorder, RoundLines
@@ -321,7 +322,8 @@ class Simulation:
 
     def global_model(self, arm: str) -> torch.Tensor:
         """The decoded global model of ``arm`` (simulation only: the evaluator decodes it for the driver)."""
-        ref = self.backend.call(self.pool.parties.evaluator, "decode", arm, self.states[arm].broadcast)
+        evaluator = EvaluatorHandle(self.backend, self.pool.parties.evaluator)
+        ref = evaluator.decode(arm, self.states[arm].broadcast)
         return self.backend.get(ref)
 
     def set_start(self, arm: str, w: torch.Tensor) -> None:

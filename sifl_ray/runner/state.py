@@ -36,10 +36,11 @@ from sifl_ray.checkpoint import (
     write_checkpoint_file,
 )
 from sifl_ray.config import load_run_config, to_yaml
+from sifl_ray.handles import AggregatorHandle, PartyLost, ServerHandle, collect
 from sifl_ray.privacy.accountant import SiflAccountant
 from sifl_ray.privacy.canaries import CanaryAudit
 from sifl_ray.roles.aggregator import shard_bounds
-from sifl_ray.round import ArmState, Parties, PartyLost, collect
+from sifl_ray.round import ArmState, Parties
 from sifl_ray.runner.parties import say
 from sifl_ray.specs import CodingSpec
 
@@ -268,14 +269,13 @@ class Checkpoints:
         """The server and the aggregator shards (``which``: ``server``, ``aggregator`` for every shard, or
         ``aggregator<s>``) take their keys back from their own key files, which only they read."""
         cfg = self.cfg
+        server = ServerHandle(backend, parties.server)
         done = []
         for arm in self.arms:
             mode, _, bounds = arm_shape(cfg, arm, n)
             if "server" in which:
                 done.append(
-                    backend.call(
-                        parties.server,
-                        "restore_arm",
+                    server.restore_arm(
                         arm,
                         mode=mode,
                         n=n,
@@ -287,9 +287,7 @@ class Checkpoints:
             for s, a in enumerate(parties.aggregators[: len(bounds)]):
                 if "aggregator" in which or f"aggregator{s}" in which:
                     done.append(
-                        backend.call(
-                            a,
-                            "restore_arm",
+                        AggregatorHandle(backend, a).restore_arm(
                             arm,
                             mode=mode,
                             coding=self.coding,
@@ -309,15 +307,16 @@ class Checkpoints:
             if arm not in states:
                 mode, n_tilde, bounds = arm_shape(self.cfg, arm, int(w0.numel()))
                 states[arm] = ArmState(name=arm, mode=mode, n_tilde=n_tilde, bounds=bounds)
+        handle = ServerHandle(backend, server)
         if ckpt is None:
             for arm in self.arms:
-                states[arm].broadcast = backend.call(server, "initial_broadcast", arm, backend.put(w0))
+                states[arm].broadcast = handle.initial_broadcast(arm, backend.put(w0))
             return
         sha = ckpt.manifest.get("files", {}).get(SERVER_FILE)
-        status = backend.call(server, "load_broadcasts", str(ckpt.server_file), sha, self.arms)
+        status = handle.load_broadcasts(str(ckpt.server_file), sha, self.arms)
         collect(backend, status, "server", 0, arm=self.arms[0], t=ckpt.round)  # raises if the file is bad
         for arm in self.arms:
-            states[arm].broadcast = backend.call(server, "loaded_broadcast", arm)
+            states[arm].broadcast = handle.loaded_broadcast(arm)
 
     def driver_state(self, ckpt: CheckpointRef | None) -> dict | None:
         """The driver's file of ``ckpt``, verified (``None`` when there is no checkpoint yet)."""
@@ -352,7 +351,7 @@ class Checkpoints:
         tic = time.perf_counter()
         staging = self.store.begin(t)
         refs = [states[arm].broadcast for arm in self.arms]
-        sha = backend.call(server, "save_broadcasts", str(staging / SERVER_FILE), t, self.arms, *refs)
+        sha = ServerHandle(backend, server).save_broadcasts(str(staging / SERVER_FILE), t, self.arms, refs)
         server_sha = collect(backend, sha, "server", 0, arm=self.arms[0], t=t)
         driver.checkpoint_s.append(0.0)  # this checkpoint's own time is known only once it is written
         driver_sha = write_checkpoint_file(staging / DRIVER_FILE, driver.payload(t, self.cfg))

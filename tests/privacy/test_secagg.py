@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import numpy as np
 import pytest
+import torch
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from scipy import stats
 
+from actors.aggregator import AggregatorActor
+from actors.server import ServerActor
+from sifl_ray.config import load_config
+from sifl_ray.handles import AggregatorHandle, Parties, ServerHandle
 from sifl_ray.party_seeds import party_seed
 from sifl_ray.privacy.secagg import (
-    Dropouts,
     FixedPointCodec,
     SecAggClient,
     SecAggError,
@@ -25,14 +30,18 @@ from sifl_ray.privacy.secagg import (
     complete_graph,
     crypto,
     harary_graph,
-    make_parties,
     prg_ring,
     recovery_problems,
     ring_sum,
-    secure_sum,
     shamir,
 )
+from sifl_ray.privacy.secagg.graph import NeighbourGraph
 from sifl_ray.privacy.secagg.protocol import ID_BYTES
+from sifl_ray.roles.messages import WorkerReport
+from sifl_ray.roles.secure import AggregatorSecAgg, SecAggSpec, WorkerSecAgg
+from sifl_ray.round import ArmState, RoundResult, run_round
+from sifl_ray.sequential import LocalRef, SequentialBackend
+from sifl_ray.specs import CodingSpec
 
 P_MIN = 1e-3  # a uniformity test passes above this p-value, a negative control must fall far below it
 
@@ -85,118 +94,287 @@ def test_codec_rejects_non_finite_updates():
 
 
 # ------------------------------------------------------------------------------------------------------------
-# Protocol: exactness under dropouts
+# Protocol: exactness under dropouts, on the platform's own parties
+#
+# A secure arm's round as a run plays it: run_round on the sequential backend, the platform's server and
+# aggregator actors, and client workers that are the platform's SecAgg halves (WorkerSecAgg, and the ring sum
+# a worker masks its clients' uploads into) hosting one client each, with its update given instead of
+# trained. A client vanishes before a step by its worker dying there: the backend reports it lost, as Ray
+# does, and the round drops it.
+
+ARM = "secagg"
+STAGES = ("keys", "shares", "upload", "unmask")  # a client vanishes before advertising keys, ... answering
 
 
-def _stage_sets(n: int, d: Dropouts) -> tuple[set[int], set[int], set[int], set[int]]:
-    u1 = set(range(n)) - d.before_keys
-    u2 = u1 - d.before_shares
-    u3 = u2 - d.before_upload
-    u4 = u3 - d.before_unmask
-    return u1, u2, u3, u4
+class _Gone(Exception):
+    """A client worker died (the backend calls it lost)."""
 
 
-def _predicted_ok(graph, t: int, d: Dropouts) -> bool:
-    """Whether the round should finish: every step keeps t clients, every client keeps t share-holders, and
-    the server can rebuild every secret it needs (recovery_problems)."""
-    u1, u2, u3, u4 = _stage_sets(graph.num_clients, d)
-    if min(len(u1), len(u2), len(u3)) < t:
-        return False
+class _Lost:
+    """The ref of a call whose party died: reading it raises, as an ObjectRef of a dead actor does."""
+
+    def __init__(self, error: _Gone) -> None:
+        self.error = error
+
+
+class _DyingBackend(SequentialBackend):
+    """The sequential backend, where a worker can die: its call returns refs that raise when read."""
+
+    def call(self, handle, method, *args, num_returns=1, **kwargs):
+        try:
+            return super().call(handle, method, *args, num_returns=num_returns, **kwargs)
+        except _Gone as err:
+            return _Lost(err) if num_returns == 1 else [_Lost(err)] * num_returns
+
+    def get(self, refs):
+        for ref in refs if isinstance(refs, list) else [refs]:
+            if isinstance(ref, _Lost):
+                raise ref.error
+        return super().get(refs)
+
+    def is_lost(self, err: BaseException) -> bool:
+        return isinstance(err, _Gone)
+
+
+class _Supervisor:
+    def replace_worker(self, k: int, *, arm: str, t: int, reason: str) -> float:
+        return 0.0
+
+    def after_submit(self, stage: str, *, arm: str, t: int) -> None:
+        pass
+
+
+class _ClientHost:
+    """A client worker hosting client ``client``, whose update is ``update``; it dies before ``dies``."""
+
+    def __init__(self, spec: SecAggSpec, client: int, update: np.ndarray, dies: str | None) -> None:
+        self.secure, self.client, self.update, self.dies = WorkerSecAgg(spec, ARM), client, update, dies
+
+    def _step(self, stage: str) -> None:
+        if self.dies == stage:
+            raise _Gone(f"client {self.client} vanished before {stage}")
+
+    def secagg_advertise(self, arm, public, clients):
+        self._step("keys")
+        return self.secure.advertise(public, clients)
+
+    def secagg_share(self, arm, t, routed):
+        self._step("shares")
+        return self.secure.share(t, routed)
+
+    def train_round(self, arm, t, broadcast, clients, bounds, inboxes=None):
+        self._step("upload")
+        report = WorkerReport(worker=self.client, round=t)
+        total = self.secure.round_sum(t, len(self.update), inboxes)
+        for c in clients:
+            reason = total.add(c, torch.from_numpy(self.update), 1.0, report)
+            if reason is None:
+                report.accepted.append(c)
+                report.weight += 1.0
+            else:
+                report.rejected[c] = reason
+        partials, exact = total.partials(self.client, bounds, key_epoch=0, weight=report.weight)
+        return (*partials, exact, report)
+
+    def secagg_unmask(self, arm, t, survivors):
+        self._step("unmask")
+        responses, costs = self.secure.unmask(t, survivors)
+        return responses, vars(costs)
+
+
+class _Evaluator:
+    """Keeps the shards' decoded ring sum that a secure round hands the evaluator (simulation only)."""
+
+    def __init__(self) -> None:
+        self.sums: list[np.ndarray] = []
+
+    def evaluate(self, arm, t, broadcast):
+        return {}
+
+    def sum_error(self, arm, t, num_shards, *vectors):
+        self.sums.append(torch.cat(vectors[:num_shards]).numpy())
+        return 0.0
+
+
+@dataclasses.dataclass
+class _Played:
+    result: RoundResult
+    sum: np.ndarray | None  # the decoded ring sum of U3's inputs (None: nothing was unmasked)
+    graph: NeighbourGraph
+    t: int  # the round's threshold
+
+
+@pytest.fixture(scope="module")
+def coding() -> CodingSpec:
+    return CodingSpec.from_config(load_config(["scenario=quickstart", "output.progress=false"]))
+
+
+def _play(
+    coding: CodingSpec,
+    updates: list[np.ndarray],
+    spec: SecAggSpec,
+    dies: dict[int, str] | None = None,
+) -> _Played:
+    """One secure round of the platform over clients ``0..N-1`` (client ``i`` on worker ``i``, update
+    ``updates[i]``; ``dies``: client → the step its worker dies before)."""
+    backend, dies = _DyingBackend(), dies or {}
+    n, length = len(updates), len(updates[0])
+    workers = [backend.spawn(_ClientHost, spec, i, updates[i], dies.get(i)) for i in range(n)]
+    evaluator = _Evaluator()
+    parties = Parties(
+        server=backend.spawn(ServerActor),
+        aggregators=[backend.spawn(AggregatorActor, 0)],
+        workers=workers,
+        evaluator=evaluator,
+    )
+    server, aggregator = (
+        ServerHandle(backend, parties.server),
+        AggregatorHandle(backend, parties.aggregators[0]),
+    )
+    server.setup_arm(ARM, mode="plain", n=length, coding=coding, run_seed=0, key_path=None)
+    aggregator.setup_arm(ARM, mode="plain", coding=coding, state=None, bounds=(0, length), shard=0)
+    aggregator.set_secagg(ARM, spec)
+    arm = ArmState(ARM, "plain", length, [(0, length)], secure=True)
+    arm.broadcast = server.initial_broadcast(ARM, LocalRef(torch.zeros(length, dtype=torch.float64)))
+    result = run_round(backend, parties, arm, 0, [[i] for i in range(n)], supervisor=_Supervisor())
+    public = AggregatorSecAgg(spec, ARM).open(0, range(n))  # the graph the aggregator drew for the round
+    summed = evaluator.sums[0] if evaluator.sums else None
+    return _Played(result=result, sum=summed, graph=public.graph, t=public.params.t)
+
+
+def _outcome(graph: NeighbourGraph, t: int, dies: dict[int, str]) -> tuple[str, set[int], set[int]]:
+    """What the round should do (``ok``, ``refused``: nothing revealed, ``raises``: a client refuses to
+    share its keys) and U3, U4. A client whose neighbourhood is too small to mask in leaves the round as if
+    it had vanished before uploading (its worker refuses its upload; the other clients carry on)."""
+    clients = set(range(graph.num_clients))
+    u1 = clients - {c for c, s in dies.items() if s == "keys"}
+    u2 = u1 - {c for c, s in dies.items() if s == "shares"}
+    if len(u1) < t:
+        return "refused", set(), set()
     if any(len(graph.neighbours[i] & u1) + 1 < t for i in u2):  # share_keys aborts
-        return False
-    if any(len(graph.neighbours[i] & u2) + 1 < t for i in u3):  # mask_update aborts
-        return False
-    return not recovery_problems(graph, shared=u2, survivors=u3, responders=u4, threshold=t)
+        return "raises", set(), set()
+    if len(u2) < t:
+        return "refused", set(), set()
+    uploading = u2 - {c for c, s in dies.items() if s == "upload"}
+    u3 = {i for i in uploading if len(graph.neighbours[i] & u2) + 1 >= t}  # mask_update refuses the others
+    u4 = u3 - {c for c, s in dies.items() if s == "unmask"}
+    if len(u3) < t or recovery_problems(graph, shared=u2, survivors=u3, responders=u4, threshold=t):
+        return "refused", u3, u4
+    return "ok", u3, u4
 
 
-def _random_dropouts(rng: np.random.Generator, n: int, max_drops: int) -> Dropouts:
+def _random_dies(rng: np.random.Generator, n: int, max_drops: int) -> dict[int, str]:
     count = int(rng.integers(0, max_drops + 1))
     who = rng.choice(n, size=count, replace=False)
-    stage = rng.integers(0, 4, size=count)
-    return Dropouts.of(
-        **{
-            name: {int(c) for c, s in zip(who, stage, strict=True) if s == k}
-            for k, name in enumerate(("before_keys", "before_shares", "before_upload", "before_unmask"))
-        }
-    )
+    return {int(c): STAGES[int(s)] for c, s in zip(who, rng.integers(0, 4, size=count), strict=True)}
 
 
 @pytest.mark.parametrize(
     ("degree", "threshold", "ring_bits", "max_drops"),
     [(None, None, 32, None), (None, 6, 64, None), (4, 3, 64, 3), (3, 3, 20, 2)],
 )
-def test_ring_sum_is_exact_under_random_dropouts(degree, threshold, ring_bits, max_drops):
+def test_ring_sum_is_exact_under_random_dropouts(coding, degree, threshold, ring_bits, max_drops):
     """The unmasked ring sum equals, bit for bit, the plain ring sum of the survivors' encodings.
 
     Complete graph: every pattern of up to N − t dropouts at any step must finish. Sparse graph: the round
-    must finish exactly when :func:`_predicted_ok` says so, and raise SecAggError otherwise.
+    must finish exactly when :func:`_outcome` says so, and reveal nothing otherwise.
     """
     n, length = 10, 64
     frac = 12 if ring_bits == 20 else 16
     codec = FixedPointCodec(ring_bits=ring_bits, frac_bits=frac, clip=4.0, num_summands=n)
-    params = SecAggParams(n, length, codec, degree=degree, threshold=threshold)
-    t = params.t
     rng = np.random.default_rng(2024)
-    outcomes = {"ok": 0, "refused": 0}
+    outcomes = {"ok": 0, "refused": 0, "raises": 0}
     for trial in range(14):
         xs = list(rng.normal(scale=2.0, size=(n, length)))
-        key_seed = 1000 * trial + (degree or 0)
-        graph = harary_graph(n, params.graph_degree, seed=party_seed(key_seed, "secagg", "graph"))
-        drops = _random_dropouts(rng, n, n - t if max_drops is None else max_drops)
-        expect_ok = _predicted_ok(graph, t, drops)
+        spec = SecAggSpec(
+            codec, length, degree=degree, threshold=threshold, key_seed=1000 * trial + (degree or 0)
+        )
+        public = AggregatorSecAgg(spec, ARM).open(0, range(n))
+        t = public.params.t
+        dies = _random_dies(rng, n, n - t if max_drops is None else max_drops)
+        expect, u3, u4 = _outcome(public.graph, t, dies)
+        outcomes[expect] += 1
         if degree is None:
-            assert expect_ok, "the complete graph must tolerate any N − t dropouts"
-        if not expect_ok:
+            assert expect == "ok", "the complete graph must tolerate any N − t dropouts"
+        if expect == "raises":
             with pytest.raises(SecAggError):
-                secure_sum(xs, params, key_seed=key_seed, dropouts=drops, graph=graph)
-            outcomes["refused"] += 1
+                _play(coding, xs, spec, dies)
             continue
-        result = secure_sum(xs, params, key_seed=key_seed, dropouts=drops, graph=graph)
-        _, _, u3, u4 = _stage_sets(n, drops)
-        assert result.included == u3 and result.responders == u4
+        played = _play(coding, xs, spec, dies)
+        if expect == "refused":
+            assert played.result.skipped and played.sum is None
+            continue
+        metrics = played.result.metrics
+        assert not played.result.skipped
+        assert metrics["secagg/survivors"] == len(u3) and metrics["secagg/unanswered"] == len(u3 - u4)
         plain = ring_sum((codec.encode(xs[i]) for i in sorted(u3)), ring_bits)
-        assert result.ring_sum.dtype == np.uint64
-        assert np.array_equal(result.ring_sum, plain)
+        assert np.array_equal(played.sum, codec.decode(plain))
         exact = np.sum([np.clip(xs[i], -4.0, 4.0) for i in sorted(u3)], axis=0)
-        assert np.all(np.abs(result.sum - exact) <= codec.sum_error_bound(len(u3)) + 1e-12)
-        outcomes["ok"] += 1
+        assert np.all(np.abs(played.sum - exact) <= codec.sum_error_bound(len(u3)) + 1e-12)
     assert outcomes["ok"] >= 5  # the loop really exercised recoveries
     if degree is not None:
-        assert outcomes["refused"] >= 1  # ... and, on a sparse graph, refusals
+        assert outcomes["refused"] + outcomes["raises"] >= 1  # ... and, on a sparse graph, refusals
 
 
-def test_dropped_clients_are_really_recovered():
+def test_dropped_clients_are_really_recovered(coding):
     """Masks of a client that dropped after sharing are removed: without recovery the sum would be noise."""
     n = 6
     codec = FixedPointCodec(ring_bits=32, frac_bits=16, clip=2.0, num_summands=n)
-    params = SecAggParams(n, 32, codec)
     xs = [np.full(32, 0.25 * i) for i in range(n)]
-    result = secure_sum(xs, params, key_seed=5, dropouts=Dropouts.of(before_upload={1}, before_unmask={4}))
-    assert result.included == frozenset({0, 2, 3, 4, 5})
-    assert np.array_equal(result.sum, np.full(32, 0.25 * (0 + 2 + 3 + 4 + 5)))
+    played = _play(coding, xs, SecAggSpec(codec, 32, key_seed=5), {1: "upload", 4: "unmask"})
+    assert played.result.metrics["secagg/survivors"] == 5  # {0, 2, 3, 4, 5}; 4 is rebuilt from shares
+    assert played.result.metrics["secagg/unanswered"] == 1
+    assert np.array_equal(played.sum, np.full(32, 0.25 * (0 + 2 + 3 + 4 + 5)))
+    # the round's average: what the server receives and broadcasts
+    assert played.result.metrics["clients/accepted"] == 5
 
 
-def test_fewer_than_t_survivors_is_a_clear_error():
+def test_fewer_than_t_survivors_is_a_clear_error(coding):
     n = 6
     codec = FixedPointCodec(ring_bits=32, frac_bits=16, clip=1.0, num_summands=n)
-    params = SecAggParams(n, 8, codec)
-    assert params.t == 4
+    spec = SecAggSpec(codec, 8, key_seed=1)
+    assert AggregatorSecAgg(spec, ARM).open(0, range(n)).params.t == 4
     xs = [np.zeros(8)] * n
-    with pytest.raises(SecAggError, match=r"masked input: 3 clients left, fewer than the threshold t = 4"):
-        secure_sum(xs, params, key_seed=1, dropouts=Dropouts.of(before_upload={0, 1, 2}))
-    with pytest.raises(SecAggError, match=r"3 clients answered the unmasking request, fewer than t=4"):
-        secure_sum(xs, params, key_seed=1, dropouts=Dropouts.of(before_unmask={0, 1, 2}))
-    with pytest.raises(SecAggError, match="fewer than the threshold"):
-        secure_sum(xs, params, key_seed=1, dropouts=Dropouts.of(before_keys={0, 1}, before_shares={2}))
+    cases = [
+        (
+            {0: "upload", 1: "upload", 2: "upload"},
+            r"masked input: 3 clients left, fewer than the threshold t = 4",
+        ),
+        (
+            {0: "unmask", 1: "unmask", 2: "unmask"},
+            r"3 clients answered the unmasking request, fewer than t=4",
+        ),
+        ({0: "keys", 1: "keys", 2: "shares"}, "fewer than the threshold"),
+    ]
+    for dies, why in cases:
+        result = _play(coding, xs, spec, dies).result
+        assert result.skipped and result.skip_reason is not None
+        assert re.search(why, result.skip_reason), result.skip_reason
     with pytest.raises(ValueError, match="threshold must be in"):
         SecAggParams(n, 8, codec, threshold=3)  # not a majority of 6
+
+
+def _parties(params: SecAggParams, *, key_seed: int | None) -> tuple[SecAggServer, list[SecAggClient]]:
+    """The server and the N clients of one round of the protocol, each with only its own secrets."""
+    graph = harary_graph(
+        params.num_clients,
+        params.graph_degree,
+        seed=party_seed(key_seed, "secagg", f"graph round={params.round_index}"),
+    )
+    clients = [
+        SecAggClient(
+            i, params, graph, seed=party_seed(key_seed, "secagg", f"client={i} round={params.round_index}")
+        )
+        for i in range(params.num_clients)
+    ]
+    return SecAggServer(params, graph), clients
 
 
 def test_a_client_answers_the_unmasking_request_only_once():
     n = 4
     codec = FixedPointCodec(ring_bits=32, frac_bits=8, clip=1.0, num_summands=n)
     params = SecAggParams(n, 4, codec)
-    server, clients, _ = make_parties(params, key_seed=3)
+    server, clients = _parties(params, key_seed=3)
     routed = server.collect_keys({c.client_id: c.advertise_keys() for c in clients})
     inboxes = server.route_shares({c.client_id: c.share_keys(routed[c.client_id]) for c in clients})
     survivors = server.collect_masked(
@@ -214,7 +392,7 @@ def test_a_client_shares_its_keys_only_once_a_round():
     n = 4
     codec = FixedPointCodec(ring_bits=32, frac_bits=8, clip=1.0, num_summands=n)
     params = SecAggParams(n, 4, codec)
-    server, clients, _ = make_parties(params, key_seed=3)
+    server, clients = _parties(params, key_seed=3)
     routed = server.collect_keys({c.client_id: c.advertise_keys() for c in clients})
     clients[0].share_keys(routed[0])
     with pytest.raises(SecAggError, match="already shared its keys in round 0"):
@@ -225,7 +403,7 @@ def test_a_client_shares_its_keys_only_once_a_round():
         clients[1].share_keys(strangers)
     clients[1].share_keys(routed[1])
     # the next round: new parties (new keys from the same key seed), one share_keys each again
-    server, clients, _ = make_parties(dataclasses.replace(params, round_index=1), key_seed=3)
+    server, clients = _parties(dataclasses.replace(params, round_index=1), key_seed=3)
     routed = server.collect_keys({c.client_id: c.advertise_keys() for c in clients})
     inboxes = server.route_shares({c.client_id: c.share_keys(routed[c.client_id]) for c in clients})
     assert set(inboxes) == set(range(n))
@@ -236,7 +414,7 @@ def test_a_client_shares_its_keys_only_once_a_round():
 def test_altered_shares_are_detected():
     n = 4
     codec = FixedPointCodec(ring_bits=32, frac_bits=8, clip=1.0, num_summands=n)
-    server, clients, _ = make_parties(SecAggParams(n, 4, codec), key_seed=3)
+    server, clients = _parties(SecAggParams(n, 4, codec), key_seed=3)
     routed = server.collect_keys({c.client_id: c.advertise_keys() for c in clients})
     inboxes = server.route_shares({c.client_id: c.share_keys(routed[c.client_id]) for c in clients})
     ciphertext = bytearray(inboxes[0][1])
@@ -290,7 +468,7 @@ def test_pairwise_masks_are_symmetric_and_distinct():
 
 
 def _masked_upload(update: np.ndarray, params: SecAggParams, key_seed: int | None) -> np.ndarray:
-    server, clients, _ = make_parties(params, key_seed=key_seed)
+    server, clients = _parties(params, key_seed=key_seed)
     routed = server.collect_keys({c.client_id: c.advertise_keys() for c in clients})
     inboxes = server.route_shares({c.client_id: c.share_keys(routed[c.client_id]) for c in clients})
     return clients[0].mask_update(update, inboxes[0]).masked
@@ -321,7 +499,7 @@ def test_a_masked_upload_is_independent_of_the_update():
     assert _byte_uniformity_p(_all_bytes(codec.encode(b), ring_bits)) < 1e-12
 
 
-def test_same_key_seed_reproduces_the_round_and_none_draws_fresh_keys():
+def test_same_key_seed_reproduces_the_round_and_none_draws_fresh_keys(coding):
     n, length = 4, 16
     codec = FixedPointCodec(ring_bits=32, frac_bits=16, clip=1.0, num_summands=n)
     params = SecAggParams(n, length, codec)
@@ -330,8 +508,9 @@ def test_same_key_seed_reproduces_the_round_and_none_draws_fresh_keys():
     assert not np.array_equal(_masked_upload(x, params, 21), _masked_upload(x, params, 22))
     assert not np.array_equal(_masked_upload(x, params, None), _masked_upload(x, params, None))
     xs = [x] * n
-    r1, r2 = secure_sum(xs, params), secure_sum(xs, params)  # key_seed=None: fresh secrets, same sum
-    assert np.array_equal(r1.ring_sum, r2.ring_sum)
+    spec = SecAggSpec(codec, length)  # key_seed=None: fresh secrets every round, the same sum
+    r1, r2 = _play(coding, xs, spec), _play(coding, xs, spec)
+    assert np.array_equal(r1.sum, r2.sum)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -371,7 +550,7 @@ def test_the_server_never_holds_a_client_private_key():
     n = 6
     codec = FixedPointCodec(ring_bits=32, frac_bits=16, clip=1.0, num_summands=n)
     params = SecAggParams(n, 8, codec)
-    server, clients, _ = make_parties(params, key_seed=9)
+    server, clients = _parties(params, key_seed=9)
     routed = server.collect_keys({c.client_id: c.advertise_keys() for c in clients})
     inboxes = server.route_shares({c.client_id: c.share_keys(routed[c.client_id]) for c in clients})
     uploads = {
@@ -421,22 +600,21 @@ def test_harary_graph_is_symmetric_regular_and_seeded():
     assert harary_graph(7, 6, seed=None).is_complete
 
 
-def test_bytes_and_messages_are_counted_as_on_the_wire():
+def test_bytes_and_messages_are_counted_as_on_the_wire(coding):
     n, length, ring_bits = 5, 1000, 32
     codec = FixedPointCodec(ring_bits=ring_bits, frac_bits=16, clip=1.0, num_summands=n)
-    result = secure_sum([np.zeros(length)] * n, SecAggParams(n, length, codec), key_seed=4)
+    metrics = _play(coding, [np.zeros(length)] * n, SecAggSpec(codec, length, key_seed=4)).result.metrics
     share_ct = 2 * ID_BYTES + 2 * shamir.SHARE_BYTES + crypto.GCM_TAG_BYTES
-    expected_sent = (
-        2 * crypto.PUBLIC_KEY_BYTES  # step 0
-        + (n - 1) * share_ct  # step 1
-        + ring_bits * length // 8  # step 2
-        + n * (ID_BYTES + shamir.SHARE_BYTES)  # step 3: one self-mask share per survivor it holds
-    )
-    for stats_ in result.client_stats.values():
-        assert stats_.bytes_sent == expected_sent
-        assert stats_.messages_sent == 4 and stats_.messages_received == 3
-        assert stats_.compute_s > 0
-    assert result.server_stats.bytes_received == n * expected_sent
+    sent = {
+        "keys": 2 * crypto.PUBLIC_KEY_BYTES,  # step 0
+        "shares": (n - 1) * share_ct,  # step 1
+        "masked": ring_bits * length // 8,  # step 2
+        "unmask": n * (ID_BYTES + shamir.SHARE_BYTES),  # step 3: one self-mask share per survivor it holds
+    }
+    for step, nbytes in sent.items():
+        assert metrics[f"secagg/sent_per_client/{step}"] == nbytes
+    assert metrics["secagg/bytes_per_client"] > sum(sent.values())  # and what it received
+    assert metrics["secagg/client_s"] > 0 and metrics["secagg/server_s"] > 0
 
 
 def test_params_and_server_check_their_inputs():

@@ -7,10 +7,10 @@
 * :mod:`.graph`: the masking graph (complete, or a shuffled Harary graph of degree k).
 * :mod:`.messages`: the messages of a round and the per-party costs (bytes, messages, compute).
 * :mod:`.protocol`: the client and server roles.
-* :mod:`.simulate`: one round played in process, with dropouts at any step.
 
 The platform's arms use it through :mod:`sifl_ray.roles.secure` (the client workers play the clients, the
-aggregator plays the server); :func:`secure_sum` is the in-process reference the tests compare against.
+aggregator plays the server), driven by :mod:`sifl_ray.secure_aggregation`: one driver of the protocol, the
+one a run uses (its tests play rounds through it, with dropouts at any step).
 """
 
 from sifl_ray.privacy.secagg.crypto import prg_ring
@@ -28,10 +28,8 @@ from sifl_ray.privacy.secagg.protocol import (
     recovery_problems,
 )
 from sifl_ray.privacy.secagg.ring import FixedPointCodec, ring_sum
-from sifl_ray.privacy.secagg.simulate import Dropouts, SecAggResult, make_graph, make_parties, secure_sum
 
 __all__ = [
-    "Dropouts",
     "FixedPointCodec",
     "MaskPlan",
     "MaskedInput",
@@ -41,16 +39,12 @@ __all__ = [
     "SecAggClient",
     "SecAggError",
     "SecAggParams",
-    "SecAggResult",
     "SecAggServer",
     "UnmaskResponse",
     "complete_graph",
     "default_threshold",
     "harary_graph",
-    "make_graph",
-    "make_parties",
     "prg_ring",
     "recovery_problems",
     "ring_sum",
-    "secure_sum",
 ]
