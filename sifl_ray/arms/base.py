@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 if TYPE_CHECKING:
     import torch
+    from omegaconf import DictConfig
 
 CODINGS = ("plain", "m1", "m2")
 
@@ -182,11 +183,11 @@ class Arm:
     #: public) rather than add/remove: the in-run audit then gives a left-out canary a zero update
     zero_out: ClassVar[bool] = False
 
-    def instances(self, cfg: Mapping) -> list[str]:
+    def instances(self, cfg: DictConfig) -> list[str]:
         """The arms this kind runs as in ``cfg`` (one, its kind, unless it sweeps a parameter)."""
         return [self.kind]
 
-    def problems(self, cfg: Mapping) -> list[str]:
+    def problems(self, cfg: DictConfig) -> list[str]:
         """Configuration problems only this arm has (each with its key, expectation and fix)."""
         return []
 
@@ -203,7 +204,7 @@ class Arm:
         ``epsilon_local`` / ``epsilon_broadcast`` / ``epsilon_global`` become TensorBoard metrics."""
         return None
 
-    def clip(self, cfg: Mapping) -> float | None:
+    def clip(self, cfg: DictConfig) -> float | None:
         """The clip radius C of ``clip_key`` (``None``: the arm does not clip)."""
         if self.clip_key is None:
             return None

@@ -37,6 +37,9 @@ from sifl_ray.validation import POSITIVE, PROBABILITY, Choice, Range, setting
 
 if TYPE_CHECKING:
     import torch
+    from omegaconf import DictConfig
+
+    from sifl_ray.privacy.dp_fedavg import Accountant
 
 
 @dataclass
@@ -85,7 +88,7 @@ class CentralNoise:
     expected_clients: float
     key_seed: int | None = None
     every_round: ClassVar[bool] = True
-    _seeds: dict = field(default_factory=dict, repr=False, compare=False)
+    _seeds: dict[str, bytes] = field(default_factory=dict, repr=False, compare=False)
 
     def __call__(
         self,
@@ -114,10 +117,10 @@ class CentralNoise:
             generator=secret_torch_generator(seed, "noise", "dp_fedavg", t, shard),
         )
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "_seeds"}
 
-    def __setstate__(self, state: dict) -> None:
+    def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._seeds = {}
 
@@ -145,10 +148,10 @@ class DpFedAvg(Arm):
         "DP-FedAvg: clipped updates, central Gaussian noise, (ε, δ) over all rounds from dp_accounting"
     )
 
-    def instances(self, cfg: Any) -> list[str]:
+    def instances(self, cfg: DictConfig) -> list[str]:
         return [f"{self.kind}_eps{eps_label(e)}" for e in cfg.dp_fedavg.epsilons]
 
-    def problems(self, cfg: Any) -> list[str]:
+    def problems(self, cfg: DictConfig) -> list[str]:
         clients = cfg.clients
         if clients.sampling != "poisson" and clients.fraction < 1:
             return [
@@ -182,7 +185,7 @@ class DpFedAvg(Arm):
                 float(dp.delta),
                 self.sample_rate(cfg),
                 int(cfg.train.rounds),
-                str(dp.accountant),
+                _accountant(dp),
             )
         )
 
@@ -197,7 +200,7 @@ class DpFedAvg(Arm):
             sample_rate=1.0,
             steps=int(cfg.train.rounds),
             delta=float(dp.delta),
-            accountant=str(dp.accountant),
+            accountant=_accountant(dp),
         )
 
     def steps(self, ctx: ArmContext) -> PartySteps:
@@ -253,17 +256,38 @@ class DpFedAvg(Arm):
         }
 
 
+def _accountant(dp: Any) -> Accountant:
+    """``dp_fedavg.accountant`` as the accountant's type: the validator has checked it is one of them."""
+    name = str(dp.accountant)
+    if name not in ("rdp", "pld"):
+        raise ValueError(f"dp_fedavg.accountant: expected rdp or pld, got {name!r}")
+    return name  # type: ignore[return-value]
+
+
 @lru_cache(maxsize=64)
 def _calibrated(
-    target: float, delta: float, sample_rate: float, rounds: int, accountant: str
+    target: float, delta: float, sample_rate: float, rounds: int, accountant: Accountant
 ) -> tuple[tuple[str, Any], ...]:
     """z for ``target`` after ``rounds`` rounds, and the cumulative ε after each round (cached: the arm's
     steps and its report both need them)."""
     from sifl_ray.privacy.dp_fedavg import calibrate, epsilon_per_round
 
-    kw = {"delta": delta, "sample_rate": sample_rate, "accountant": accountant, "sampling": "poisson"}
-    z = calibrate(target_epsilon=target, steps=rounds, **kw)
-    history = epsilon_per_round(noise_multiplier=z, rounds=rounds, **kw)
+    z = calibrate(
+        target_epsilon=target,
+        steps=rounds,
+        delta=delta,
+        sample_rate=sample_rate,
+        accountant=accountant,
+        sampling="poisson",
+    )
+    history = epsilon_per_round(
+        noise_multiplier=z,
+        rounds=rounds,
+        delta=delta,
+        sample_rate=sample_rate,
+        accountant=accountant,
+        sampling="poisson",
+    )
     return (("noise_multiplier", z), ("epsilon_per_round", tuple(history)))
 
 

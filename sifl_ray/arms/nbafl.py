@@ -9,12 +9,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sifl_ray import registry_names
-from sifl_ray.arms.base import Arm, ArmContext, PartySteps, plain_releases
+from sifl_ray.arms.base import Arm, ArmContext, PartySteps, Release, plain_releases
 from sifl_ray.arms.steps import chain, clip, gaussian
 from sifl_ray.validation import POSITIVE, PROBABILITY, Choice, Range, setting
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 
 @dataclass
@@ -63,7 +66,7 @@ class NbAFL(Arm):
     summary: ClassVar[str] = "NbAFL: clients clip and add Gaussian noise before upload, one arm per ε"
     settings: ClassVar[Mapping[str, type]] = MappingProxyType({"nbafl": NbaflConfig})
 
-    def instances(self, cfg: Any) -> list[str]:
+    def instances(self, cfg: DictConfig) -> list[str]:
         return [f"nbafl_eps{eps_label(e)}" for e in cfg.nbafl.epsilons]
 
     def epsilon(self, cfg: Any, arm: str) -> float:
@@ -96,7 +99,7 @@ class NbAFL(Arm):
         seeds = ClientNoiseSeeds(key_seed=ctx.cfg.coding.key_seed, key_dir=ctx.key_dir)
         return PartySteps(client=chain(clip(ctx.cfg.nbafl.clip), gaussian(self.sigma(ctx), seeds)))
 
-    def releases(self):
+    def releases(self) -> tuple[Release, ...]:
         return plain_releases("clip_C(w_i) + N(0, sigma^2 I) (the client's own noise)")
 
     def privacy(self, ctx: ArmContext) -> dict[str, Any] | None:

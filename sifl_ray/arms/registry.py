@@ -6,10 +6,13 @@ through it without importing the package that imports them back.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from sifl_ray.arms.base import CODINGS, Arm
 from sifl_ray.sections import SectionError, register_section, unregister_section
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 ARMS: dict[str, Arm] = {}
 
@@ -79,7 +82,7 @@ def get_arm(kind: str) -> Arm:
         raise KeyError(f"no arm {kind!r}; registered: {', '.join(ARMS)}") from None
 
 
-def arm_instances(cfg: Mapping) -> dict[str, str]:
+def arm_instances(cfg: DictConfig) -> dict[str, str]:
     """Concrete arm names of ``cfg`` → their kind (``nbafl`` runs as ``nbafl_eps1``, ``nbafl_eps5``, ...).
 
     ``cfg`` is a configuration (validated, or merged and typed inside the validator's cross-checks);
@@ -93,12 +96,12 @@ def arm_instances(cfg: Mapping) -> dict[str, str]:
     return out
 
 
-def arm_names(cfg: Mapping) -> list[str]:
+def arm_names(cfg: DictConfig) -> list[str]:
     """Concrete arm names of ``cfg``, in the order the scenario lists them."""
     return list(arm_instances(cfg))
 
 
-def arm_of(cfg: Mapping, name: str) -> Arm:
+def arm_of(cfg: DictConfig, name: str) -> Arm:
     """The arm object behind the concrete name ``name`` of ``cfg``."""
     kind = arm_instances(cfg).get(name)
     if kind is None:

@@ -46,6 +46,10 @@ from sifl_ray.validation import AT_LEAST_1, NONNEG, POSITIVE, Range, setting
 
 if TYPE_CHECKING:
     import torch
+    from omegaconf import DictConfig
+
+    from sifl_ray.privacy.secagg.ring import FixedPointCodec
+    from sifl_ray.roles.secure import SecAggSpec
 
 
 @dataclass
@@ -72,7 +76,7 @@ class SecAggConfig:
     noise_margin: float = setting(8.0, rule=POSITIVE)
 
 
-def arm_codec(cfg: Any, clip: float):
+def arm_codec(cfg: Any, clip: float) -> FixedPointCodec:
     """The fixed-point ring of a secure arm whose coordinates are clipped to ``clip``: ``secagg.ring_bits``,
     and ``secagg.frac_bits`` or the most that keep a sum of every client's encoding from wrapping.
 
@@ -91,7 +95,7 @@ def arm_codec(cfg: Any, clip: float):
     )
 
 
-def secagg_spec(cfg: Any, *, n: int, clip: float, weight_ref: float, min_survivors: int = 0):
+def secagg_spec(cfg: Any, *, n: int, clip: float, weight_ref: float, min_survivors: int = 0) -> SecAggSpec:
     """The public parameters every party of a secure arm agrees on (:class:`~sifl_ray.roles.secure.
     SecAggSpec`): a ring sized so that the sum of every client's encoding cannot wrap."""
     from sifl_ray.roles.secure import SecAggSpec
@@ -154,7 +158,7 @@ class SecAgg(Arm):
         "secure aggregation (SecAgg/SecAgg+): masked fixed-point updates, the aggregator unmasks only the sum"
     )
 
-    def problems(self, cfg: Any) -> list[str]:
+    def problems(self, cfg: DictConfig) -> list[str]:
         return _ring_problems(cfg, float(cfg.secagg.clip)) + _graph_problems(cfg)
 
     def steps(self, ctx: ArmContext) -> PartySteps:
@@ -211,7 +215,7 @@ class DpFedAvgSecAgg(DpFedAvg):
         "DP-FedAvg, distributed: each client adds its share of the noise, uploads masked (secure aggregation)"
     )
 
-    def problems(self, cfg: Any) -> list[str]:
+    def problems(self, cfg: DictConfig) -> list[str]:
         clip = float(cfg.dp_fedavg.clip)
         # the ring must hold C plus the noise margin; the noise multiplier is known only after calibration,
         # so the up-front check uses C alone and the set-up reports the precision actually fitted
