@@ -19,6 +19,10 @@ from sifl_ray.specs import ModelSpec, TrainSpec
 
 
 class ClientWorkerActor:
+    """A client worker as a Ray actor: hosts many virtual clients (their data, the arms' set-ups) in one
+    process pinned to its resources; the work is :class:`~sifl_ray.roles.client.ClientWorkerRole`'s, shared
+    with the in-process backend."""
+
     def __init__(
         self,
         worker: int,

@@ -19,6 +19,9 @@ from sifl_ray.specs import ModelSpec
 
 
 class EvaluatorActor:
+    """The evaluator as a Ray actor: the test set and a model in their own process, so that evaluating one arm
+    overlaps the next arm's training."""
+
     def __init__(self, data: dict, model: ModelSpec, seed: int, batch_size: int, threads: int = 1) -> None:
         prepare_process(threads)
         net = build_model(

@@ -88,6 +88,9 @@ class RoundPolicy:
 
 @dataclass
 class RoundResult:
+    """What one round of one arm produced, as the runner logs and checkpoints it: its metrics, who was
+    accepted, refused or dropped, and why."""
+
     arm: str
     round: int
     metrics: dict[str, float] = field(default_factory=dict)

@@ -91,6 +91,9 @@ class ArmSetup:
 
 @dataclass(frozen=True)
 class LocalTraining:
+    """How every client trains locally in a round (the same for every arm, so that the arms see the same
+    minibatches)."""
+
     batch_size: int
     local_epochs: int
     local_steps: int

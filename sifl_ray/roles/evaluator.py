@@ -27,6 +27,9 @@ SIMULATION_ONLY = "evaluator: simulation device holding both decoding keys; no r
 
 
 class EvaluatorRole:
+    """Tests the global model of each arm on the held-out set; under M2 it holds key 2's decoder, the party
+    the paper lets see the model."""
+
     def __init__(
         self,
         *,

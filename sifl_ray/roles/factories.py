@@ -66,6 +66,8 @@ def make_party_aggregator_state(
 def aggregator_from_state(
     *, mode: str, coding: CodingSpec, state: dict[str, bytes] | None, bounds: tuple[int, int], shard: int
 ) -> Aggregator:
+    """An aggregator shard rebuilt from its own key state (a checkpoint or the driver's hand-out): M2's key 2
+    and noise seed reach the aggregator only."""
     key = None
     noise_seed = b""
     if mode == "m2":

@@ -674,6 +674,7 @@ def unpaired_arms(cfg: DictConfig, arms: list[str]) -> list[str]:
 
 
 def cpu_count() -> int:
+    """The CPUs of this machine (at least 1), for sizing the workers when Ray does not say."""
     return os.cpu_count() or 1
 
 

@@ -14,7 +14,7 @@ One round, with U1 ⊇ U2 ⊇ U3 ⊇ U4 the clients still present after each ste
    ``i > j``, so every pairwise mask appears once with each sign in the sum. U3: the clients whose ``y_i``
    arrived; the server announces U3.
 3. **Unmask.** Each client in U4 ⊆ U3 reveals, for each j whose shares it holds, the share of ``b_j`` if j is
-   in U3 and the share of ``s_j`` if j dropped (in U2 \\ U3), never both. The server reconstructs, removes
+   in U3 and the share of ``s_j`` if j dropped (in U2 ∖ U3), never both. The server reconstructs, removes
    ``PRG(b_j)`` for j in U3 and, with ``s_j`` and the public keys, the masks the survivors added for dropped
    j; the result is ``Σ_{i ∈ U3} x_i mod 2^k``, exact.
 
@@ -335,7 +335,7 @@ def recovery_problems(
 ) -> list[str]:
     """Why the server cannot unmask (empty list: it can), all reasons at once.
 
-    Each survivor j (in U3) needs t responders in N[j] to rebuild ``b_j``; each dropped client j (in U2 \\ U3)
+    Each survivor j (in U3) needs t responders in N[j] to rebuild ``b_j``; each dropped client j (in U2 ∖ U3)
     with a surviving neighbour needs t responders in N(j) to rebuild ``s_j``. Pure, so a test or a planner can
     predict a round's outcome.
     """
