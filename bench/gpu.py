@@ -71,6 +71,7 @@ from bench.gpu_checks import (
     judge,
     parse_smi_csv,
 )
+from sifl_ray.handles import PartyHandle, WorkerHandle
 from sifl_ray.progress import progress
 
 MODELS = ("mlp", "cnn2", "cnn")
@@ -575,7 +576,7 @@ def party_placements(sim) -> dict[str, dict]:
     handles["server"] = parties.server
     handles.update({f"aggregator {k}": a for k, a in enumerate(parties.aggregators)})
     handles["evaluator"] = parties.evaluator
-    placed = sim.backend.get([sim.backend.call(h, "placement") for h in handles.values()])
+    placed = sim.backend.get([PartyHandle(sim.backend, h).placement() for h in handles.values()])
     return dict(zip(handles, placed, strict=True))
 
 
@@ -583,7 +584,7 @@ def worker_memory(sim) -> dict[str, dict]:
     """Each client worker's memory report (peak allocated and reserved on its device), read at the end so that
     the figure covers the whole run."""
     workers = sim.parties.workers
-    got = sim.backend.get([sim.backend.call(w, "memory") for w in workers])
+    got = sim.backend.get([WorkerHandle(sim.backend, w).memory() for w in workers])
     return {f"worker {k}": m for k, m in enumerate(got)}
 
 

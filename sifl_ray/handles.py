@@ -419,6 +419,15 @@ class WorkerHandle(PartyHandle):
         responses, costs = self.backend.call(self.raw, "secagg_unmask", arm, t, survivors, num_returns=2)
         return Unmasked(responses=responses, costs=costs)
 
+    def set_vectorise(self, on: bool) -> Ref:
+        """Train the clients together or one at a time from now on (``train.vectorise``): the benches
+        compare the two on one set of actors."""
+        return self.backend.call(self.raw, "set_vectorise", on)
+
+    def memory(self) -> Ref:
+        """The worker's peak memory on its device so far (:func:`actors.process.memory`)."""
+        return self.backend.call(self.raw, "memory")
+
 
 @dataclass(frozen=True)
 class EvaluatorHandle(PartyHandle):
