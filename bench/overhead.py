@@ -140,7 +140,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     )
 
     # 1. Start-up: ray.init, then the simulation (data set, partition, actors, keys, first broadcast).
-    with _time_calls(runner.workload, "load_dataset") as data_calls:  # where Simulation looks it up
+    with _time_calls(runner.workload, "load_any_dataset") as data_calls:  # where the workload looks it up
         ray_s, backend = timed(lambda: runner.make_backend(cfg))
         with _time_calls(backend, "put") as put_calls:
             build_s, sim = timed(lambda: runner.Simulation(cfg, backend=backend))
