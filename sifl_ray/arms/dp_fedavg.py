@@ -110,17 +110,17 @@ class CentralNoise:
             seed = self._seeds.get(arm)
         if seed is None:
             seed = self._seeds[arm] = party_seed(self.key_seed, arm, "aggregator-dp-noise")
-        law = {
-            "noise_multiplier": self.noise_multiplier,
-            "clip": self.clip,
-            "expected_clients": self.expected_clients,
-        }
         noisy = add_central_noise(
             average * (weight / self.expected_clients),
-            **law,
+            noise_multiplier=self.noise_multiplier,
+            clip=self.clip,
+            expected_clients=self.expected_clients,
             generator=secret_torch_generator(seed, "noise", "dp_fedavg", t, shard),
         )
-        return noisy, {"noise_std": central_noise_std(**law)}
+        std = central_noise_std(
+            noise_multiplier=self.noise_multiplier, clip=self.clip, expected_clients=self.expected_clients
+        )
+        return noisy, {"noise_std": std}
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k != "_seeds"}
