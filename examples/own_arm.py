@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from sifl_ray.arms import Arm, ArmContext, PartySteps, register_arm
-from sifl_ray.arms.dp_fedavg import AddUpdate, clipped_update
-from sifl_ray.arms.steps import chain
+from sifl_ray.arms.dp_fedavg import clipped_update
+from sifl_ray.arms.steps import add_update, chain
 from sifl_ray.validation import Range, setting
 
 
@@ -64,7 +64,7 @@ class TopKArm(Arm):
 
     def steps(self, ctx: ArmContext) -> PartySteps:
         topk = ctx.cfg.topk
-        return PartySteps(client=chain(clipped_update(topk.clip), TopK(topk.fraction)), server=AddUpdate())
+        return PartySteps(client=chain(clipped_update(topk.clip), TopK(topk.fraction)), server=add_update())
 
 
 # 4. Register it: ``arms=[fl,topk]`` and ``topk.fraction=...`` are then valid, from Python and the CLI.

@@ -84,15 +84,17 @@ class Parties:
 
 
 class ServerInfo(TypedDict):
-    """What the server's step 4 cost."""
+    """What the server's step 4 cost, and the metrics of the arm's server step (empty: no step)."""
 
     decode_s: float
     encode_s: float
+    step_metrics: dict[str, float]
 
 
 class ShardInfo(TypedDict):
     """What one aggregator shard's step 3 did: the partials it refused (worker → why; the round reduces
-    again without them), the weight it averaged and what that cost."""
+    again without them), the weight it averaged, what that cost, and the metrics of the arm's aggregator
+    step on its rows (empty: no step)."""
 
     aggregate_s: float
     encode_s: float
@@ -100,6 +102,7 @@ class ShardInfo(TypedDict):
     rejected: dict[int, str]
     stale_partials: list[int]
     accepted: int
+    step_metrics: dict[str, float]
     secagg_scale: NotRequired[float]  # secure arms: the decoded sum times this is the mean
     secagg_bound: NotRequired[float]  # secure arms: the quantisation bound, in the mean's units
 

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sifl_ray.arms.steps import client_metrics
+from sifl_ray.arms.steps import client_metrics, party_metrics
 from sifl_ray.backend import Backend
 from sifl_ray.handles import (
     AggregatorHandle,
@@ -177,7 +177,7 @@ def run_round(
     quantisation = None
     if secure is not None:
         quantisation = secure.measure(evaluator, reduced, [trained.outs[k].exact for k in sources])
-    server_stats: ServerInfo = {"decode_s": 0.0, "encode_s": 0.0}
+    server_stats: ServerInfo = {"decode_s": 0.0, "encode_s": 0.0, "step_metrics": {}}
     if finished is not None:  # read first: if the server died, the evaluation fails because of it
         server_stats = collect(backend, finished.info, "server", 0, arm=arm.name, t=t)
     eval_stats: dict[str, Any] = collect(backend, evaluation, "evaluator", 0, arm=arm.name, t=t)
@@ -225,6 +225,9 @@ def run_round(
             "clients/clipped": float(sum(r.clipped for r in reports)),
             # the arm's client step: each metric's mean over the clients (client/clipped, client/sparsity)
             **client_metrics((r.step_metrics, r.stepped) for r in reports),
+            # the arm's aggregator step (mean over the shards) and server step (aggregator/noise_std, ...)
+            **party_metrics("aggregator", (i["step_metrics"] for i in agg_infos)),
+            **party_metrics("server", [server_stats["step_metrics"]]),
         }
     )
     if secure is not None:

@@ -56,8 +56,10 @@ class ServerLearningRate:
 
     eta: float
 
-    def __call__(self, previous: torch.Tensor, average: torch.Tensor, *, arm: str, t: int) -> torch.Tensor:
-        return previous + self.eta * (average - previous)
+    def __call__(
+        self, average: torch.Tensor, *, previous: torch.Tensor, arm: str, t: int
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        return previous + self.eta * (average - previous), {}
 
 
 class ToyArm(Arm):

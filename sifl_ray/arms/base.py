@@ -15,10 +15,15 @@ broadcast. An arm fills that skeleton in two ways:
   - :class:`ClientStep`, in the client worker, on each client's local model before it is encoded and
     uploaded, a :func:`~sifl_ray.arms.steps.chain` of small steps (clip; clip and add the client's own
     noise; take the update, clip it, add a noise share; ...) returning the upload and its metrics;
-  - :class:`AggregatorStep`, in each aggregator shard, on the shard's average before code 2 (central noise,
-    unmasking, ...);
-  - :class:`ServerStep`, in the server, on the new global model before it is encoded again (a server
-    learning rate, server momentum, ...). Only where the server holds a plain model: never in ``m2``.
+  - :class:`AggregatorStep`, in each aggregator shard, on the shard's average (unmasked, under secure
+    aggregation) before code 2 (the fixed-denominator mean; central noise; ...), returning it and its
+    metrics;
+  - :class:`ServerStep`, in the server, from the average to the new global model before it is encoded
+    again (adding the average update; a server learning rate, ...), returning it and its metrics. Only where
+    the server holds a plain model: never in ``m2``.
+
+  All three are chains of the same kind (:func:`~sifl_ray.arms.steps.chain`); each party's metrics are
+  logged under the arm as ``client/<name>``, ``aggregator/<name>`` and ``server/<name>``.
 
 What each party releases to whom (:meth:`Arm.releases`) is read by the transcript recorder of the attack
 suite, and the privacy report (:meth:`Arm.privacy`) by the summary and TensorBoard, so neither branches on
@@ -54,7 +59,7 @@ class ClientStep(Protocol):
     """
 
     def __call__(
-        self, w: torch.Tensor, *, start: torch.Tensor, arm: str, client: int, t: int
+        self, w: torch.Tensor, /, *, start: torch.Tensor, arm: str, client: int, t: int
     ) -> tuple[torch.Tensor, Mapping[str, float]]: ...
 
 
@@ -62,7 +67,9 @@ class AggregatorStep(Protocol):
     """An aggregator shard's step on its average (rows ``bounds`` of the, possibly encoded, vector) before
     code 2. Runs once per shard and round; it must act row by row or know its rows (``bounds``). ``weight``
     is the total weight the average divided by (the accepted clients' |D_i|, or their number under uniform
-    weights): every shard of a round has the same.
+    weights): every shard of a round has the same. Returns the shard's new average and its metrics, name →
+    number (``{"noise_std": 0.01}``; each is averaged over the shards as ``aggregator/<name>``). Steps
+    compose: :func:`sifl_ray.arms.steps.chain`.
 
     ``seed`` is the aggregator's secret for its step (256 bits from the aggregator's key file, ``None`` when
     called outside an aggregator): noise drawn from it is the same when a respawned aggregator replays the
@@ -75,6 +82,7 @@ class AggregatorStep(Protocol):
     def __call__(
         self,
         average: torch.Tensor,
+        /,
         *,
         arm: str,
         t: int,
@@ -82,16 +90,20 @@ class AggregatorStep(Protocol):
         bounds: tuple[int, int],
         weight: float,
         seed: bytes | None = None,
-    ) -> torch.Tensor: ...
+    ) -> tuple[torch.Tensor, Mapping[str, float]]: ...
 
 
 class ServerStep(Protocol):
-    """The server's step from the previous global model and the clients' average to the new global model
-    (plain float64 vectors), before the server encodes it again."""
+    """The server's step from the clients' average to the new global model (plain float64 vectors), before
+    the server encodes it again; ``previous`` is the global model the round started from (read-only: the
+    average of updates is added to it). Returns the new model and its metrics, name → number (each logged
+    as ``server/<name>``). Steps compose: :func:`sifl_ray.arms.steps.chain`. It is handed no secret, so it
+    draws no noise: noise from the run seed, which anyone holding the configuration knows, would protect
+    nothing (:mod:`sifl_ray.party_seeds`)."""
 
     def __call__(
-        self, previous: torch.Tensor, average: torch.Tensor, *, arm: str, t: int
-    ) -> torch.Tensor: ...
+        self, average: torch.Tensor, /, *, previous: torch.Tensor, arm: str, t: int
+    ) -> tuple[torch.Tensor, Mapping[str, float]]: ...
 
 
 @dataclass(frozen=True)

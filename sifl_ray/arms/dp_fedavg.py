@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from sifl_ray import registry_names
 from sifl_ray.arms.base import Arm, ArmContext, ClientStep, PartySteps, Release
 from sifl_ray.arms.nbafl import eps_label
-from sifl_ray.arms.steps import chain, clip, to_update
+from sifl_ray.arms.steps import add_update, chain, clip, to_update
 from sifl_ray.validation import POSITIVE, PROBABILITY, Choice, Range, setting
 
 if TYPE_CHECKING:
@@ -80,7 +80,11 @@ class CentralNoise:
     sum when nobody was sampled. The noise comes from the aggregator's own secret stream: in a run, the seed
     the aggregator keeps in its key file (``seed``), so that a replayed round draws the same noise; called
     alone, a seed made in this process on first use (secure random, or from ``coding.key_seed`` for a
-    reproducible simulation), which never leaves it: pickling keeps only ``key_seed``.
+    reproducible simulation), which never leaves it: pickling keeps only ``key_seed``. Metric ``noise_std``:
+    the std zC/m of the noise in each coordinate of the released mean, the figure the accountant's ε rests on.
+
+    One step, not a chain of :func:`~sifl_ray.arms.steps.fixed_denominator` and a noise step: the audit
+    (:mod:`sifl_ray.attacks.arm_audit`) recognises the mechanism by this class and reads its z, C and m.
     """
 
     noise_multiplier: float
@@ -100,22 +104,26 @@ class CentralNoise:
         bounds: tuple[int, int],
         weight: float,
         seed: bytes | None = None,
-    ) -> torch.Tensor:
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         from sifl_ray.party_seeds import party_seed
-        from sifl_ray.privacy.dp_fedavg import add_central_noise
+        from sifl_ray.privacy.dp_fedavg import add_central_noise, central_noise_std
         from sifl_ray.seeding import secret_torch_generator
 
         if seed is None:
             seed = self._seeds.get(arm)
         if seed is None:
             seed = self._seeds[arm] = party_seed(self.key_seed, arm, "aggregator-dp-noise")
-        return add_central_noise(
+        noisy = add_central_noise(
             average * (weight / self.expected_clients),
             noise_multiplier=self.noise_multiplier,
             clip=self.clip,
             expected_clients=self.expected_clients,
             generator=secret_torch_generator(seed, "noise", "dp_fedavg", t, shard),
         )
+        std = central_noise_std(
+            noise_multiplier=self.noise_multiplier, clip=self.clip, expected_clients=self.expected_clients
+        )
+        return noisy, {"noise_std": std}
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "_seeds"}
@@ -123,14 +131,6 @@ class CentralNoise:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._seeds = {}
-
-
-@dataclass(frozen=True)
-class AddUpdate:
-    """Server step: the new global model is the previous one plus the noisy mean update."""
-
-    def __call__(self, previous: torch.Tensor, average: torch.Tensor, *, arm: str, t: int) -> torch.Tensor:
-        return previous + average
 
 
 class DpFedAvg(Arm):
@@ -211,7 +211,7 @@ class DpFedAvg(Arm):
             expected_clients=float(cfg.clients.fraction) * int(cfg.clients.num_clients),
             key_seed=cfg.coding.key_seed,
         )
-        return PartySteps(client=clipped_update(clip), aggregator=noise, server=AddUpdate())
+        return PartySteps(client=clipped_update(clip), aggregator=noise, server=add_update())
 
     def releases(self) -> tuple[Release, ...]:
         return (

@@ -40,12 +40,11 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sifl_ray.arms.base import Arm, ArmContext, PartySteps, Release
-from sifl_ray.arms.dp_fedavg import AddUpdate, DpFedAvg, DpFedAvgConfig, clipped_update
-from sifl_ray.arms.steps import chain, noise_share
+from sifl_ray.arms.dp_fedavg import DpFedAvg, DpFedAvgConfig, clipped_update
+from sifl_ray.arms.steps import add_update, chain, fixed_denominator, noise_share
 from sifl_ray.validation import AT_LEAST_1, NONNEG, POSITIVE, Range, setting
 
 if TYPE_CHECKING:
-    import torch
     from omegaconf import DictConfig
 
     from sifl_ray.privacy.secagg.ring import FixedPointCodec
@@ -165,7 +164,7 @@ class SecAgg(Arm):
         clip = float(ctx.cfg.secagg.clip)
         # the largest |D_i| of any client: public (it bounds the weights), from the partition the driver made
         spec = secagg_spec(ctx.cfg, n=ctx.n, clip=clip, weight_ref=float(ctx.largest_size or ctx.local_size))
-        return PartySteps(client=clipped_update(clip), server=AddUpdate(), secagg=spec)
+        return PartySteps(client=clipped_update(clip), server=add_update(), secagg=spec)
 
     def releases(self) -> tuple[Release, ...]:
         return secure_releases("clip_C(w_i - w^t)", "the FedAvg mean of the clipped updates")
@@ -178,27 +177,6 @@ class SecAgg(Arm):
             "scope": "each upload is hidden from the aggregator and the server; the aggregate is not",
             **ring_report(ctx.cfg, clip=float(ctx.cfg.secagg.clip)),
         }
-
-
-@dataclass(frozen=True)
-class FixedDenominator:
-    """Aggregator step of distributed DP: the mean over the k clients in the sum, rescaled to the fixed
-    denominator m = qN the accountant assumes (the noise is already in the sum)."""
-
-    expected_clients: float
-
-    def __call__(
-        self,
-        average: torch.Tensor,
-        *,
-        arm: str,
-        t: int,
-        shard: int,
-        bounds: tuple[int, int],
-        weight: float,
-        seed: bytes | None = None,
-    ) -> torch.Tensor:
-        return average * (weight / self.expected_clients)
 
 
 class DpFedAvgSecAgg(DpFedAvg):
@@ -247,8 +225,8 @@ class DpFedAvgSecAgg(DpFedAvg):
         return PartySteps(
             # clip the update to C, then add this client's share N(0, (zC)²/t) of the round's noise
             client=chain(clipped_update(clip), noise_share(z, clip, t, seeds)),
-            aggregator=FixedDenominator(expected),
-            server=AddUpdate(),
+            aggregator=fixed_denominator(expected),
+            server=add_update(),
             secagg=spec,
         )
 

@@ -1,16 +1,22 @@
-"""Client steps that compose: ``chain(clip(C), top_k(0.1), gaussian(σ, seeds))`` is one client step.
+"""Steps that compose: ``chain(clip(C), top_k(0.1), gaussian(σ, seeds))`` is one client step.
 
-A client step is a small picklable function of the client's vector and its context (``start``: the round's
-global model; ``arm``, ``client``, ``t``) returning the vector to upload and its metrics, a mapping of
-names to numbers (``{"clipped": 1.0}``). As optax builds an optimizer from small transforms, an arm's
-client mechanism is a :func:`chain` of steps, never a new class for each combination (STYLE habit 14): the
-built-in arms are ``clip(C)`` (``fl``, SIFL), ``chain(clip(C), gaussian(σ, seeds))`` (NbAFL),
-``chain(to_update(), clip(C))`` (DP-FedAvg, secure aggregation) and ``chain(to_update(), clip(C),
-noise_share(z, C, t, seeds))`` (distributed DP-FedAvg).
+A step is a small picklable function of a party's vector and its context returning the vector it hands on
+and its metrics, a mapping of names to numbers (``{"clipped": 1.0}``). Each party has its own context
+(:mod:`sifl_ray.arms.base`): the client's (``start``: the round's global model; ``arm``, ``client``,
+``t``), an aggregator shard's (``arm``, ``t``, ``shard``, ``bounds``, ``weight``, ``seed``) and the
+server's (``previous``: the global model before the round; ``arm``, ``t``). As optax builds an optimizer
+from small transforms, a party's mechanism is a :func:`chain` of steps, never a new class for each
+combination (STYLE habit 14). The built-in arms' client steps are ``clip(C)`` (``fl``, SIFL),
+``chain(clip(C), gaussian(σ, seeds))`` (NbAFL), ``chain(to_update(), clip(C))`` (DP-FedAvg, secure
+aggregation) and ``chain(to_update(), clip(C), noise_share(z, C, t, seeds))`` (distributed DP-FedAvg);
+their aggregator steps DP-FedAvg's :class:`~sifl_ray.arms.dp_fedavg.CentralNoise` and distributed DP's
+``fixed_denominator(qN)``; their server step ``add_update()``.
 
-Each metric a step returns is averaged over the round's clients and logged under the arm as
-``client/<name>`` (``client/clipped``: the fraction of clients clipped; a top-k step's ``client/sparsity``);
-``clipped`` is also counted in ``clients/clipped``, the figure the end-of-run clipping warning reads.
+The metrics are logged under the arm by the party that ran the step: a client step's are averaged over the
+round's clients as ``client/<name>`` (``client/clipped``: the fraction of clients clipped; a top-k step's
+``client/sparsity``), and ``clipped`` is also counted in ``clients/clipped``, the figure the end-of-run
+clipping warning reads; an aggregator step's are averaged over the shards as ``aggregator/<name>``
+(``aggregator/noise_std``); a server step's are ``server/<name>`` (``server/clipped``).
 
 torch is imported inside the calls: the arms' modules are read by the configuration validator, which must
 stay free of it.
@@ -21,52 +27,64 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 if TYPE_CHECKING:
     import torch
 
-    from sifl_ray.arms.base import ClientStep
+    from sifl_ray.arms.base import AggregatorStep, ClientStep, ServerStep
 
 
 @dataclass(frozen=True)
 class Chain:
-    """Client steps run one after the other, each on the previous one's output; the metrics of all of them
-    (a name two steps report is summed). Built by :func:`chain`."""
+    """Steps of one party run one after the other, each on the previous one's output, all with the
+    party's context; the metrics of all of them (a name two steps report is summed). Built by
+    :func:`chain`."""
 
-    steps: tuple[ClientStep, ...]
+    steps: tuple[Any, ...]
 
-    def __call__(
-        self, w: torch.Tensor, *, start: torch.Tensor, arm: str, client: int, t: int
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    @property
+    def every_round(self) -> bool:
+        """An aggregator chain runs in every round, on a zero average when nobody took part, if one of
+        its steps must (central noise: :class:`~sifl_ray.arms.base.AggregatorStep`)."""
+        return any(getattr(step, "every_round", False) for step in self.steps)
+
+    def __call__(self, value: torch.Tensor, **context: Any) -> tuple[torch.Tensor, dict[str, float]]:
         metrics: dict[str, float] = {}
         for step in self.steps:
-            w, got = step(w, start=start, arm=arm, client=client, t=t)
-            for name, value in got.items():
-                metrics[name] = metrics.get(name, 0.0) + float(value)
-        return w, metrics
+            value, got = step(value, **context)
+            for name, number in got.items():
+                metrics[name] = metrics.get(name, 0.0) + float(number)
+        return value, metrics
 
 
-def chain(*steps: ClientStep) -> ClientStep:
-    """One client step that runs ``steps`` in order (a chain inside a chain is flattened; one step is
-    itself)."""
-    flat: list[ClientStep] = []
+@overload
+def chain(*steps: ClientStep) -> ClientStep: ...
+@overload
+def chain(*steps: AggregatorStep) -> AggregatorStep: ...
+@overload
+def chain(*steps: ServerStep) -> ServerStep: ...
+def chain(*steps: Any) -> Any:
+    """One step that runs ``steps`` (all of one party) in order (a chain inside a chain is flattened; one
+    step is itself)."""
+    flat: list[Any] = []
     for step in steps:
         flat.extend(step.steps if isinstance(step, Chain) else (step,))
-    return flat[0] if len(flat) == 1 else Chain(tuple(flat))
+    out: Any = flat[0] if len(flat) == 1 else Chain(tuple(flat))
+    return out
 
 
 @dataclass(frozen=True)
 class Clip:
     """Scale the vector in place to ``‖v‖₂ ≤ C`` (the platform's one rule,
     :func:`sifl_ray.privacy.clipping.clip_norm_`): the local model, the ball every SIFL ε assumes, or after
-    :func:`to_update` the update, DP-FedAvg's sensitivity. Metric ``clipped``: 1 where it had to scale."""
+    :func:`to_update` the update, DP-FedAvg's sensitivity. Metric ``clipped``: 1 where it had to scale.
+    It reads no context, so any party can run it (a server clipping the average update before it adds it:
+    ``chain(clip(C), add_update())``)."""
 
     clip: float
 
-    def __call__(
-        self, w: torch.Tensor, *, start: torch.Tensor | None = None, arm: str, client: int, t: int
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    def __call__(self, w: torch.Tensor, **context: Any) -> tuple[torch.Tensor, dict[str, float]]:
         from sifl_ray.privacy.clipping import clip_norm_
 
         return w, {"clipped": float(clip_norm_(w, self.clip))}
@@ -158,6 +176,57 @@ class NoiseShare:
 def noise_share(noise_multiplier: float, clip: float, num_noisers: int, seeds: Any) -> NoiseShare:
     """:class:`NoiseShare` of ``t = num_noisers`` shares of ``N(0, (zC)²)``."""
     return NoiseShare(float(noise_multiplier), float(clip), int(num_noisers), seeds)
+
+
+@dataclass(frozen=True)
+class FixedDenominator:
+    """Aggregator step: the mean over the k clients in the round (``weight``, their number under equal
+    weights) rescaled to the fixed denominator m = qN the DP-FedAvg accountant assumes, ``Σ Δ_i / m``: one
+    client then moves the mean by at most C/m, whoever else was sampled."""
+
+    expected_clients: float
+
+    def __call__(
+        self, average: torch.Tensor, *, weight: float, **context: Any
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        return average * (weight / self.expected_clients), {}
+
+
+def fixed_denominator(expected_clients: float) -> FixedDenominator:
+    """:class:`FixedDenominator` m = ``expected_clients`` (qN)."""
+    return FixedDenominator(float(expected_clients))
+
+
+@dataclass(frozen=True)
+class AddUpdate:
+    """Server step: the new global model is the previous one (``previous``) plus the average update."""
+
+    def __call__(
+        self, average: torch.Tensor, *, previous: torch.Tensor, **context: Any
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        return previous + average, {}
+
+
+def add_update() -> AddUpdate:
+    """:class:`AddUpdate`."""
+    return AddUpdate()
+
+
+def party_metrics(party: str, metrics: Iterable[Mapping[str, float]]) -> dict[str, float]:
+    """The round's ``<party>/<name>`` metrics of an aggregator's or the server's step: each metric's mean
+    over the calls that reported it (the aggregator's shards; the server's one call).
+
+    Args:
+        party: ``aggregator`` or ``server``.
+        metrics: what each call of the step returned.
+    """
+    total: dict[str, float] = {}
+    count: dict[str, int] = {}
+    for got in metrics:
+        for name, value in got.items():
+            total[name] = total.get(name, 0.0) + float(value)
+            count[name] = count.get(name, 0) + 1
+    return {f"{party}/{name}": value / count[name] for name, value in total.items()}
 
 
 def client_metrics(sums: Iterable[tuple[Mapping[str, float], int]]) -> dict[str, float]:

@@ -403,7 +403,7 @@ def audit_aggregator_step(
         target = bool(hyp) and k > 0 and int(drawn[0]) == 0  # the target is client 0 of its population
         value = clip * target / k if k else 0.0  # k updates summing to C·e_0 (target in), or to 0
         average = torch.tensor([value], dtype=CODING_DTYPE)
-        out = step(average, arm=arm, t=trial, shard=0, bounds=(0, 1), weight=float(k))
+        out, _ = step(average, arm=arm, t=trial, shard=0, bounds=(0, 1), weight=float(k))
         return float(out[0]) > cut
 
     q = "" if sample_rate >= 1 else f", target sampled with q = {sample_rate:g}"

@@ -193,12 +193,13 @@ class Aggregator:
             key=lambda p: p.source,
         )
         total = sum(p.weight for p in usable)
-        info = {
+        info: dict[str, Any] = {
             "aggregate_s": 0.0,
             "encode_s": 0.0,
             "weight": total,
             "rejected": rejected,
             "stale_partials": stale,
+            "step_metrics": {},
         }
         every_round = step is not None and getattr(step, "every_round", False)
         if total <= 0 and not every_round:
@@ -212,8 +213,9 @@ class Aggregator:
             acc.div_(total)
         # A step that must release every round (central noise) runs on the zero sum when nobody's update
         # arrived: a round released without noise would tell everyone that nobody took part.
+        step_metrics: dict[str, float] = {}
         if step is not None:
-            acc = self._step(step, acc, arm=arm, t=t, weight=total)
+            acc, step_metrics = self._step(step, acc, arm=arm, t=t, weight=total)
         aggregate_s = time.perf_counter() - start
         encode_s = 0.0
         if self.mode == "m2":
@@ -222,16 +224,23 @@ class Aggregator:
             R2 = self.noise.sample((acc.shape[0], self.key.p - 1), gen)
             acc = self.key.encode(acc, R2)
             encode_s = time.perf_counter() - start - aggregate_s
-        info.update(aggregate_s=aggregate_s, encode_s=encode_s, accepted=sum(p.accepted for p in usable))
+        info.update(
+            aggregate_s=aggregate_s,
+            encode_s=encode_s,
+            accepted=sum(p.accepted for p in usable),
+            step_metrics=step_metrics,
+        )
         return acc, info
 
     def _step(
         self, step: AggregatorStep, acc: torch.Tensor, *, arm: str, t: int, weight: float
-    ) -> torch.Tensor:
-        """The arm's step on this shard's average, with the aggregator's secret seed from its key file."""
-        return step(
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The arm's step on this shard's average, with the aggregator's secret seed from its key file; its
+        metrics as numbers (the driver averages them over the shards as ``aggregator/<name>``)."""
+        out, metrics = step(
             acc, arm=arm, t=t, shard=self.shard, bounds=self.bounds, weight=weight, seed=self._step_seed
         )
+        return out, {name: float(value) for name, value in metrics.items()}
 
     def check_masked(self, t: int, key_epoch: int, partials: list[MaskedPartial]) -> dict[int, str]:
         """Step 3a of a secure arm: which workers' masked partials this shard refuses (source → why).
@@ -283,8 +292,9 @@ class Aggregator:
         encode_s = time.perf_counter() - start  # removing masks and decoding: the coding's cost
         summed = torch.from_numpy(decoded)
         acc = summed * (spec.weight_ref / total)
+        step_metrics: dict[str, float] = {}
         if step is not None:
-            acc = self._step(step, acc, arm=arm, t=t, weight=total)
+            acc, step_metrics = self._step(step, acc, arm=arm, t=t, weight=total)
         info: dict[str, Any] = {
             "aggregate_s": time.perf_counter() - start - encode_s,
             "encode_s": encode_s,
@@ -292,6 +302,7 @@ class Aggregator:
             "rejected": {},
             "stale_partials": [],
             "accepted": sum(p.accepted for p in usable),
+            "step_metrics": step_metrics,
             # the mean is the decoded sum times this; the quantisation bound is in the mean's units
             "secagg_scale": spec.weight_ref / total,
             "secagg_bound": spec.sum_bound(sum(p.accepted for p in usable)) * spec.weight_ref / total,

@@ -80,23 +80,27 @@ class Server:
         previous: torch.Tensor | None = None,
         step: ServerStep | None = None,
         arm: str = "",
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
         """Step 4 of a round: decode the aggregate and encode the next broadcast (for round ``t + 1``).
 
-        ``step``: the arm's server step, from the previous global model (behind ``previous``, this round's
-        broadcast) and the clients' average to the new global model. M2 has none: its server never holds a
-        plain model.
+        ``step``: the arm's server step, from the clients' average to the new global model (the previous
+        one behind ``previous``, this round's broadcast); its metrics are in the info's ``step_metrics``.
+        M2 has none: its server never holds a plain model.
         """
         start = time.perf_counter()
         if self.mode == "m2" and step is not None:
             raise ValueError(f"{arm}: an M2 server holds no plain model, so it cannot run a server step")
+        step_metrics: dict[str, float] = {}
         if self.mode == "plain":
-            out = aggregate if step is None else self._step(step, previous, aggregate, arm, t)
+            out = aggregate
+            if step is not None:
+                out, step_metrics = self._step(step, previous, aggregate, arm, t)
             decode_s = encode_s = 0.0
         elif self.mode == "m1":
             w = self.key.decode(aggregate)  # w^{t+1} = P1L w~_a (exact: weights sum to 1, P1L N1 = 0)
             if step is not None:
-                w = self._step(step, None if previous is None else self.key.decode(previous), w, arm, t)
+                plain = None if previous is None else self.key.decode(previous)
+                w, step_metrics = self._step(step, plain, w, arm, t)
             decode_s = time.perf_counter() - start
             out = self.key.encode(w, self._r1(t + 1, None))
             encode_s = time.perf_counter() - start - decode_s
@@ -104,12 +108,13 @@ class Server:
             # Wbar = P1L W'_a still carries code 2; re-encode every column with fresh R1 (Algorithm 2).
             out = self.key.reencode(aggregate, self._r1(t + 1, aggregate.shape[1]))
             decode_s, encode_s = 0.0, time.perf_counter() - start
-        return out, {"decode_s": decode_s, "encode_s": encode_s}
+        return out, {"decode_s": decode_s, "encode_s": encode_s, "step_metrics": step_metrics}
 
     @staticmethod
     def _step(
         step: ServerStep, previous: torch.Tensor | None, average: torch.Tensor, arm: str, t: int
-    ) -> torch.Tensor:
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         if previous is None:
             raise ValueError(f"{arm}: a server step needs the previous global model (the round's broadcast)")
-        return step(previous.to(CODING_DTYPE), average, arm=arm, t=t).to(CODING_DTYPE)
+        out, metrics = step(average, previous=previous.to(CODING_DTYPE), arm=arm, t=t)
+        return out.to(CODING_DTYPE), {name: float(value) for name, value in metrics.items()}

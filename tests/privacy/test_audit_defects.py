@@ -45,7 +45,9 @@ class FreshNoiseEachProcess(CentralNoise):
     """The defect of a replay: the noise seed is made anew in each process, not read from the key file,
     so a respawned aggregator replaying a round draws other noise than the release it made before."""
 
-    def __call__(self, average: torch.Tensor, *, arm: str, seed: bytes | None = None, **kw) -> torch.Tensor:
+    def __call__(
+        self, average: torch.Tensor, *, arm: str, seed: bytes | None = None, **kw
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         fresh = self._seeds.setdefault(f"{arm}/fresh", os.urandom(32))
         return super().__call__(average, arm=arm, seed=fresh, **kw)
 

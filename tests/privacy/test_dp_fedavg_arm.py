@@ -9,7 +9,8 @@ import pickle
 import pytest
 import torch
 
-from sifl_ray.arms.dp_fedavg import AddUpdate, CentralNoise, clipped_update
+from sifl_ray.arms.dp_fedavg import CentralNoise, clipped_update
+from sifl_ray.arms.steps import add_update
 from sifl_ray.config import ConfigError, load_config
 from sifl_ray.privacy.dp_fedavg import central_noise_std, epsilon
 from sifl_ray.runner import Simulation
@@ -35,20 +36,21 @@ def test_aggregator_step_is_the_fixed_denominator_mean_plus_noise_of_std_zC_over
     """k accepted clients of an expected m: Σ Δ_i / k becomes Σ Δ_i / m, plus N(0, (zC/m)²) per element."""
     average, k, m = _vec(200_000, 3), 7.0, 10.0
     exact = CentralNoise(noise_multiplier=0.0, clip=1.0, expected_clients=m, key_seed=1)
-    out = exact(average, arm="a", t=0, shard=0, bounds=(0, 200_000), weight=k)
-    assert torch.equal(out, average * (k / m))
+    out, metrics = exact(average, arm="a", t=0, shard=0, bounds=(0, 200_000), weight=k)
+    assert torch.equal(out, average * (k / m)) and metrics == {"noise_std": 0.0}
     step = CentralNoise(noise_multiplier=1.3, clip=2.0, expected_clients=m, key_seed=1)
-    noise = step(average, arm="a", t=4, shard=0, bounds=(0, 200_000), weight=k) - average * (k / m)
+    out, metrics = step(average, arm="a", t=4, shard=0, bounds=(0, 200_000), weight=k)
+    noise = out - average * (k / m)
     std = central_noise_std(noise_multiplier=1.3, clip=2.0, expected_clients=m)
-    assert std == pytest.approx(1.3 * 2.0 / m)
+    assert std == pytest.approx(1.3 * 2.0 / m) and metrics == {"noise_std": std}
     # the sample std of N draws is within 6/sqrt(2N) of σ (relative) with overwhelming probability
     assert abs(float(noise.std()) / std - 1) <= 6 / math.sqrt(2 * noise.numel())
     assert abs(float(noise.mean())) <= 6 * std / math.sqrt(noise.numel())
     # reproducible with a key seed (the same draw on Ray and in-process), fresh per round and shard
     again = CentralNoise(noise_multiplier=1.3, clip=2.0, expected_clients=m, key_seed=1)
     kw = {"arm": "a", "shard": 0, "bounds": (0, 10), "weight": k}
-    assert torch.equal(again(average[:10], t=4, **kw), step(average[:10], t=4, **kw))
-    assert not torch.equal(step(average[:10], t=5, **kw), step(average[:10], t=4, **kw))
+    assert torch.equal(again(average[:10], t=4, **kw)[0], step(average[:10], t=4, **kw)[0])
+    assert not torch.equal(step(average[:10], t=5, **kw)[0], step(average[:10], t=4, **kw)[0])
 
 
 def test_aggregator_noise_seed_is_secret_and_never_pickled():
@@ -57,13 +59,14 @@ def test_aggregator_noise_seed_is_secret_and_never_pickled():
     b = CentralNoise(noise_multiplier=1.0, clip=1.0, expected_clients=4.0)
     kw = {"arm": "a", "t": 0, "shard": 0, "bounds": (0, 100), "weight": 4.0}
     zero = torch.zeros(100, dtype=torch.float64)
-    assert not torch.equal(a(zero, **kw), b(zero, **kw))
+    assert not torch.equal(a(zero, **kw)[0], b(zero, **kw)[0])
     assert a._seeds and pickle.loads(pickle.dumps(a))._seeds == {}
 
 
 def test_server_step_adds_the_noisy_mean_update():
     prev, avg = _vec(20, 4), _vec(20, 5, 1e-2)
-    assert torch.equal(AddUpdate()(prev, avg, arm="a", t=0), prev + avg)
+    new, metrics = add_update()(avg, previous=prev, arm="a", t=0)
+    assert torch.equal(new, prev + avg) and metrics == {}
 
 
 def test_dp_fedavg_needs_poisson_sampling_below_full_participation():

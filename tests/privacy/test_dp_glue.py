@@ -65,8 +65,9 @@ def test_dp_fedavg_aggregator_divides_by_qN_and_adds_noise_of_std_zC_over_qN():
     z, clip, k, m = arm.privacy(ctx)["noise_multiplier"], float(ctx.cfg.dp_fedavg.clip), 3.0, 0.5 * 10
     assert z > 0
     mean = torch.full((N,), 0.7, dtype=torch.float64)  # Σ Δ_i / k
-    out = step(mean, arm=ctx.arm, t=2, shard=0, bounds=(0, N), weight=k)
+    out, metrics = step(mean, arm=ctx.arm, t=2, shard=0, bounds=(0, N), weight=k)
     assert_gaussian(out - 0.7 * k / m, z * clip / m)
+    assert metrics == {"noise_std": pytest.approx(z * clip / m)}
 
 
 def test_dp_fedavg_secagg_aggregator_divides_the_noisy_sum_by_qN():
@@ -76,8 +77,9 @@ def test_dp_fedavg_secagg_aggregator_divides_the_noisy_sum_by_qN():
     )
     step = arm.steps(ctx).aggregator
     mean = torch.linspace(-1.0, 1.0, 16, dtype=torch.float64)
-    out = step(mean, arm=ctx.arm, t=1, shard=0, bounds=(0, 16), weight=4.0)
+    out, metrics = step(mean, arm=ctx.arm, t=1, shard=0, bounds=(0, 16), weight=4.0)
     torch.testing.assert_close(out, mean * (4.0 / 5.0), rtol=1e-15, atol=0.0)
+    assert metrics == {}  # the noise is the clients': nothing of the aggregator's to report
 
 
 def test_dp_fedavg_secagg_clients_add_a_share_zC_over_sqrt_t_fresh_every_round():
