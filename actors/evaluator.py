@@ -15,7 +15,7 @@ from sifl_ray.keys import key_inventory
 from sifl_ray.models import build_model
 from sifl_ray.roles.evaluator import EvaluatorRole
 from sifl_ray.seeding import torch_generator
-from sifl_ray.specs import ModelSpec
+from sifl_ray.specs import Coding, ModelSpec
 
 
 class EvaluatorActor:
@@ -40,9 +40,15 @@ class EvaluatorActor:
         )
 
     def set_arm(
-        self, arm: str, mode: str, server_view=None, aggregator_view=None, *, paired: bool | None = None
+        self,
+        arm: str,
+        coding: Coding,
+        server_view=None,
+        aggregator_view=None,
+        *,
+        paired: bool | None = None,
     ) -> None:
-        self.role.set_arm(arm, mode, server_view, aggregator_view, paired=paired)
+        self.role.set_arm(arm, coding, server_view, aggregator_view, paired=paired)
 
     def decode(self, arm: str, broadcast: torch.Tensor) -> torch.Tensor:
         """The plain global model (simulation only), on the host: what leaves an actor is never a device

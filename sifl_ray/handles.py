@@ -31,7 +31,7 @@ from sifl_ray.errors import SiflError
 if TYPE_CHECKING:
     from sifl_ray.roles.client import ArmSetup
     from sifl_ray.roles.secure import SecAggSpec
-    from sifl_ray.specs import CodingSpec
+    from sifl_ray.specs import Coding, CodingSpec
 
 Ref = Any
 """A reference to a party's result: an ObjectRef on Ray, a resolved stand-in in-process."""
@@ -213,19 +213,19 @@ class ServerHandle(PartyHandle):
     """The server (:class:`actors.server.ServerActor`): key 1, step 4, and the broadcasts' checkpoints."""
 
     def setup_arm(
-        self, arm: str, *, mode: str, n: int, coding: CodingSpec, run_seed: int, key_path: str | None
+        self, arm: str, *, coding: Coding, n: int, spec: CodingSpec, run_seed: int, key_path: str | None
     ) -> Ref:
         """Make the arm's key 1 (saved to ``key_path``); the ref is the clients' view of it."""
         return self.backend.call(
-            self.raw, "setup_arm", arm, mode=mode, n=n, coding=coding, run_seed=run_seed, key_path=key_path
+            self.raw, "setup_arm", arm, coding=coding, n=n, spec=spec, run_seed=run_seed, key_path=key_path
         )
 
     def restore_arm(
-        self, arm: str, *, mode: str, n: int, coding: CodingSpec, run_seed: int, key_path: str | None
+        self, arm: str, *, coding: Coding, n: int, spec: CodingSpec, run_seed: int, key_path: str | None
     ) -> Ref:
         """Take the arm's key 1 back from the server's own key file."""
         return self.backend.call(
-            self.raw, "restore_arm", arm, mode=mode, n=n, coding=coding, run_seed=run_seed, key_path=key_path
+            self.raw, "restore_arm", arm, coding=coding, n=n, spec=spec, run_seed=run_seed, key_path=key_path
         )
 
     def client_view(self, arm: str) -> Ref:
@@ -269,26 +269,26 @@ class AggregatorHandle(PartyHandle):
     the host of shard 0 also plays SecAgg's server."""
 
     def create_key(
-        self, arm: str, *, mode: str, coding: CodingSpec, run_seed: int, key_path: str | None
+        self, arm: str, *, coding: Coding, spec: CodingSpec, run_seed: int, key_path: str | None
     ) -> Ref:
         """The aggregator's secrets of ``arm`` (they travel by ref to the other shards, never the driver)."""
         return self.backend.call(
-            self.raw, "create_key", arm, mode=mode, coding=coding, run_seed=run_seed, key_path=key_path
+            self.raw, "create_key", arm, coding=coding, spec=spec, run_seed=run_seed, key_path=key_path
         )
 
     def setup_arm(
-        self, arm: str, *, mode: str, coding: CodingSpec, state: Ref, bounds: tuple[int, int], shard: int
+        self, arm: str, *, coding: Coding, spec: CodingSpec, state: Ref, bounds: tuple[int, int], shard: int
     ) -> Ref:
         return self.backend.call(
-            self.raw, "setup_arm", arm, mode=mode, coding=coding, state=state, bounds=bounds, shard=shard
+            self.raw, "setup_arm", arm, coding=coding, spec=spec, state=state, bounds=bounds, shard=shard
         )
 
     def restore_arm(
         self,
         arm: str,
         *,
-        mode: str,
-        coding: CodingSpec,
+        coding: Coding,
+        spec: CodingSpec,
         key_path: str | None,
         bounds: tuple[int, int],
         shard: int,
@@ -297,8 +297,8 @@ class AggregatorHandle(PartyHandle):
             self.raw,
             "restore_arm",
             arm,
-            mode=mode,
             coding=coding,
+            spec=spec,
             key_path=key_path,
             bounds=bounds,
             shard=shard,
@@ -425,10 +425,10 @@ class EvaluatorHandle(PartyHandle):
     """The evaluator (:class:`actors.evaluator.EvaluatorActor`): a simulation device that decodes."""
 
     def set_arm(
-        self, arm: str, mode: str, server_view: Ref, aggregator_view: Ref, *, paired: bool | None = None
+        self, arm: str, coding: Coding, server_view: Ref, aggregator_view: Ref, *, paired: bool | None = None
     ) -> Ref:
         extra = {} if paired is None else {"paired": paired}
-        return self.backend.call(self.raw, "set_arm", arm, mode, server_view, aggregator_view, **extra)
+        return self.backend.call(self.raw, "set_arm", arm, coding, server_view, aggregator_view, **extra)
 
     def set_audit(self, seed: bytes, canaries: int, nulls: int, n: int) -> Ref:
         return self.backend.call(self.raw, "set_audit", seed, canaries, nulls, n)

@@ -42,6 +42,7 @@ from sifl_ray.handles import (
     collect,
 )
 from sifl_ray.secure_aggregation import Reduction, SecureAggregation
+from sifl_ray.specs import Coding
 
 if TYPE_CHECKING:
     from sifl_ray.roles.messages import WorkerReport
@@ -63,7 +64,7 @@ class ArmState:
     """What the driver keeps about one arm between rounds: a reference to its broadcast, nothing more."""
 
     name: str
-    mode: str  # the arm's coding: plain | m1 | m2
+    coding: Coding  # the arm's: what each party encodes and decodes
     n_tilde: int
     bounds: list[tuple[int, int]]  # rows of each aggregator shard
     broadcast: Any = None  # ref to w^t (plain), w~^t (M1, and M2 round 0) or W'^t (M2)
@@ -197,7 +198,7 @@ def run_round(
     for r in trained.reports.values():
         rejected.update(r.rejected)
     vector_bytes = arm.n_tilde * 8
-    cols = 1 if arm.mode != "m2" else 2
+    cols = 2 if arm.coding.aggregator_encodes else 1  # code 2's columns, counted as p = 2
     dropped = list(trained.dropped) + ([] if secure is None else secure.dropped)
     for k, why in sorted(refused.items()):
         report = trained.reports[k]

@@ -37,6 +37,7 @@ from sifl_ray.optim import TorchTrainer, fused_update, loss_values, stepwise_upd
 from sifl_ray.optim.target import fused_tail, step_metrics
 from sifl_ray.roles.aggregator import check_upload
 from sifl_ray.roles.messages import MaskedPartial, Partial, WorkerReport
+from sifl_ray.specs import Coding
 
 if TYPE_CHECKING:  # imported where a secure arm is set up: ``cryptography`` costs ~13 MiB in each process
     from sifl_ray.privacy.secagg import PublicKeys, UnmaskResponse
@@ -67,7 +68,7 @@ def count_step(report: WorkerReport, metrics: Mapping[str, float]) -> None:
 class ArmSetup:
     """What a worker needs to play the clients of one arm (and nothing of the server or aggregator keys)."""
 
-    mode: str  # plain | m1 | m2
+    coding: Coding  # the arm's: what the clients decode, strip and encode
     server_view: ClientServerKey | None = None  # P1, P1L
     aggregator_view: AggregatorKey | None = None  # P2R (M2)
     client_form: str = "fused"
@@ -330,14 +331,14 @@ class ClientWorkerRole:
         broadcast = broadcast.to(self.device)
         # coded: the key view that decodes and encodes, and the round's encoded start w~ (None: plain)
         coded: tuple[ClientServerKey, torch.Tensor] | None = None
-        if setup.mode == "plain":
+        if not setup.coding.coded:
             w0 = broadcast
         else:
             assert setup.server_view is not None
             w_tilde = broadcast
-            if broadcast.dim() == 2:  # M2 after round 0: strip code 2, w~ = W' P2R (a valid M1 encoding)
+            if setup.coding.aggregator_encodes:  # M2: strip code 2, w~ = W' P2R (a valid M1 encoding)
                 assert setup.aggregator_view is not None
-                w_tilde = setup.aggregator_view.strip(broadcast)
+                w_tilde = setup.aggregator_view.m1_encoding(broadcast)
             coded = (setup.server_view, w_tilde)
             w0 = setup.server_view.decode(w_tilde)
         report.encode_s += time.perf_counter() - tic

@@ -22,6 +22,7 @@ from sifl_ray.coding.base import CODING_DTYPE, AggregatorKey, ClientServerKey
 from sifl_ray.device import on_device, resolve_device
 from sifl_ray.models import load_flat_params_
 from sifl_ray.optim.trainer import loss_values
+from sifl_ray.specs import Coding
 
 SIMULATION_ONLY = "evaluator: simulation device holding both decoding keys; no real deployment has it"
 
@@ -46,7 +47,7 @@ class EvaluatorRole:
             self.x = torch.from_numpy(np.asarray(x_test)).to(self.device)
             self.y = torch.from_numpy(np.asarray(y_test)).to(self.device)
         self.batch_size = batch_size
-        self.views: dict[str, tuple[str, ClientServerKey | None, AggregatorKey | None]] = {}
+        self.views: dict[str, tuple[Coding, ClientServerKey | None, AggregatorKey | None]] = {}
         self.reference: dict[int, torch.Tensor] = {}  # plain fl model per round (paired deviation)
         self.paired: dict[str, bool] = {}
         self.label = SIMULATION_ONLY
@@ -66,26 +67,30 @@ class EvaluatorRole:
     def set_arm(
         self,
         arm: str,
-        mode: str,
+        coding: Coding,
         server_view: ClientServerKey | None,
         aggregator_view: AggregatorKey | None,
         *,
         paired: bool | None = None,
     ) -> None:
         """``paired``: report the deviation of this arm's model from fl's (default: coded arms)."""
-        self.views[arm] = (mode, on_device(server_view, self.device), on_device(aggregator_view, self.device))
-        self.paired[arm] = mode != "plain" if paired is None else paired
+        self.views[arm] = (
+            coding,
+            on_device(server_view, self.device),
+            on_device(aggregator_view, self.device),
+        )
+        self.paired[arm] = coding.coded if paired is None else paired
 
     def decode(self, arm: str, broadcast: torch.Tensor) -> torch.Tensor:
         """The plain global model behind an arm's broadcast."""
-        mode, server_view, aggregator_view = self.views[arm]
-        if mode == "plain":
+        coding, server_view, aggregator_view = self.views[arm]
+        if not coding.coded:
             return broadcast.to(CODING_DTYPE)
         assert server_view is not None, f"{arm}: a coded arm's evaluator holds the clients' view of key 1"
         w_tilde = broadcast
-        if broadcast.dim() == 2:  # M2 after round 0: strip code 2 first
+        if coding.aggregator_encodes:  # M2: strip code 2 first
             assert aggregator_view is not None, f"{arm}: an M2 evaluator holds the clients' view of key 2"
-            w_tilde = aggregator_view.strip(broadcast)
+            w_tilde = aggregator_view.m1_encoding(broadcast)
         return server_view.decode(w_tilde)
 
     @torch.no_grad()

@@ -222,7 +222,7 @@ def arm_hparams(cfg: DictConfig, arm: str) -> dict[str, Any]:
         "train.model": str(cfg.train.model),
         "train.optimizer": str(cfg.train.optimizer),
         "train.lr": float(cfg.train.lr),
-        "coding": str(arm_of(cfg, arm).coding),
+        "coding": arm_of(cfg, arm).coding.value,
     }
 
 

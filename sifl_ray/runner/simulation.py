@@ -247,7 +247,7 @@ class Simulation:
 
     @property
     def setups(self) -> dict[str, dict]:
-        """Per arm, what every client worker was told (mode, clipping, NbAFL noise)."""
+        """Per arm, what every client worker was told (coding, clipping, NbAFL noise)."""
         return self.pool.setups
 
     @property
@@ -337,9 +337,9 @@ class Simulation:
             ValueError: ``arm`` is a coded arm.
         """
         state = self.states[arm]
-        if state.mode != "plain":
+        if state.coding.coded:
             raise ValueError(
-                f"set_start: {arm} is a coded ({state.mode}) arm; only a plain arm takes a start"
+                f"set_start: {arm} is a coded ({state.coding.scheme}) arm; only a plain arm takes a start"
             )
         state.broadcast = self.backend.put(w)
 

@@ -42,14 +42,14 @@ from sifl_ray.privacy.canaries import CanaryAudit
 from sifl_ray.roles.aggregator import shard_bounds
 from sifl_ray.round import ArmState, Parties
 from sifl_ray.runner.parties import say
-from sifl_ray.specs import CodingSpec
+from sifl_ray.specs import Coding, CodingSpec
 
 
-def arm_shape(cfg: DictConfig, arm: str, n: int) -> tuple[str, int, list[tuple[int, int]]]:
-    """``(mode, ñ, shard bounds)`` of ``arm`` for a model of ``n`` parameters."""
-    mode = arm_of(cfg, arm).coding
-    n_tilde = n if mode == "plain" else n + cfg.coding.n_extra
-    return mode, n_tilde, shard_bounds(n_tilde, cfg.ray.num_shards)
+def arm_shape(cfg: DictConfig, arm: str, n: int) -> tuple[Coding, int, list[tuple[int, int]]]:
+    """``(coding, ñ, shard bounds)`` of ``arm`` for a model of ``n`` parameters."""
+    coding = arm_of(cfg, arm).coding
+    n_tilde = n + cfg.coding.n_extra if coding.coded else n
+    return coding, n_tilde, shard_bounds(n_tilde, cfg.ray.num_shards)
 
 
 def default_key_dir(cfg: DictConfig, run_dir: Path) -> Path:
@@ -126,8 +126,7 @@ def open_resume(path: str | Path) -> tuple[DictConfig, Path, ResumePoint]:
         raise CheckpointError(f"{run_dir}: nothing to resume from (the run had checkpoint.every=0)")
     key_dir = _key_dir_of(ckpt, run_dir) if ckpt is not None else default_key_dir(cfg, run_dir)
     for arm in arm_names(cfg):  # existence only: the driver never opens another party's key file
-        mode = arm_of(cfg, arm).coding
-        needed = ["aggregator"] if mode == "plain" else ["server", "aggregator"]
+        needed = ["server", "aggregator"] if arm_of(cfg, arm).coding.coded else ["aggregator"]
         for party in needed:
             if not key_file(key_dir, party, arm).exists():
                 raise CheckpointError(
@@ -208,7 +207,7 @@ class Checkpoints:
         self.run_dir = Path(run_dir)
         self.key_dir = Path(key_dir)
         self.store = CheckpointStore(self.run_dir, keep=cfg.checkpoint.keep)
-        self.coding = CodingSpec.from_config(cfg)  # what the server and aggregator parties are told
+        self.coding_spec = CodingSpec.from_config(cfg)  # what the server and aggregator parties are told
 
     def due(self, t: int) -> bool:
         """Whether round ``t`` ends with a checkpoint (every ``checkpoint.every`` rounds, and the last)."""
@@ -272,14 +271,14 @@ class Checkpoints:
         server = ServerHandle(backend, parties.server)
         done = []
         for arm in self.arms:
-            mode, _, bounds = arm_shape(cfg, arm, n)
+            coding, _, bounds = arm_shape(cfg, arm, n)
             if "server" in which:
                 done.append(
                     server.restore_arm(
                         arm,
-                        mode=mode,
+                        coding=coding,
                         n=n,
-                        coding=self.coding,
+                        spec=self.coding_spec,
                         run_seed=cfg.seed,
                         key_path=self.key_path("server", arm),
                     )
@@ -289,8 +288,8 @@ class Checkpoints:
                     done.append(
                         AggregatorHandle(backend, a).restore_arm(
                             arm,
-                            mode=mode,
-                            coding=self.coding,
+                            coding=coding,
+                            spec=self.coding_spec,
                             key_path=self.key_path("aggregator", arm),
                             bounds=bounds[s],
                             shard=s,
@@ -305,8 +304,8 @@ class Checkpoints:
         until asked for it by reference), or the initial broadcast when there is no checkpoint yet."""
         for arm in self.arms:
             if arm not in states:
-                mode, n_tilde, bounds = arm_shape(self.cfg, arm, int(w0.numel()))
-                states[arm] = ArmState(name=arm, mode=mode, n_tilde=n_tilde, bounds=bounds)
+                coding, n_tilde, bounds = arm_shape(self.cfg, arm, int(w0.numel()))
+                states[arm] = ArmState(name=arm, coding=coding, n_tilde=n_tilde, bounds=bounds)
         handle = ServerHandle(backend, server)
         if ckpt is None:
             for arm in self.arms:
