@@ -50,18 +50,24 @@ class EvaluatorActor:
     ) -> None:
         self.role.set_arm(arm, coding, server_view, aggregator_view, paired=paired)
 
-    def decode(self, arm: str, broadcast: torch.Tensor) -> torch.Tensor:
+    def decode(self, arm: str, broadcast: torch.Tensor, coding: Coding) -> torch.Tensor:
         """The plain global model (simulation only), on the host: what leaves an actor is never a device
         tensor (unpickled in the driver, it would land on the driver's GPU)."""
-        return self.role.decode(arm, broadcast.to(self.device)).cpu()
+        return self.role.decode(arm, broadcast.to(self.device), coding).cpu()
 
     def set_audit(self, seed: bytes, canaries: int, nulls: int, n: int) -> None:
         self.role.set_audit(seed, canaries, nulls, n)
 
     def evaluate(
-        self, arm: str, t: int, broadcast: torch.Tensor, previous: torch.Tensor | None = None
+        self,
+        arm: str,
+        t: int,
+        broadcast: torch.Tensor,
+        coding: Coding,
+        previous: torch.Tensor | None = None,
+        previous_coding: Coding | None = None,
     ) -> dict:
-        return self.role.evaluate(arm, t, broadcast, previous)
+        return self.role.evaluate(arm, t, broadcast, coding, previous, previous_coding)
 
     def sum_error(self, arm: str, t: int, num_shards: int, *vectors: torch.Tensor) -> float:
         return self.role.sum_error(arm, t, num_shards, *vectors)

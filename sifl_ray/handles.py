@@ -384,13 +384,16 @@ class WorkerHandle(PartyHandle):
         arm: str,
         t: int,
         broadcast: Ref,
+        coding: Coding,
         clients: list[int],
         bounds: list[tuple[int, int]],
         *,
         attempt: int = 0,
         inboxes: Ref | None = None,
     ) -> Trained:
-        """Step 2 for ``clients``; ``attempt`` > 0: a retry; ``inboxes``: a secure round's routed shares."""
+        """Step 2 for ``clients`` from ``broadcast`` (in ``coding``, its own: see
+        :attr:`~sifl_ray.round.ArmState.broadcast_coding`); ``attempt`` > 0: a retry; ``inboxes``: a secure
+        round's routed shares."""
         extra: dict[str, Any] = {"attempt": attempt} if attempt else {}
         if inboxes is not None:
             extra["inboxes"] = inboxes
@@ -401,6 +404,7 @@ class WorkerHandle(PartyHandle):
             arm,
             t,
             broadcast,
+            coding,
             clients,
             bounds,
             num_returns=shards + (1 if inboxes is None else 2),
@@ -433,14 +437,24 @@ class EvaluatorHandle(PartyHandle):
     def set_audit(self, seed: bytes, canaries: int, nulls: int, n: int) -> Ref:
         return self.backend.call(self.raw, "set_audit", seed, canaries, nulls, n)
 
-    def decode(self, arm: str, broadcast: Ref) -> Ref:
-        """The plain global model (simulation only)."""
-        return self.backend.call(self.raw, "decode", arm, broadcast)
+    def decode(self, arm: str, broadcast: Ref, coding: Coding) -> Ref:
+        """The plain global model behind ``broadcast``, in ``coding`` (simulation only)."""
+        return self.backend.call(self.raw, "decode", arm, broadcast, coding)
 
-    def evaluate(self, arm: str, t: int, broadcast: Ref, *, previous: Ref | None = None) -> Ref:
-        """Test metrics of the decoded ``broadcast``; ``previous``: score the round's change (the audit)."""
-        extra = {} if previous is None else {"previous": previous}
-        return self.backend.call(self.raw, "evaluate", arm, t, broadcast, **extra)
+    def evaluate(
+        self,
+        arm: str,
+        t: int,
+        broadcast: Ref,
+        coding: Coding,
+        *,
+        previous: Ref | None = None,
+        previous_coding: Coding | None = None,
+    ) -> Ref:
+        """Test metrics of the decoded ``broadcast`` (in ``coding``); ``previous`` (in ``previous_coding``):
+        score the round's change (the audit)."""
+        extra = {} if previous is None else {"previous": previous, "previous_coding": previous_coding}
+        return self.backend.call(self.raw, "evaluate", arm, t, broadcast, coding, **extra)
 
     def sum_error(
         self, arm: str, t: int, num_shards: int, summed: Sequence[Ref], exact: Sequence[Ref]

@@ -52,9 +52,17 @@ class Coding(enum.Enum):
 
     @property
     def aggregator_encodes(self) -> bool:
-        """The aggregator encodes the average with key 2 (``P2``, ``R2``), so a broadcast after the first
-        aggregate carries code 2 (an ñ × p matrix that the clients strip with ``P2R``)."""
+        """The aggregator encodes the average with key 2 (``P2``, ``R2``): a broadcast in this coding
+        carries code 2 (an ñ × p matrix ``W'`` that the clients strip with ``P2R``)."""
         return self is Coding.M2
+
+    @property
+    def first_broadcast(self) -> Coding:
+        """The coding of an arm's first broadcast, the server's encoding of ``w^0``. M2's is M1: code 2
+        comes with the first aggregate, so an M2 arm broadcasts in M1 until a round releases one (round 0,
+        and every round after a skipped one). The driver keeps each broadcast's coding beside it
+        (:attr:`sifl_ray.round.ArmState.broadcast_coding`) and tells it to whoever decodes the broadcast."""
+        return Coding.M1 if self is Coding.M2 else self
 
     @property
     def server_holds_model(self) -> bool:

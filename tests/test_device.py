@@ -129,7 +129,7 @@ def test_a_worker_told_the_cpu_keeps_everything_there_and_staging_changes_no_bit
     for role in (host, staged):
         role.set_arm(arm, setup)
         bounds = [(0, 100), (100, broadcast.shape[0])]
-        out.append(role.train_round(arm, 2, broadcast, [4, 1, 3], bounds))
+        out.append(role.train_round(arm, 2, broadcast, setup.coding, [4, 1, 3], bounds))
     (host_partials, host_report), (staged_partials, staged_report) = out
     for a, b in zip(host_partials, staged_partials, strict=True):
         assert torch.equal(a.weighted_sum, b.weighted_sum) and a.weight == b.weight
@@ -155,7 +155,7 @@ def test_the_evaluator_reads_its_figures_once_and_gets_them_right():
     role = EvaluatorRole(model=net, x_test=x, y_test=y, batch_size=16, device="cpu")
     role.set_arm("fl", Coding.PLAIN, None, None)
     w = flatten_params(net)
-    got = role.evaluate("fl", 0, w)
+    got = role.evaluate("fl", 0, w, Coding.PLAIN)
     with torch.no_grad():
         logits = net(torch.from_numpy(x))
         loss = sum(

@@ -173,7 +173,7 @@ def _nbafl_noise(*, key_seed, run_seed, noise=None, t=2):
     )
     noise = ClientNoiseSeeds(key_seed) if noise is None else noise
     role.set_arm("nbafl", ArmSetup(coding=Coding.PLAIN, step=chain(clip(1e9), gaussian(1.0, noise))))
-    (partial,), _ = role.train_round("nbafl", t, w0, [0], [(0, w0.numel())])
+    (partial,), _ = role.train_round("nbafl", t, w0, Coding.PLAIN, [0], [(0, w0.numel())])
     return partial.weighted_sum / 20.0 - w0
 
 

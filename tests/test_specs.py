@@ -3,12 +3,14 @@ records keep, and what a party does with each form of an M2 broadcast."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from sifl_ray.arms import ARMS
 from sifl_ray.coding import make_aggregator_key
 from sifl_ray.errors import SiflError
+from sifl_ray.roles.evaluator import EvaluatorRole
 from sifl_ray.roles.factories import make_party_server_key
 from sifl_ray.roles.server import Server
 from sifl_ray.specs import Coding, CodingSpec, UnknownCoding
@@ -41,6 +43,7 @@ def test_each_coding_says_what_its_parties_do():
         Coding.M2: (True, True, False),
     }
     assert [c.scheme for c in Coding] == ["PLAIN", "M1", "M2"]
+    assert [c.first_broadcast for c in Coding] == [Coding.PLAIN, Coding.M1, Coding.M1]
 
 
 def test_records_keep_the_strings_they_always_kept():
@@ -67,15 +70,25 @@ def test_a_server_key_file_stores_the_coding_as_before_and_reads_back():
     assert again.coding is Coding.M2 and torch.equal(again.key.dense()[0], server.key.dense()[0])
 
 
-def test_an_m2_client_strips_code_2_only_where_it_is_on():
-    """An M2 broadcast is the key-1 encoding until a round releases an aggregate (round 0, or a round after
-    a skipped one), then W' with code 2 on; a client reads the same key-1 encoding from both."""
+def test_the_evaluator_decodes_an_m2_broadcast_in_the_coding_it_is_told():
+    """An M2 arm broadcasts the key-1 encoding until a round releases an aggregate (round 0, or a round
+    after skipped ones), then W' with code 2 on: told which, the evaluator (as every client) reads the same
+    model from both, and strips nothing from the first."""
     server, view = make_party_server_key(arm="sifl_m2", coding=Coding.M2, n=24, spec=SPEC, run_seed=0)
-    assert view is not None
     agg = make_aggregator_key(p=2, gamma=SPEC.gamma, eta=SPEC.eta, seed=b"\x07" * 32)
+    reader = EvaluatorRole(
+        model=torch.nn.Linear(4, 4, dtype=torch.float64),  # 24 parameters, never run here
+        x_test=np.zeros((1, 4)),
+        y_test=np.zeros(1, dtype=np.int64),
+        batch_size=1,
+        device=torch.device("cpu"),
+    )
+    reader.set_arm("sifl_m2", Coding.M2, view, agg.client_view())
     w = torch.linspace(-1.0, 1.0, 24, dtype=torch.float64)
     first = server.initial_broadcast(w)
-    strip = agg.client_view()
-    assert strip.m1_encoding(first) is first
     W = agg.encode(first, torch.zeros(first.shape[0], 1, dtype=torch.float64))
-    assert torch.allclose(view.decode(strip.m1_encoding(W)), w, rtol=0, atol=1e-9)
+    assert first.dim() == 1 and W.dim() == 2
+    for broadcast, coding in ((first, Coding.M1), (W, Coding.M2)):
+        assert torch.allclose(reader.decode("sifl_m2", broadcast, coding), w, rtol=0, atol=1e-9)
+    with pytest.raises(ValueError):  # told M2, a key-1 encoding is refused, not silently misread
+        reader.decode("sifl_m2", first, Coding.M2)

@@ -277,7 +277,7 @@ def _audit_m2_broadcast(
         upload = Partial(source=0, round=second, key_epoch=0, weighted_sum=w_tilde, weight=1.0, accepted=1)
         W_a, _ = aggregator.reduce(second, 0, [upload])
         W, _ = server.finish_round(second, W_a)
-        return reader.decode(arm, W)
+        return reader.decode(arm, W, Coding.M2)
 
     clip = float(platform.privacy.clip)
     sensitivity = (

@@ -34,7 +34,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -50,6 +50,9 @@ from sifl_ray.roles.evaluator import EvaluatorRole
 from sifl_ray.seeding import derive_seed, torch_generator
 from sifl_ray.sequential import SequentialBackend
 from sifl_ray.specs import Coding, CodingSpec
+
+if TYPE_CHECKING:
+    from sifl_ray.round import ArmState
 
 # ------------------------------------------------------------------------------------------------------------
 # The small learning task.
@@ -244,8 +247,8 @@ class TaskWorker:
     def set_arm(self, arm: str, setup, server_view=None, aggregator_view=None) -> None:
         self.role.set_arm(arm, setup, server_view, aggregator_view)
 
-    def train_round(self, arm, t, broadcast, clients, bounds, attempt: int = 0, inboxes=None):
-        partials, report, *tap = self.role.train_round(arm, t, broadcast, clients, bounds, inboxes)
+    def train_round(self, arm, t, broadcast, coding, clients, bounds, attempt: int = 0, inboxes=None):
+        partials, report, *tap = self.role.train_round(arm, t, broadcast, coding, clients, bounds, inboxes)
         return (*partials, *tap, report)
 
     def secagg_advertise(self, arm, public, clients):
@@ -264,10 +267,10 @@ class TaskEvaluator(EvaluatorRole):
     single logit, so accuracy thresholds it at 0."""
 
     @torch.no_grad()
-    def evaluate(self, arm: str, t: int, broadcast: torch.Tensor) -> dict[str, float]:
+    def evaluate(self, arm: str, t: int, broadcast: torch.Tensor, coding: Coding) -> dict[str, float]:
         from sifl_ray.models import load_flat_params_
 
-        w = self.decode(arm, broadcast)
+        w = self.decode(arm, broadcast, coding)
         load_flat_params_(self.model, w)
         logits = self.model(self.x.to(self.dtype))
         return {
@@ -440,9 +443,10 @@ class TaskParties:
         key = server_role.key if server_role.coding.coded else None
         return key, self.parties.aggregators[0].roles[arm][0].key
 
-    def global_model(self, arm: str, broadcast) -> torch.Tensor:
-        """Simulation only: the evaluator's decoding of ``broadcast`` (what every client decodes)."""
-        return self.backend.get(EvaluatorHandle(self.backend, self.parties.evaluator).decode(arm, broadcast))
+    def global_model(self, arm: str, state: ArmState) -> torch.Tensor:
+        """Simulation only: the evaluator's decoding of the arm's broadcast (what every client decodes)."""
+        evaluator = EvaluatorHandle(self.backend, self.parties.evaluator)
+        return self.backend.get(evaluator.decode(arm, state.broadcast, state.broadcast_coding))
 
 
 def record_arm(
@@ -497,7 +501,7 @@ def record_arm(
         epoch = truth.epoch_of(t)
         if state is None or epoch != state.key_epoch:
             if state is not None:  # a new key epoch starts from the current global model
-                w = run.global_model(arm, state.broadcast)
+                w = run.global_model(arm, state)
             state = run.setup_arm(
                 platform, arm, spec=epoch_coding(platform, epoch), w0=w, epoch=epoch, steps=steps
             )
@@ -507,7 +511,7 @@ def record_arm(
             recorder.record_key_epoch(t, epoch)
         broadcast = run.backend.get(state.broadcast)
         recorder.record_broadcast(t, broadcast)
-        truth.broadcast_models[t] = run.global_model(arm, state.broadcast).numpy()
+        truth.broadcast_models[t] = run.global_model(arm, state).numpy()
         result = run_round(run.backend, run.parties, state, t, run.assignment, policy=RoundPolicy())
         if result.rejected or result.dropped or result.skipped:
             raise RuntimeError(

@@ -212,15 +212,6 @@ class AggregatorKey(abc.ABC):
     def strip(self, W: torch.Tensor) -> torch.Tensor:
         """(ñ, p) → (ñ,): ``W P2R``."""
 
-    def m1_encoding(self, broadcast: torch.Tensor) -> torch.Tensor:
-        """The key-1 encoding ``w~`` an M2 broadcast carries: ``W' P2R`` once code 2 is on, the broadcast
-        itself before it is (round 0 encodes with key 1 only, and a round that releases nothing keeps it).
-
-        Why here and from the representation: whether code 2 is on is a fact of each broadcast, not of the
-        arm (a skipped first round passes the key-1 encoding on), and code 2 is what adds the p columns.
-        """
-        return self.strip(broadcast) if broadcast.dim() == 2 else broadcast
-
     @abc.abstractmethod
     def client_view(self) -> AggregatorKey:
         """A key holding only ``P2R`` (encode raises)."""

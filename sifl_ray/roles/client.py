@@ -310,11 +310,14 @@ class ClientWorkerRole:
         arm: str,
         t: int,
         broadcast: torch.Tensor,
+        coding: Coding,
         clients: list[int],
         bounds: list[tuple[int, int]],
         inboxes: dict[int, Any] | None = None,
     ) -> tuple[list[Partial], WorkerReport] | tuple[list[MaskedPartial], WorkerReport, torch.Tensor]:
-        """Train ``clients`` for round ``t`` of ``arm``; return one partial sum per shard and a report.
+        """Train ``clients`` for round ``t`` of ``arm`` from ``broadcast``; return one partial sum per shard
+        and a report. ``coding`` is the broadcast's own (the driver's
+        :attr:`~sifl_ray.round.ArmState.broadcast_coding`): an M2 arm's is M1 until its first aggregate.
 
         Under secure aggregation (``inboxes``: the round's encrypted shares, routed by the aggregator) each
         client's upload, after the same training and client step, is masked (SecAgg step 2) and the worker
@@ -331,14 +334,14 @@ class ClientWorkerRole:
         broadcast = broadcast.to(self.device)
         # coded: the key view that decodes and encodes, and the round's encoded start w~ (None: plain)
         coded: tuple[ClientServerKey, torch.Tensor] | None = None
-        if not setup.coding.coded:
+        if not coding.coded:
             w0 = broadcast
         else:
             assert setup.server_view is not None
             w_tilde = broadcast
-            if setup.coding.aggregator_encodes:  # M2: strip code 2, w~ = W' P2R (a valid M1 encoding)
+            if coding.aggregator_encodes:  # code 2 on: strip it, w~ = W' P2R (a valid M1 encoding)
                 assert setup.aggregator_view is not None
-                w_tilde = setup.aggregator_view.m1_encoding(broadcast)
+                w_tilde = setup.aggregator_view.strip(broadcast)
             coded = (setup.server_view, w_tilde)
             w0 = setup.server_view.decode(w_tilde)
         report.encode_s += time.perf_counter() - tic

@@ -140,7 +140,8 @@ def hand_out_arm(
     if restored is None:
         state.broadcast = server.initial_broadcast(arm, backend.put(w0))
     else:
-        state.broadcast = restored.broadcast  # from the checkpoint (see Checkpoints.load_broadcasts)
+        # from the checkpoint, with its coding (see Checkpoints.load_broadcasts)
+        state.broadcast, state.broadcast_coding = restored.broadcast, restored.broadcast_coding
     backend.get(done)
     return state, setup
 

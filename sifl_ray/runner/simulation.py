@@ -323,7 +323,8 @@ class Simulation:
     def global_model(self, arm: str) -> torch.Tensor:
         """The decoded global model of ``arm`` (simulation only: the evaluator decodes it for the driver)."""
         evaluator = EvaluatorHandle(self.backend, self.pool.parties.evaluator)
-        ref = evaluator.decode(arm, self.states[arm].broadcast)
+        state = self.states[arm]
+        ref = evaluator.decode(arm, state.broadcast, state.broadcast_coding)
         return self.backend.get(ref)
 
     def set_start(self, arm: str, w: torch.Tensor) -> None:

@@ -193,6 +193,23 @@ class DriverState:
                 audit.load_state_dict(state["audits"][arm])
 
 
+def broadcast_codings(driver: dict, states: dict[str, ArmState]) -> dict[str, Coding]:
+    """Each arm's broadcast coding at a checkpoint (:attr:`~sifl_ray.round.ArmState.broadcast_coding`): as
+    the driver's file records it (its value, ``"m1"``), or in a file written before it did, as the driver's
+    history implies: an M2 arm broadcasts in M1 until a round accepted an update (the rule the accountant's
+    round-0 releases follow, :meth:`sifl_ray.runner.recorder.Recorder.round`)."""
+    saved = driver.get("broadcast_codings")
+    if saved is not None:
+        return {arm: Coding.of(saved[arm]) for arm in states}
+    history = driver.get("history", {})
+    return {
+        arm: state.coding
+        if any(r.get("clients/accepted", 1) > 0 for r in history.get(arm, []))
+        else state.coding.first_broadcast
+        for arm, state in states.items()
+    }
+
+
 # ------------------------------------------------------------------------------------------------ checkpoints
 class Checkpoints:
     """The run's checkpoints and key folder, and the calls that save and restore what the parties hold.
@@ -310,12 +327,14 @@ class Checkpoints:
         if ckpt is None:
             for arm in self.arms:
                 states[arm].broadcast = handle.initial_broadcast(arm, backend.put(w0))
+                states[arm].broadcast_coding = states[arm].coding.first_broadcast
             return
         sha = ckpt.manifest.get("files", {}).get(SERVER_FILE)
         status = handle.load_broadcasts(str(ckpt.server_file), sha, self.arms)
         collect(backend, status, "server", 0, arm=self.arms[0], t=ckpt.round)  # raises if the file is bad
+        codings = broadcast_codings(self.driver_state(ckpt) or {}, states)
         for arm in self.arms:
-            states[arm].broadcast = handle.loaded_broadcast(arm)
+            states[arm].broadcast, states[arm].broadcast_coding = handle.loaded_broadcast(arm), codings[arm]
 
     def driver_state(self, ckpt: CheckpointRef | None) -> dict | None:
         """The driver's file of ``ckpt``, verified (``None`` when there is no checkpoint yet)."""
@@ -353,7 +372,9 @@ class Checkpoints:
         sha = ServerHandle(backend, server).save_broadcasts(str(staging / SERVER_FILE), t, self.arms, refs)
         server_sha = collect(backend, sha, "server", 0, arm=self.arms[0], t=t)
         driver.checkpoint_s.append(0.0)  # this checkpoint's own time is known only once it is written
-        driver_sha = write_checkpoint_file(staging / DRIVER_FILE, driver.payload(t, self.cfg))
+        payload = driver.payload(t, self.cfg)
+        payload["broadcast_codings"] = {arm: states[arm].broadcast_coding.value for arm in self.arms}
+        driver_sha = write_checkpoint_file(staging / DRIVER_FILE, payload)
         self.store.commit(
             staging,
             t,

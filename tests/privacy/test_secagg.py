@@ -162,7 +162,7 @@ class _ClientHost:
         self._step("shares")
         return self.secure.share(t, routed)
 
-    def train_round(self, arm, t, broadcast, clients, bounds, inboxes=None):
+    def train_round(self, arm, t, broadcast, coding, clients, bounds, inboxes=None):
         self._step("upload")
         report = WorkerReport(worker=self.client, round=t)
         total = self.secure.round_sum(t, len(self.update), inboxes)
@@ -188,7 +188,7 @@ class _Evaluator:
     def __init__(self) -> None:
         self.sums: list[np.ndarray] = []
 
-    def evaluate(self, arm, t, broadcast):
+    def evaluate(self, arm, t, broadcast, coding):
         return {}
 
     def sum_error(self, arm, t, num_shards, *vectors):

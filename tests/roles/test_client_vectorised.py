@@ -126,7 +126,8 @@ class Setting:
         role = self.roles[vectorise]
         role.materialize = arm == "m1_materialised"
         b = self.broadcast(arm)
-        (partial,), report = role.train_round(arm, ROUND, b, list(self.parts), [(0, b.shape[0])])
+        coding = self.setups[arm].coding  # each arm's broadcast here is in its own coding (M2: W')
+        (partial,), report = role.train_round(arm, ROUND, b, coding, list(self.parts), [(0, b.shape[0])])
         return partial, report
 
     def references(self, accepted: list[int], stepwise: bool = False) -> dict:

@@ -63,7 +63,7 @@ def _worker(poisoned: int | None = None, skip: bool = False) -> tuple[ClientWork
 def _run(role, w0, arm, hook):
     role.upload_hook = (lambda arm, t, c, upload, epoch: (upload, t, epoch)) if hook else None
     bounds = [(0, 1000), (1000, w0.numel())]
-    return role.train_round(arm, 2, w0, [5, 0, 3, 1], bounds)
+    return role.train_round(arm, 2, w0, Coding.PLAIN, [5, 0, 3, 1], bounds)
 
 
 @pytest.mark.parametrize(
