@@ -368,9 +368,15 @@ class Simulation:
                 for arm in self.play_order:
                     # 2. Every arm plays round t (encode → train → aggregate → decode), fl first, then the
                     #    driver records it: metrics, privacy releases, incidents.
+                    start = self.states[arm].broadcast_coding  # what the round's clients start from
                     result = self.play_round(arm, t, self.assignment(t, arm))
                     latest[arm] = self.recorder.round(
-                        arm, t, result, releases=self.releases.get(arm), privacy=self.privacy.get(arm)
+                        arm,
+                        t,
+                        result,
+                        start=start,
+                        releases=self.releases.get(arm),
+                        privacy=self.privacy.get(arm),
                     )
                     self.pool.maybe_kill_driver(arm, t)
                 progress.update(t, {arm: latest[arm] for arm in self.arms})
