@@ -14,7 +14,7 @@ from sifl_ray.keys import key_inventory
 from sifl_ray.roles.aggregator import Aggregator
 from sifl_ray.roles.factories import aggregator_from_state, make_party_aggregator_state
 from sifl_ray.roles.messages import Partial
-from sifl_ray.specs import CodingSpec
+from sifl_ray.specs import Coding, CodingSpec
 
 if TYPE_CHECKING:  # imported where a secure arm is set up: ``cryptography`` costs ~13 MiB in each process
     from sifl_ray.roles.secure import AggregatorSecAgg, SecAggSpec
@@ -38,35 +38,35 @@ class AggregatorActor:
         self.secagg_rounds: dict[str, AggregatorSecAgg] = {}  # host of shard 0: SecAgg's server, per arm
 
     def create_key(
-        self, arm: str, *, mode: str, coding: CodingSpec, run_seed: int, key_path: str | None = None
+        self, arm: str, *, coding: Coding, spec: CodingSpec, run_seed: int, key_path: str | None = None
     ) -> dict:
         """The aggregator's secrets of ``arm`` (key 2 in M2, its step's noise seed), saved to its key file."""
-        state = make_party_aggregator_state(arm=arm, mode=mode, coding=coding, run_seed=run_seed)
+        state = make_party_aggregator_state(arm=arm, coding=coding, spec=spec, run_seed=run_seed)
         if key_path is not None:
-            save_party_key(key_path, party="aggregator", arm=arm, mode=mode, state=state)
+            save_party_key(key_path, party="aggregator", arm=arm, mode=coding.value, state=state)
         return state
 
     def setup_arm(
         self,
         arm: str,
         *,
-        mode: str,
-        coding: CodingSpec,
+        coding: Coding,
+        spec: CodingSpec,
         state: dict | None,
         bounds: tuple[int, int],
         shard: int | None = None,
     ) -> None:
         shard = self.shard if shard is None else shard
         self.roles.setdefault(arm, {})[shard] = aggregator_from_state(
-            mode=mode, coding=coding, state=state, bounds=bounds, shard=shard
+            coding=coding, spec=spec, state=state, bounds=bounds, shard=shard
         )
 
     def restore_arm(
         self,
         arm: str,
         *,
-        mode: str,
-        coding: CodingSpec,
+        coding: Coding,
+        spec: CodingSpec,
         key_path: str | None,
         bounds: tuple[int, int],
         shard: int | None = None,
@@ -79,9 +79,11 @@ class AggregatorActor:
                 f"arm {arm}: the aggregator's key file is unknown; its secrets cannot be restored"
             )
         saved = load_party_key(key_path, party="aggregator", arm=arm)
-        if saved.get("mode") != mode:
-            raise CheckpointError(f"{key_path}: a key for mode {saved.get('mode')}, expected {mode}")
-        self.setup_arm(arm, mode=mode, coding=coding, state=saved["state"], bounds=bounds, shard=shard)
+        if saved.get("mode") != coding.value:  # the key file stores the coding's value as its "mode"
+            raise CheckpointError(
+                f"{key_path}: a key for coding {saved.get('mode')}, expected {coding.value}"
+            )
+        self.setup_arm(arm, coding=coding, spec=spec, state=saved["state"], bounds=bounds, shard=shard)
 
     def _key(self, arm: str):
         """Key 2 of ``arm`` (every shard of this actor holds the same one; ``None`` unless M2)."""

@@ -15,7 +15,7 @@ from sifl_ray.models import build_model
 from sifl_ray.optim import TorchTrainer
 from sifl_ray.roles.client import ArmSetup, ClientWorkerRole, LocalTraining
 from sifl_ray.seeding import torch_generator
-from sifl_ray.specs import ModelSpec, TrainSpec
+from sifl_ray.specs import Coding, ModelSpec, TrainSpec
 
 
 class ClientWorkerActor:
@@ -113,6 +113,7 @@ class ClientWorkerActor:
         arm: str,
         t: int,
         broadcast: torch.Tensor,
+        coding: Coding,
         clients: list[int],
         bounds: list[tuple[int, int]],
         attempt: int = 0,
@@ -123,7 +124,7 @@ class ClientWorkerActor:
         the partials and the report (:meth:`ClientWorkerRole.train_round`)."""
         if self.faults:
             self.faults.before_training(arm, t, attempt)
-        partials, report, *tap = self.role.train_round(arm, t, broadcast, clients, bounds, inboxes)
+        partials, report, *tap = self.role.train_round(arm, t, broadcast, coding, clients, bounds, inboxes)
         if self.faults:
             partials = self.faults.corrupt_partials(arm, t, partials)
         return (*partials, *tap, report)

@@ -15,7 +15,7 @@ from sifl_ray.keys import key_inventory
 from sifl_ray.models import build_model
 from sifl_ray.roles.evaluator import EvaluatorRole
 from sifl_ray.seeding import torch_generator
-from sifl_ray.specs import ModelSpec
+from sifl_ray.specs import Coding, ModelSpec
 
 
 class EvaluatorActor:
@@ -43,22 +43,34 @@ class EvaluatorActor:
         )
 
     def set_arm(
-        self, arm: str, mode: str, server_view=None, aggregator_view=None, *, paired: bool | None = None
+        self,
+        arm: str,
+        coding: Coding,
+        server_view=None,
+        aggregator_view=None,
+        *,
+        paired: bool | None = None,
     ) -> None:
-        self.role.set_arm(arm, mode, server_view, aggregator_view, paired=paired)
+        self.role.set_arm(arm, coding, server_view, aggregator_view, paired=paired)
 
-    def decode(self, arm: str, broadcast: torch.Tensor) -> torch.Tensor:
+    def decode(self, arm: str, broadcast: torch.Tensor, coding: Coding) -> torch.Tensor:
         """The plain global model (simulation only), on the host: what leaves an actor is never a device
         tensor (unpickled in the driver, it would land on the driver's GPU)."""
-        return self.role.decode(arm, broadcast.to(self.device)).cpu()
+        return self.role.decode(arm, broadcast.to(self.device), coding).cpu()
 
     def set_audit(self, seed: bytes, canaries: int, nulls: int, n: int) -> None:
         self.role.set_audit(seed, canaries, nulls, n)
 
     def evaluate(
-        self, arm: str, t: int, broadcast: torch.Tensor, previous: torch.Tensor | None = None
+        self,
+        arm: str,
+        t: int,
+        broadcast: torch.Tensor,
+        coding: Coding,
+        previous: torch.Tensor | None = None,
+        previous_coding: Coding | None = None,
     ) -> dict:
-        return self.role.evaluate(arm, t, broadcast, previous)
+        return self.role.evaluate(arm, t, broadcast, coding, previous, previous_coding)
 
     def sum_error(self, arm: str, t: int, num_shards: int, *vectors: torch.Tensor) -> float:
         return self.role.sum_error(arm, t, num_shards, *vectors)

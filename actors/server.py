@@ -22,7 +22,7 @@ from sifl_ray.coding.keys import server_key_class
 from sifl_ray.keys import key_inventory
 from sifl_ray.roles.factories import make_party_server_key
 from sifl_ray.roles.server import Server
-from sifl_ray.specs import CodingSpec
+from sifl_ray.specs import Coding, CodingSpec
 
 
 class ServerActor:
@@ -35,47 +35,57 @@ class ServerActor:
         self._loaded: dict[str, torch.Tensor] = {}
 
     def setup_arm(
-        self, arm: str, *, mode: str, n: int, coding: CodingSpec, run_seed: int, key_path: str | None = None
+        self,
+        arm: str,
+        *,
+        coding: Coding,
+        n: int,
+        spec: CodingSpec,
+        run_seed: int,
+        key_path: str | None = None,
     ):
         """Create this arm's key 1 (and save it to ``key_path``); return only the clients' view of it."""
         self.roles[arm], view = make_party_server_key(
-            arm=arm, mode=mode, n=n, coding=coding, run_seed=run_seed
+            arm=arm, coding=coding, n=n, spec=spec, run_seed=run_seed
         )
-        if key_path is not None and mode != "plain":
-            save_party_key(key_path, party="server", arm=arm, mode=mode, state=self.roles[arm].state_dict())
+        if key_path is not None and coding.coded:
+            save_party_key(
+                key_path, party="server", arm=arm, mode=coding.value, state=self.roles[arm].state_dict()
+            )
         return view
 
     def restore_arm(
-        self, arm: str, *, mode: str, n: int, coding: CodingSpec, run_seed: int, key_path: str | None
+        self, arm: str, *, coding: Coding, n: int, spec: CodingSpec, run_seed: int, key_path: str | None
     ) -> None:
         """Take this arm's key 1 back from the server's own key file (a restarted server, or a resume).
         Returns nothing: the clients' view is asked for separately (:meth:`client_view`), by reference."""
-        if mode == "plain":
-            self.setup_arm(arm, mode=mode, n=n, coding=coding, run_seed=run_seed)
+        if not coding.coded:
+            self.setup_arm(arm, coding=coding, n=n, spec=spec, run_seed=run_seed)
             return
         if key_path is None:
             raise CheckpointError(f"arm {arm}: the server's key file is unknown; the key cannot be restored")
         saved = load_party_key(key_path, party="server", arm=arm)
-        server_key_class(coding.backend, coding.backend_path)  # a backend the user registered: import it
+        server_key_class(spec.backend, spec.backend_path)  # a backend the user registered: import it
         role = Server.from_state_dict(saved["state"])
-        if role.mode != mode or role.key.n != n:
+        if role.coding is not coding or role.key.n != n:
             raise CheckpointError(
-                f"{key_path}: a key for mode {role.mode}, n={role.key.n}; expected {mode}, n={n}"
+                f"{key_path}: a key for coding {role.coding.value}, n={role.key.n}; "
+                f"expected {coding.value}, n={n}"
             )
         self.roles[arm] = role
 
     def client_view(self, arm: str):
         role = self.roles[arm]
-        return None if role.mode == "plain" else role.key.client_view()
+        return role.key.client_view() if role.coding.coded else None
 
     def key_norms(self, arm: str):
         role = self.roles[arm]
-        return None if role.mode == "plain" else role.key.norms()
+        return role.key.norms() if role.coding.coded else None
 
     def roundoff(self, arm: str):
         """Key 1's float64 error constants (public scalars; see :mod:`sifl_ray.coding.roundoff`)."""
         role = self.roles[arm]
-        return None if role.mode == "plain" else role.key.roundoff()
+        return role.key.roundoff() if role.coding.coded else None
 
     def initial_broadcast(self, arm: str, w0: torch.Tensor) -> torch.Tensor:
         return self.roles[arm].initial_broadcast(w0)

@@ -31,7 +31,7 @@ from sifl_ray.errors import SiflError
 if TYPE_CHECKING:
     from sifl_ray.roles.client import ArmSetup
     from sifl_ray.roles.secure import SecAggSpec
-    from sifl_ray.specs import CodingSpec
+    from sifl_ray.specs import Coding, CodingSpec
 
 Ref = Any
 """A reference to a party's result: an ObjectRef on Ray, a resolved stand-in in-process."""
@@ -216,19 +216,19 @@ class ServerHandle(PartyHandle):
     """The server (:class:`actors.server.ServerActor`): key 1, step 4, and the broadcasts' checkpoints."""
 
     def setup_arm(
-        self, arm: str, *, mode: str, n: int, coding: CodingSpec, run_seed: int, key_path: str | None
+        self, arm: str, *, coding: Coding, n: int, spec: CodingSpec, run_seed: int, key_path: str | None
     ) -> Ref:
         """Make the arm's key 1 (saved to ``key_path``); the ref is the clients' view of it."""
         return self.backend.call(
-            self.raw, "setup_arm", arm, mode=mode, n=n, coding=coding, run_seed=run_seed, key_path=key_path
+            self.raw, "setup_arm", arm, coding=coding, n=n, spec=spec, run_seed=run_seed, key_path=key_path
         )
 
     def restore_arm(
-        self, arm: str, *, mode: str, n: int, coding: CodingSpec, run_seed: int, key_path: str | None
+        self, arm: str, *, coding: Coding, n: int, spec: CodingSpec, run_seed: int, key_path: str | None
     ) -> Ref:
         """Take the arm's key 1 back from the server's own key file."""
         return self.backend.call(
-            self.raw, "restore_arm", arm, mode=mode, n=n, coding=coding, run_seed=run_seed, key_path=key_path
+            self.raw, "restore_arm", arm, coding=coding, n=n, spec=spec, run_seed=run_seed, key_path=key_path
         )
 
     def client_view(self, arm: str) -> Ref:
@@ -272,26 +272,26 @@ class AggregatorHandle(PartyHandle):
     the host of shard 0 also plays SecAgg's server."""
 
     def create_key(
-        self, arm: str, *, mode: str, coding: CodingSpec, run_seed: int, key_path: str | None
+        self, arm: str, *, coding: Coding, spec: CodingSpec, run_seed: int, key_path: str | None
     ) -> Ref:
         """The aggregator's secrets of ``arm`` (they travel by ref to the other shards, never the driver)."""
         return self.backend.call(
-            self.raw, "create_key", arm, mode=mode, coding=coding, run_seed=run_seed, key_path=key_path
+            self.raw, "create_key", arm, coding=coding, spec=spec, run_seed=run_seed, key_path=key_path
         )
 
     def setup_arm(
-        self, arm: str, *, mode: str, coding: CodingSpec, state: Ref, bounds: tuple[int, int], shard: int
+        self, arm: str, *, coding: Coding, spec: CodingSpec, state: Ref, bounds: tuple[int, int], shard: int
     ) -> Ref:
         return self.backend.call(
-            self.raw, "setup_arm", arm, mode=mode, coding=coding, state=state, bounds=bounds, shard=shard
+            self.raw, "setup_arm", arm, coding=coding, spec=spec, state=state, bounds=bounds, shard=shard
         )
 
     def restore_arm(
         self,
         arm: str,
         *,
-        mode: str,
-        coding: CodingSpec,
+        coding: Coding,
+        spec: CodingSpec,
         key_path: str | None,
         bounds: tuple[int, int],
         shard: int,
@@ -300,8 +300,8 @@ class AggregatorHandle(PartyHandle):
             self.raw,
             "restore_arm",
             arm,
-            mode=mode,
             coding=coding,
+            spec=spec,
             key_path=key_path,
             bounds=bounds,
             shard=shard,
@@ -387,13 +387,16 @@ class WorkerHandle(PartyHandle):
         arm: str,
         t: int,
         broadcast: Ref,
+        coding: Coding,
         clients: list[int],
         bounds: list[tuple[int, int]],
         *,
         attempt: int = 0,
         inboxes: Ref | None = None,
     ) -> Trained:
-        """Step 2 for ``clients``; ``attempt`` > 0: a retry; ``inboxes``: a secure round's routed shares."""
+        """Step 2 for ``clients`` from ``broadcast`` (in ``coding``, its own: see
+        :attr:`~sifl_ray.round.ArmState.broadcast_coding`); ``attempt`` > 0: a retry; ``inboxes``: a secure
+        round's routed shares."""
         extra: dict[str, Any] = {"attempt": attempt} if attempt else {}
         if inboxes is not None:
             extra["inboxes"] = inboxes
@@ -404,6 +407,7 @@ class WorkerHandle(PartyHandle):
             arm,
             t,
             broadcast,
+            coding,
             clients,
             bounds,
             num_returns=shards + (1 if inboxes is None else 2),
@@ -437,22 +441,32 @@ class EvaluatorHandle(PartyHandle):
     """The evaluator (:class:`actors.evaluator.EvaluatorActor`): a simulation device that decodes."""
 
     def set_arm(
-        self, arm: str, mode: str, server_view: Ref, aggregator_view: Ref, *, paired: bool | None = None
+        self, arm: str, coding: Coding, server_view: Ref, aggregator_view: Ref, *, paired: bool | None = None
     ) -> Ref:
         extra = {} if paired is None else {"paired": paired}
-        return self.backend.call(self.raw, "set_arm", arm, mode, server_view, aggregator_view, **extra)
+        return self.backend.call(self.raw, "set_arm", arm, coding, server_view, aggregator_view, **extra)
 
     def set_audit(self, seed: bytes, canaries: int, nulls: int, n: int) -> Ref:
         return self.backend.call(self.raw, "set_audit", seed, canaries, nulls, n)
 
-    def decode(self, arm: str, broadcast: Ref) -> Ref:
-        """The plain global model (simulation only)."""
-        return self.backend.call(self.raw, "decode", arm, broadcast)
+    def decode(self, arm: str, broadcast: Ref, coding: Coding) -> Ref:
+        """The plain global model behind ``broadcast``, in ``coding`` (simulation only)."""
+        return self.backend.call(self.raw, "decode", arm, broadcast, coding)
 
-    def evaluate(self, arm: str, t: int, broadcast: Ref, *, previous: Ref | None = None) -> Ref:
-        """Test metrics of the decoded ``broadcast``; ``previous``: score the round's change (the audit)."""
-        extra = {} if previous is None else {"previous": previous}
-        return self.backend.call(self.raw, "evaluate", arm, t, broadcast, **extra)
+    def evaluate(
+        self,
+        arm: str,
+        t: int,
+        broadcast: Ref,
+        coding: Coding,
+        *,
+        previous: Ref | None = None,
+        previous_coding: Coding | None = None,
+    ) -> Ref:
+        """Test metrics of the decoded ``broadcast`` (in ``coding``); ``previous`` (in ``previous_coding``):
+        score the round's change (the audit)."""
+        extra = {} if previous is None else {"previous": previous, "previous_coding": previous_coding}
+        return self.backend.call(self.raw, "evaluate", arm, t, broadcast, coding, **extra)
 
     def sum_error(
         self, arm: str, t: int, num_shards: int, summed: Sequence[Ref], exact: Sequence[Ref]

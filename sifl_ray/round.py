@@ -42,6 +42,7 @@ from sifl_ray.handles import (
     collect,
 )
 from sifl_ray.secure_aggregation import Reduction, SecureAggregation
+from sifl_ray.specs import Coding
 
 if TYPE_CHECKING:
     from sifl_ray.roles.messages import WorkerReport
@@ -63,10 +64,12 @@ class ArmState:
     """What the driver keeps about one arm between rounds: a reference to its broadcast, nothing more."""
 
     name: str
-    mode: str  # the arm's coding: plain | m1 | m2
+    coding: Coding  # the arm's: what each party encodes and decodes
     n_tilde: int
     bounds: list[tuple[int, int]]  # rows of each aggregator shard
     broadcast: Any = None  # ref to w^t (plain), w~^t (M1, and M2 round 0) or W'^t (M2)
+    # the broadcast's own coding: the arm's, except an M2 arm's before its first aggregate (M1)
+    broadcast_coding: Coding = field(init=False)
     key_epoch: int = 0
     server_step: bool = False  # the arm's server step needs the previous global model (this broadcast)
     secure: bool = False  # uploads are masked: secure aggregation's steps run around training (2a, 3a-3c)
@@ -74,6 +77,9 @@ class ArmState:
     audit: bool = (
         False  # canary clients take part: the evaluator scores each round's change (simulation only)
     )
+
+    def __post_init__(self) -> None:
+        self.broadcast_coding = self.coding.first_broadcast
 
 
 @dataclass(frozen=True)
@@ -167,13 +173,20 @@ def run_round(
     if released:
         previous = broadcast if arm.server_step else None
         finished = server.finish_round(arm.name, t, [r.aggregate for r in reduced], previous=previous)
-        next_broadcast = finished.broadcast
+        next_broadcast, next_coding = finished.broadcast, arm.coding  # M2: code 2 on from now
     else:
-        next_broadcast, agg_infos = broadcast, []
+        next_broadcast, next_coding, agg_infos = broadcast, arm.broadcast_coding, []
 
     # Simulation only: the evaluator decodes the new global model for test metrics (and, under secure
     # aggregation, measures the ring's quantisation error against the clients' exact sum).
-    evaluation = evaluator.evaluate(arm.name, t, next_broadcast, previous=broadcast if arm.audit else None)
+    evaluation = evaluator.evaluate(
+        arm.name,
+        t,
+        next_broadcast,
+        next_coding,
+        previous=broadcast if arm.audit else None,
+        previous_coding=arm.broadcast_coding,
+    )
     quantisation = None
     if secure is not None:
         quantisation = secure.measure(evaluator, reduced, [trained.outs[k].exact for k in sources])
@@ -185,7 +198,7 @@ def run_round(
     if quantisation is not None:  # the decoded sum's error, in the units of the mean (like its bound)
         error = collect(backend, quantisation, "evaluator", 0, arm=arm.name, t=t)
         eval_stats["secagg/quantisation_error"] = error * agg_infos[0]["secagg_scale"]
-    arm.broadcast = next_broadcast
+    arm.broadcast, arm.broadcast_coding = next_broadcast, next_coding
     wall = time.perf_counter() - start
 
     reports = [r for k, r in sorted(trained.reports.items()) if k in sources]
@@ -200,7 +213,7 @@ def run_round(
     for r in trained.reports.values():
         rejected.update(r.rejected)
     vector_bytes = arm.n_tilde * 8
-    cols = 1 if arm.mode != "m2" else 2
+    cols = 2 if arm.coding.aggregator_encodes else 1  # code 2's columns, counted as p = 2
     dropped = list(trained.dropped) + ([] if secure is None else secure.dropped)
     for k, why in sorted(refused.items()):
         report = trained.reports[k]
@@ -291,7 +304,14 @@ def _train_clients(
     def submit(k: int, attempt: int) -> Trained:
         worker = WorkerHandle(backend, parties.workers[k])  # a replaced worker is called anew
         return worker.train_round(
-            arm.name, t, arm.broadcast, assignment[k], arm.bounds, attempt=attempt, inboxes=inboxes
+            arm.name,
+            t,
+            arm.broadcast,
+            arm.broadcast_coding,
+            assignment[k],
+            arm.bounds,
+            attempt=attempt,
+            inboxes=inboxes,
         )
 
     out = _Training()

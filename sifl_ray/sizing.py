@@ -18,7 +18,7 @@ from sifl_ray.coding.precision import check_precision, predict_decode_error
 from sifl_ray.coding.roundoff import round_error_bound, run_round_bound
 from sifl_ray.privacy.accountant import ArmReleases, arm_release_epsilons, describe_release_epsilons
 from sifl_ray.progress import Progress
-from sifl_ray.specs import CodingSpec
+from sifl_ray.specs import Coding, CodingSpec
 
 ROUND0_NOTE = (
     "round 0 of M2 is an M1 round: its clients start from the server's M1 encoding P1 w0 + N1 r1 and strip "
@@ -52,8 +52,8 @@ def noise_specs(cfg: DictConfig) -> tuple[NoiseSpec, NoiseSpec]:
     )
 
 
-def predict(cfg: DictConfig, *, mode: str, n: int, w_max: float, key=None, **key_inputs: float):
-    """The precision model's report for one round of an arm of ``mode`` (``m1`` or ``m2``).
+def predict(cfg: DictConfig, *, coding: Coding, n: int, w_max: float, key=None, **key_inputs: float):
+    """The precision model's report for one round of an arm of ``coding`` (``M1`` or ``M2``).
 
     The configuration alone gives the fast design's ‖P1L‖₂ and conditioning; dense and block keys are worse
     conditioned, so their owner passes ``key`` (or the scalars ``p1l_norm``, ``cond``, ``depth`` it computed
@@ -61,7 +61,7 @@ def predict(cfg: DictConfig, *, mode: str, n: int, w_max: float, key=None, **key
     """
     c = cfg.coding
     return predict_decode_error(
-        scheme=mode.upper(),
+        scheme=coding.scheme,
         dtype=getattr(torch, c.dtype),
         n=n,
         n_tilde=n + c.n_extra,
@@ -83,7 +83,7 @@ def predict(cfg: DictConfig, *, mode: str, n: int, w_max: float, key=None, **key
     )
 
 
-def arm_precision(cfg: DictConfig, *, mode: str, n: int, w_max: float) -> dict[str, Any]:
+def arm_precision(cfg: DictConfig, *, coding: Coding, n: int, w_max: float) -> dict[str, Any]:
     """The precision model's estimate of one round's decode error, checked against the tolerance.
 
     Raises:
@@ -94,7 +94,7 @@ def arm_precision(cfg: DictConfig, *, mode: str, n: int, w_max: float) -> dict[s
     a bound (the paper's CNNs amplify; a CPU may round less kindly than the estimate assumes); the
     rigorous figure is the per-round bound of :func:`arm_round_bound`.
     """
-    report = predict(cfg, mode=mode, n=n, w_max=w_max)
+    report = predict(cfg, coding=coding, n=n, w_max=w_max)
     check_precision(report, tolerance=cfg.coding.precision.tolerance, policy=cfg.coding.precision.policy)
     per_round = float(report.predicted_max_error)
     return {
@@ -107,7 +107,7 @@ def arm_precision(cfg: DictConfig, *, mode: str, n: int, w_max: float) -> dict[s
 def arm_round_bound(
     cfg: DictConfig,
     *,
-    mode: str,
+    coding: Coding,
     n: int,
     key_roundoff,
     aggregator_roundoff,
@@ -124,7 +124,7 @@ def arm_round_bound(
     def compute(model_norm: float):
         return round_error_bound(
             key_roundoff,
-            scheme=mode.upper(),
+            scheme=coding.scheme,
             n=n,
             n_tilde=n + c.n_extra,
             model_norm=model_norm,
@@ -133,7 +133,7 @@ def arm_round_bound(
             noise_scale1=c.noise.sigma1,
             noise_scale2=c.noise.sigma2,
             distribution=c.noise.distribution,
-            aggregator=aggregator_roundoff if mode == "m2" else None,
+            aggregator=aggregator_roundoff if coding.aggregator_encodes else None,
             confidence=ROUND_BOUND_CONFIDENCE,
         )
 
@@ -148,7 +148,7 @@ def arm_round_bound(
 def arm_releases(
     cfg: DictConfig,
     *,
-    mode: str,
+    coding: Coding,
     key_norms: KeyNorms,
     agg_norms: AggregatorNorms | None,
     local_size: int,
@@ -159,21 +159,21 @@ def arm_releases(
     noise1, noise2 = noise_specs(cfg)
     return arm_release_epsilons(
         key_norms=key_norms,
-        agg_norms=agg_norms if mode == "m2" else None,
+        agg_norms=agg_norms if coding.aggregator_encodes else None,
         noise1=noise1,
-        noise2=noise2 if mode == "m2" else None,
+        noise2=noise2 if coding.aggregator_encodes else None,
         clip=cfg.privacy.clip,
         local_size=local_size,
         total_size=total_size,
         delta=cfg.privacy.delta,
-        mode=mode,
+        coding=coding,
     )
 
 
 def describe_arm(
     cfg: DictConfig,
     *,
-    mode: str,
+    coding: Coding,
     key_norms: KeyNorms,
     agg_norms: AggregatorNorms | None,
     local_size: int,
@@ -194,17 +194,17 @@ def describe_arm(
         "delta": cfg.privacy.delta,
     }
     info = describe_release_epsilons(
-        agg_norms=agg_norms if mode == "m2" else None,
-        noise2=noise2 if mode == "m2" else None,
-        mode=mode,
+        agg_norms=agg_norms if coding.aggregator_encodes else None,
+        noise2=noise2 if coding.aggregator_encodes else None,
+        coding=coding,
         **common,
     )
     out: dict[str, Any] = {"mechanism": f"sifl-{cfg.coding.noise.distribution}", "delta": cfg.privacy.delta}
     for release, rel in info["releases"].items():
         out[f"epsilon_{release}"] = float(rel["epsilon"])
         out[f"epsilon_{release}_paper"] = float(rel["epsilon_paper"])
-    if mode == "m2":
-        first = describe_release_epsilons(agg_norms=None, noise2=None, mode="m1", **common)
+    if coding.aggregator_encodes:  # its round 0 is an M1 round
+        first = describe_release_epsilons(agg_norms=None, noise2=None, coding=Coding.M1, **common)
         for release, rel in first["releases"].items():
             out[f"epsilon_{release}_round0"] = float(rel["epsilon"])
             out[f"epsilon_{release}_round0_paper"] = float(rel["epsilon_paper"])
@@ -299,7 +299,7 @@ def _describe(cfg: DictConfig, bar: Progress) -> dict[str, Any]:
     n = count_params(model)
     w_max = max(float(p.detach().abs().max()) for p in model.parameters())
     n_tilde = n + cfg.coding.n_extra
-    coding = CodingSpec.from_config(cfg)
+    spec = CodingSpec.from_config(cfg)
     out: dict[str, Any] = {
         "scenario": cfg.scenario,
         "model": cfg.train.model,
@@ -316,12 +316,12 @@ def _describe(cfg: DictConfig, bar: Progress) -> dict[str, Any]:
         "modes": {},
     }
     bar.step(f"model ({n:,} parameters) and data set sizes")
-    for mode in ("m1", "m2"):
-        role, _ = make_party_server_key(arm="describe", mode=mode, n=n, coding=coding, run_seed=cfg.seed)
-        report = predict(cfg, mode=mode, n=n, w_max=w_max, key=role.key)
+    for coding in (Coding.M1, Coding.M2):
+        role, _ = make_party_server_key(arm="describe", coding=coding, n=n, spec=spec, run_seed=cfg.seed)
+        report = predict(cfg, coding=coding, n=n, w_max=w_max, key=role.key)
         agg_norms = agg_roundoff = None
-        if mode == "m2":
-            state = make_party_aggregator_state(arm="describe", mode=mode, coding=coding, run_seed=cfg.seed)
+        if coding.aggregator_encodes:
+            state = make_party_aggregator_state(arm="describe", coding=coding, spec=spec, run_seed=cfg.seed)
             agg_key = make_aggregator_key(
                 p=cfg.coding.p, gamma=cfg.coding.gamma, eta=cfg.coding.eta, seed=state["seed"]
             )
@@ -329,7 +329,7 @@ def _describe(cfg: DictConfig, bar: Progress) -> dict[str, Any]:
         # the worker layout is the cluster's: one worker summing every client is the worst case
         bound = arm_round_bound(
             cfg,
-            mode=mode,
+            coding=coding,
             n=n,
             key_roundoff=role.key.roundoff(),
             aggregator_roundoff=agg_roundoff,
@@ -339,20 +339,24 @@ def _describe(cfg: DictConfig, bar: Progress) -> dict[str, Any]:
         )
         priv = describe_arm(
             cfg,
-            mode=mode,
+            coding=coding,
             key_norms=role.key.norms(),
             agg_norms=agg_norms,
             local_size=local,
             total_size=total,
         )
-        out["modes"][mode] = {
+        out["modes"][coding.value] = {  # sifl describe's output keeps its keys: m1, m2
             "predicted_decode_error": float(report.predicted_max_error),
             "tolerance": float(cfg.coding.precision.tolerance),
             "within_tolerance": bool(report.predicted_max_error <= cfg.coding.precision.tolerance),
             "round_bound": None if bound is None else bound["round_bound"],
             **priv,
         }
-        bar.step("M1: key 1 and its row norms" if mode == "m1" else "M2: keys 1 and 2 and their row norms")
+        bar.step(
+            "M2: keys 1 and 2 and their row norms"
+            if coding.aggregator_encodes
+            else "M1: key 1 and its row norms"
+        )
     m2 = out["modes"]["m2"]
     out["predicted_decode_error"] = max(v["predicted_decode_error"] for v in out["modes"].values())
     out["epsilon"] = {
@@ -378,10 +382,10 @@ def format_description(info: dict[str, Any]) -> str:
         f"  n' = {info['n_prime']:,}   (aggregator code π2: ñ × p, p = {info['p']})",
         f"  coding: {info['backend']} backend, {info['left_inverse']} left inverse, float64",
     ]
-    for mode, m in info["modes"].items():
+    for name, m in info["modes"].items():
         ok = "ok" if m["within_tolerance"] else "EXCEEDS tolerance"
         lines.append(
-            f"  SIFL {mode.upper()}: estimated max decode error per round {m['predicted_decode_error']:.3e} "
+            f"  SIFL {name.upper()}: estimated max decode error per round {m['predicted_decode_error']:.3e} "
             f"(tolerance {m['tolerance']:.1e}: {ok})"
         )
         if m.get("round_bound") is not None:

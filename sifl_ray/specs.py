@@ -10,9 +10,70 @@ they hold no unchecked input. No torch here: the driver builds them before any p
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from sifl_ray.errors import SiflError
+
+
+class UnknownCoding(SiflError, ValueError):
+    """A stored or configured coding name that is none of :class:`Coding`'s."""
+
+
+class Coding(enum.Enum):
+    """How an arm's vectors travel (SPEC "SIFL M1", "SIFL M2"): what each party encodes and decodes.
+
+    Why a value and not a name: every party branches on what the coding *does* (does the server hold a
+    plain model? does the aggregator add key 2?), and a property answers that once, here, where a string
+    compared in each role restated the protocol wherever it was read. The value (``"plain"``, ``"m1"``,
+    ``"m2"``) is what records store (key files, transcripts, ``summary.json``): :meth:`of` reads it back.
+    """
+
+    PLAIN = "plain"  # no code: the identity (fl, nbafl, dp_fedavg, secure aggregation)
+    M1 = "m1"  # key 1: the server encodes, the clients decode and re-encode, the server decodes the average
+    M2 = "m2"  # keys 1 and 2: the aggregator encodes the average again; the server never decodes it
+
+    @classmethod
+    def of(cls, name: str) -> Coding:
+        """The coding a record or a configuration names (``"m1"``)."""
+        try:
+            return cls(name)
+        except ValueError:
+            raise UnknownCoding(
+                f"unknown coding {name!r}; one of {', '.join(c.value for c in cls)}"
+            ) from None
+
+    @property
+    def coded(self) -> bool:
+        """The server encodes with key 1 (``P1``, ``N1``): the clients decode the broadcast and re-encode."""
+        return self is not Coding.PLAIN
+
+    @property
+    def aggregator_encodes(self) -> bool:
+        """The aggregator encodes the average with key 2 (``P2``, ``R2``): a broadcast in this coding
+        carries code 2 (an ñ × p matrix ``W'`` that the clients strip with ``P2R``)."""
+        return self is Coding.M2
+
+    @property
+    def first_broadcast(self) -> Coding:
+        """The coding of an arm's first broadcast, the server's encoding of ``w^0``. M2's is M1: code 2
+        comes with the first aggregate, so an M2 arm broadcasts in M1 until a round releases one (round 0,
+        and every round after a skipped one). The driver keeps each broadcast's coding beside it
+        (:attr:`sifl_ray.round.ArmState.broadcast_coding`) and tells it to whoever decodes the broadcast."""
+        return Coding.M1 if self is Coding.M2 else self
+
+    @property
+    def server_holds_model(self) -> bool:
+        """The server holds the plain global model each round (it decodes the average, or nothing is
+        coded), so it can run an arm's server step on it; in M2 code 2 stays on and it never does."""
+        return self is not Coding.M2
+
+    @property
+    def scheme(self) -> str:
+        """The name the paper and the reports use (``M1``)."""
+        return self.value.upper()
 
 
 @dataclass(frozen=True)

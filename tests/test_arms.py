@@ -28,6 +28,7 @@ from sifl_ray.arms.steps import clip
 from sifl_ray.config import ConfigError, load_config
 from sifl_ray.runner import Simulation
 from sifl_ray.seeding import torch_generator
+from sifl_ray.specs import Coding
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ class ServerLearningRate:
 class ToyArm(Arm):
     clip_key = "privacy.clip"
 
-    def __init__(self, kind: str, *, coding: str = "plain", eta: float = 0.5, sigma: float = 0.01):
+    def __init__(self, kind: str, *, coding: Coding = Coding.PLAIN, eta: float = 0.5, sigma: float = 0.01):
         self.kind, self.coding, self.eta, self.sigma = kind, coding, eta, sigma  # type: ignore[misc]
 
     def steps(self, ctx: ArmContext) -> PartySteps:
@@ -78,10 +79,10 @@ class ToyArm(Arm):
 
 TOYS = {
     "toy_arm_plain": ToyArm("toy_arm_plain"),
-    "toy_arm_m1": ToyArm("toy_arm_m1", coding="m1"),
+    "toy_arm_m1": ToyArm("toy_arm_m1", coding=Coding.M1),
     "toy_arm_fedavg": ToyArm("toy_arm_fedavg", eta=1.0, sigma=0.0),  # must be fl exactly
     "toy_arm_half": ToyArm("toy_arm_half", sigma=0.0),
-    "toy_arm_m1_half": ToyArm("toy_arm_m1_half", coding="m1", sigma=0.0),
+    "toy_arm_m1_half": ToyArm("toy_arm_m1_half", coding=Coding.M1, sigma=0.0),
 }
 TINY = [
     "scenario=quickstart",
@@ -175,15 +176,15 @@ def test_a_new_arm_is_validated_and_listed_like_a_built_in_one(tmp_path):
         load_config([*TINY, "arms=[toy_arm_plian]"])
     with pytest.raises(ValueError, match="already registered"):
         register_arm(ToyArm("toy_arm_plain"))
-    with pytest.raises(ValueError, match="coding must be one of"):
-        register_arm(ToyArm("toy_arm_bad", coding="m3"))
-    assert get_arm("toy_arm_m1").coding == "m1"
+    with pytest.raises(ValueError, match=r"coding must be a sifl_ray\.specs\.Coding"):
+        register_arm(ToyArm("toy_arm_bad", coding="m1"))  # type: ignore[arg-type]  # a name, not a Coding
+    assert get_arm("toy_arm_m1").coding is Coding.M1
 
 
 def test_an_m2_arm_cannot_ask_its_server_for_a_plain_model(tmp_path):
     """An M2 server never holds a plain model: an arm whose server step needs one is refused when it is set
     up, before any round, not run on an encoded matrix."""
-    register_arm(ToyArm("toy_arm_m2", coding="m2"))
+    register_arm(ToyArm("toy_arm_m2", coding=Coding.M2))
     try:
         cfg = load_config([*TINY, f"output.dir={tmp_path}", "arms=[toy_arm_m2]", "ray.backend=sequential"])
         with pytest.raises(ValueError, match="an M2 server never holds one"):

@@ -15,6 +15,7 @@ from sifl_ray.optim import TorchTrainer, loss_values
 from sifl_ray.roles.client import ArmSetup, ClientWorkerRole, LocalTraining
 from sifl_ray.roles.evaluator import EvaluatorRole
 from sifl_ray.seeding import torch_generator
+from sifl_ray.specs import Coding
 
 CPU = torch.device("cpu")
 
@@ -111,13 +112,13 @@ def test_host_staging_on_the_cpu_is_the_tensor_itself():
 def _arms(n: int):
     key = make_server_key(n=n, n_tilde=n + 7, backend="fast", alpha=1e-3, beta=1e3, seed=b"k" * 32)
     agg = make_aggregator_key(p=2, gamma=1e-3, eta=1.0, seed=b"a" * 32)
-    m1 = ArmSetup(mode="m1", server_view=key.client_view())
-    m2 = ArmSetup(mode="m2", server_view=key.client_view(), aggregator_view=agg.client_view())
+    m1 = ArmSetup(coding=Coding.M1, server_view=key.client_view())
+    m2 = ArmSetup(coding=Coding.M2, server_view=key.client_view(), aggregator_view=agg.client_view())
     gen = torch.Generator().manual_seed(1)
     w0 = flatten_params(_net())
     w_tilde = key.encode(w0, NoiseSpec("gaussian", 1e3).sample((7,), gen))
     W = agg.encode(w_tilde, NoiseSpec("gaussian", 1e3).sample((n + 7, 1), gen))
-    return {"fl": (ArmSetup(mode="plain"), w0), "sifl_m1": (m1, w_tilde), "sifl_m2": (m2, W)}
+    return {"fl": (ArmSetup(coding=Coding.PLAIN), w0), "sifl_m1": (m1, w_tilde), "sifl_m2": (m2, W)}
 
 
 @pytest.mark.parametrize("arm", ["fl", "sifl_m1", "sifl_m2"])
@@ -128,7 +129,7 @@ def test_a_worker_told_the_cpu_keeps_everything_there_and_staging_changes_no_bit
     for role in (host, staged):
         role.set_arm(arm, setup)
         bounds = [(0, 100), (100, broadcast.shape[0])]
-        out.append(role.train_round(arm, 2, broadcast, [4, 1, 3], bounds))
+        out.append(role.train_round(arm, 2, broadcast, setup.coding, [4, 1, 3], bounds))
     (host_partials, host_report), (staged_partials, staged_report) = out
     for a, b in zip(host_partials, staged_partials, strict=True):
         assert torch.equal(a.weighted_sum, b.weighted_sum) and a.weight == b.weight
@@ -152,9 +153,9 @@ def test_the_evaluator_reads_its_figures_once_and_gets_them_right():
     x, y = _data(50)
     net = _net()
     role = EvaluatorRole(model=net, x_test=x, y_test=y, batch_size=16, device="cpu")
-    role.set_arm("fl", "plain", None, None)
+    role.set_arm("fl", Coding.PLAIN, None, None)
     w = flatten_params(net)
-    got = role.evaluate("fl", 0, w)
+    got = role.evaluate("fl", 0, w, Coding.PLAIN)
     with torch.no_grad():
         logits = net(torch.from_numpy(x))
         loss = sum(

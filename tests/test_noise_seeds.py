@@ -30,7 +30,7 @@ from sifl_ray.seeding import (
     secret_torch_generator,
     torch_generator,
 )
-from sifl_ray.specs import CodingSpec
+from sifl_ray.specs import Coding, CodingSpec
 
 SEED = bytes(range(32))
 CODING = CodingSpec(
@@ -61,7 +61,7 @@ def test_noise_streams_refuse_seeds_below_128_bits(bad):
 
 def test_a_party_with_a_short_noise_seed_refuses_to_draw():
     key = make_server_key(n=20, n_tilde=24, backend="fast", alpha=1e-3, beta=1.0, seed=SEED)
-    server = Server(mode="m1", key=key, noise=NoiseSpec("gaussian", 1.0), noise_seed=b"8 bytes!")
+    server = Server(coding=Coding.M1, key=key, noise=NoiseSpec("gaussian", 1.0), noise_seed=b"8 bytes!")
     with pytest.raises(ValueError, match="128 bits"):
         server.initial_broadcast(torch.zeros(20, dtype=torch.float64))
 
@@ -117,7 +117,7 @@ def test_noise_spec_draws_from_a_numpy_stream(distribution):
 
 def _server_r1(key_seed):
     role, _ = make_party_server_key(
-        arm="sifl_m1", mode="m1", n=40, coding=replace(CODING, key_seed=key_seed), run_seed=0
+        arm="sifl_m1", coding=Coding.M1, n=40, spec=replace(CODING, key_seed=key_seed), run_seed=0
     )
     r1 = role._r1(1, None)
     # drawn from the Philox stream keyed by the server's secret noise seed (not a 64-bit torch seed)
@@ -128,8 +128,8 @@ def _server_r1(key_seed):
 
 def _aggregator_R2(key_seed):
     coding = replace(CODING, key_seed=key_seed)
-    state = make_party_aggregator_state(arm="sifl_m2", mode="m2", coding=coding, run_seed=0)
-    agg = aggregator_from_state(mode="m2", coding=coding, state=state, bounds=(0, 56), shard=0)
+    state = make_party_aggregator_state(arm="sifl_m2", coding=Coding.M2, spec=coding, run_seed=0)
+    agg = aggregator_from_state(coding=Coding.M2, spec=coding, state=state, bounds=(0, 56), shard=0)
     zero = Partial(
         source=0,
         round=1,
@@ -172,8 +172,8 @@ def _nbafl_noise(*, key_seed, run_seed, noise=None, t=2):
         device=torch.device("cpu"),
     )
     noise = ClientNoiseSeeds(key_seed) if noise is None else noise
-    role.set_arm("nbafl", ArmSetup(mode="plain", step=chain(clip(1e9), gaussian(1.0, noise))))
-    (partial,), _ = role.train_round("nbafl", t, w0, [0], [(0, w0.numel())])
+    role.set_arm("nbafl", ArmSetup(coding=Coding.PLAIN, step=chain(clip(1e9), gaussian(1.0, noise))))
+    (partial,), _ = role.train_round("nbafl", t, w0, Coding.PLAIN, [0], [(0, w0.numel())])
     return partial.weighted_sum / 20.0 - w0
 
 

@@ -136,3 +136,29 @@ def test_the_table_names_the_relation_each_epsilon_is_stated_under():
     assert "zero-out" in dp and "update replaced" not in dp  # the relation's name; its words in summary.json
     assert "zero-out" not in fl
     assert "record level" in rows[4] and "one sample" not in rows[4]
+
+
+def test_a_checkpoint_gives_each_broadcast_its_coding_back_old_ones_from_their_history():
+    """The driver's file records each broadcast's coding; a file written before it did implies it from the
+    history: an M2 arm broadcasts in M1 until a round accepted an update (round 0 skipped: still M1)."""
+    from sifl_ray.round import ArmState
+    from sifl_ray.runner.state import broadcast_codings
+    from sifl_ray.specs import Coding
+
+    states = {
+        "fl": ArmState("fl", Coding.PLAIN, 10, [(0, 10)]),
+        "m1": ArmState("m1", Coding.M1, 12, [(0, 12)]),
+        "m2": ArmState("m2", Coding.M2, 12, [(0, 12)]),
+    }
+    assert {a: s.broadcast_coding for a, s in states.items()} == {
+        "fl": Coding.PLAIN,
+        "m1": Coding.M1,
+        "m2": Coding.M1,
+    }
+    recorded = {"broadcast_codings": {"fl": "plain", "m1": "m1", "m2": "m2"}, "history": {}}
+    assert broadcast_codings(recorded, states)["m2"] is Coding.M2
+    skipped = [{"round": 0, "clients/accepted": 0.0}]
+    old = {"history": {"fl": skipped, "m1": skipped, "m2": skipped}}
+    assert broadcast_codings(old, states) == {"fl": Coding.PLAIN, "m1": Coding.M1, "m2": Coding.M1}
+    old["history"]["m2"] = [*skipped, {"round": 1, "clients/accepted": 6.0}]
+    assert broadcast_codings(old, states)["m2"] is Coding.M2

@@ -15,14 +15,16 @@ from sifl_ray.config import load_config
 from sifl_ray.data import load_dataset, partition_dataset
 from sifl_ray.roles.factories import make_party_server_key
 from sifl_ray.sizing import arm_precision, dataset_sizes, predict
-from sifl_ray.specs import CodingSpec
+from sifl_ray.specs import Coding, CodingSpec
 
 
 @pytest.mark.parametrize("backend", ["fast", "dense", "block"])
 def test_prediction_with_the_key_bounds_the_measured_error(backend):
     cfg = load_config([f"coding.backend={backend}", "coding.n_extra=40", "coding.block_size=50"])
     n = 600
-    role, _ = make_party_server_key(arm="t", mode="m1", n=n, coding=CodingSpec.from_config(cfg), run_seed=0)
+    role, _ = make_party_server_key(
+        arm="t", coding=Coding.M1, n=n, spec=CodingSpec.from_config(cfg), run_seed=0
+    )
     gen = torch.Generator().manual_seed(1)
     w = 0.05 * torch.randn(n, generator=gen, dtype=torch.float64)
     measured = measure_round_trip_error(
@@ -32,28 +34,30 @@ def test_prediction_with_the_key_bounds_the_measured_error(backend):
         generator=gen,
         clients=cfg.clients.num_clients,
     )
-    with_key = predict(cfg, mode="m1", n=n, w_max=float(w.abs().max()), key=role.key).predicted_max_error
+    with_key = predict(
+        cfg, coding=Coding.M1, n=n, w_max=float(w.abs().max()), key=role.key
+    ).predicted_max_error
     assert measured <= with_key, (backend, measured, with_key)
     if (
         backend != "fast"
     ):  # the key-less prediction assumes the fast design's conditioning: too optimistic here
-        keyless = predict(cfg, mode="m1", n=n, w_max=float(w.abs().max())).predicted_max_error
+        keyless = predict(cfg, coding=Coding.M1, n=n, w_max=float(w.abs().max())).predicted_max_error
         assert with_key > 5 * keyless
 
 
 def test_arm_precision_refuses_or_warns_with_the_fix():
     cfg = load_config(["coding.gamma=1e-5"])
     with pytest.raises(PrecisionError, match="Fix:"):
-        arm_precision(cfg, mode="m2", n=2410, w_max=0.5)
+        arm_precision(cfg, coding=Coding.M2, n=2410, w_max=0.5)
     cfg = load_config(["coding.gamma=1e-5", "coding.precision.policy=warn"])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        out = arm_precision(cfg, mode="m2", n=2410, w_max=0.5)
+        out = arm_precision(cfg, coding=Coding.M2, n=2410, w_max=0.5)
     assert any(issubclass(w.category, PrecisionWarning) for w in caught)
     assert out["deviation_estimate"] == pytest.approx(
         out["estimate_per_round"] * cfg.train.rounds, rel=1e-12, abs=0
     )
-    ok = arm_precision(load_config([]), mode="m1", n=2410, w_max=0.5)
+    ok = arm_precision(load_config([]), coding=Coding.M1, n=2410, w_max=0.5)
     assert 0 < ok["estimate_per_round"] <= ok["tolerance"]
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 # The built-in arms register themselves on import.
 from sifl_ray.arms import builtin as _builtin  # noqa: F401
 from sifl_ray.arms.base import (
-    CODINGS,
     AggregatorStep,
     Arm,
     ArmContext,
@@ -34,7 +33,6 @@ from sifl_ray.arms.registry import (
 
 __all__ = [
     "ARMS",
-    "CODINGS",
     "AggregatorStep",
     "Arm",
     "ArmContext",

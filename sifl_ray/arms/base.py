@@ -5,9 +5,10 @@ client trains from the broadcast and uploads, each client worker sums its client
 averages (weights renormalised over the accepted uploads), the server turns the average into the next
 broadcast. An arm fills that skeleton in two ways:
 
-- **its coding** (:attr:`Arm.coding`): ``plain`` (no code), ``m1`` (key 1: the server encodes, the clients
-  decode and re-encode) or ``m2`` (key 1 and key 2: the aggregator encodes the average again, the server
-  never decodes it). The coded steps are the parties' own (:mod:`sifl_ray.roles`), because they hold the keys.
+- **its coding** (:attr:`Arm.coding`, a :class:`~sifl_ray.specs.Coding`): ``PLAIN`` (no code), ``M1`` (key 1:
+  the server encodes, the clients decode and re-encode) or ``M2`` (key 1 and key 2: the aggregator encodes
+  the average again, the server never decodes it). The coded steps are the parties' own
+  (:mod:`sifl_ray.roles`), because they hold the keys.
 - **its masking** (:attr:`Arm.secure_aggregation`): a plain arm's uploads can travel masked under secure
   aggregation instead of in the clear (the client workers mask, the aggregator unmasks only the sum).
 - **its steps**, small picklable objects each party runs on plain vectors around the coding:
@@ -40,11 +41,11 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from sifl_ray.specs import Coding
+
 if TYPE_CHECKING:
     import torch
     from omegaconf import DictConfig
-
-CODINGS = ("plain", "m1", "m2")
 
 
 class ClientStep(Protocol):
@@ -163,7 +164,7 @@ class Arm:
 
     Class attributes:
         kind: the name under which the arm is registered and listed in ``arms``.
-        coding: ``plain``, ``m1`` or ``m2`` (see the module docstring).
+        coding: :class:`~sifl_ray.specs.Coding` ``PLAIN``, ``M1`` or ``M2`` (see the module docstring).
         clip_key: the configuration key of the clip radius C its figures assume (``None``: no clipping).
         summary: one line for ``sifl describe`` and the README.
         paired_with_fl: its global model should equal fl's up to round-off (the SIFL arms): the evaluator
@@ -178,7 +179,7 @@ class Arm:
     """
 
     kind: ClassVar[str] = ""
-    coding: ClassVar[str] = "plain"
+    coding: ClassVar[Coding] = Coding.PLAIN
     clip_key: ClassVar[str | None] = None
     summary: ClassVar[str] = ""
     paired_with_fl: ClassVar[bool] = False
@@ -224,7 +225,7 @@ class Arm:
         return float(cfg[section][key])
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(kind={self.kind!r}, coding={self.coding!r})"
+        return f"{type(self).__name__}(kind={self.kind!r}, coding={self.coding.value!r})"
 
 
 def plain_releases(upload: str = "the local model w_i") -> tuple[Release, ...]:

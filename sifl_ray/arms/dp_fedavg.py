@@ -33,6 +33,7 @@ from sifl_ray import registry_names
 from sifl_ray.arms.base import Arm, ArmContext, ClientStep, PartySteps, Release
 from sifl_ray.arms.nbafl import eps_label
 from sifl_ray.arms.steps import add_update, chain, clip, to_update
+from sifl_ray.specs import Coding
 from sifl_ray.validation import POSITIVE, PROBABILITY, Choice, Range, setting
 
 if TYPE_CHECKING:
@@ -138,7 +139,7 @@ class DpFedAvg(Arm):
     the trusted server; one arm per target ε, calibrated by the accountant."""
 
     kind: ClassVar[str] = "dp_fedavg"
-    coding: ClassVar[str] = "plain"
+    coding: ClassVar[Coding] = Coding.PLAIN
     clip_key: ClassVar[str | None] = "dp_fedavg.clip"
     uniform_weights: ClassVar[bool] = True
     clips: ClassVar[str] = "updates to ‖w_i − w^t‖"

@@ -10,6 +10,7 @@ from typing import ClassVar
 
 from sifl_ray.arms.base import Arm, ArmContext, PartySteps
 from sifl_ray.arms.steps import clip
+from sifl_ray.specs import Coding
 
 
 class FedAvg(Arm):
@@ -17,7 +18,7 @@ class FedAvg(Arm):
     minibatches)."""
 
     kind: ClassVar[str] = "fl"
-    coding: ClassVar[str] = "plain"
+    coding: ClassVar[Coding] = Coding.PLAIN
     clip_key: ClassVar[str | None] = "privacy.clip"
     summary: ClassVar[str] = "plain FedAvg: the reference every other arm is compared with"
 

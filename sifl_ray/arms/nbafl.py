@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from sifl_ray import registry_names
 from sifl_ray.arms.base import Arm, ArmContext, PartySteps, Release, plain_releases
 from sifl_ray.arms.steps import chain, clip, gaussian
+from sifl_ray.specs import Coding
 from sifl_ray.validation import POSITIVE, PROBABILITY, Choice, Range, setting
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ class NbAFL(Arm):
     """NbAFL: each client clips its model and adds Gaussian noise before upload (local DP); one arm per ε."""
 
     kind: ClassVar[str] = "nbafl"
-    coding: ClassVar[str] = "plain"
+    coding: ClassVar[Coding] = Coding.PLAIN
     clip_key: ClassVar[str | None] = "nbafl.clip"
     summary: ClassVar[str] = "NbAFL: clients clip and add Gaussian noise before upload, one arm per ε"
     settings: ClassVar[Mapping[str, type]] = MappingProxyType({"nbafl": NbaflConfig})

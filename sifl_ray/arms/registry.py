@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sifl_ray.arms.base import CODINGS, Arm
+from sifl_ray.arms.base import Arm
 from sifl_ray.sections import SectionError, register_section, unregister_section
+from sifl_ray.specs import Coding
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -30,12 +31,16 @@ def register_arm(arm: Arm, *, replace: bool = False) -> Arm:
         raise ValueError(f"an arm's kind must be a name like 'fl_momentum', got {arm.kind!r}")
     if arm.kind in ARMS and not replace:
         raise ValueError(f"an arm {arm.kind!r} is already registered ({ARMS[arm.kind]!r}); pass replace=True")
-    if arm.coding not in CODINGS:
-        raise ValueError(f"arm {arm.kind!r}: coding must be one of {', '.join(CODINGS)}, got {arm.coding!r}")
-    if arm.secure_aggregation and arm.coding != "plain":
+    if not isinstance(arm.coding, Coding):
         raise ValueError(
-            f"arm {arm.kind!r}: secure aggregation masks plain uploads; an immersion-coded ({arm.coding}) "
-            "upload is not a fixed-point vector the ring can carry. Give it coding 'plain'"
+            f"arm {arm.kind!r}: coding must be a sifl_ray.specs.Coding "
+            f"({', '.join(f'Coding.{c.name}' for c in Coding)}), got {arm.coding!r}"
+        )
+    if arm.secure_aggregation and arm.coding.coded:
+        raise ValueError(
+            f"arm {arm.kind!r}: secure aggregation masks plain uploads; an immersion-coded "
+            f"({arm.coding.scheme}) upload is not a fixed-point vector the ring can carry. "
+            "Give it coding Coding.PLAIN"
         )
     previous = ARMS.get(arm.kind)
     if previous is not None:

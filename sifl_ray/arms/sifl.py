@@ -12,13 +12,14 @@ from typing import Any, ClassVar
 
 from sifl_ray.arms.base import Arm, ArmContext, PartySteps, Release
 from sifl_ray.arms.steps import clip
+from sifl_ray.specs import Coding
 
 
 class Sifl(Arm):
     """What both SIFL arms share: the immersion coding of the uploads, local models clipped to the ball every
     SIFL ε assumes, and a model equal to fl's up to round-off."""
 
-    coding: ClassVar[str] = "m1"
+    coding: ClassVar[Coding] = Coding.M1
     clip_key: ClassVar[str | None] = "privacy.clip"
     paired_with_fl: ClassVar[bool] = True  # the coding must not change the model beyond round-off
 
@@ -28,13 +29,13 @@ class Sifl(Arm):
     def privacy(self, ctx: ArmContext) -> dict[str, Any] | None:
         from sifl_ray.sizing import describe_arm
 
-        return describe_arm(ctx.cfg, mode=self.coding, **_norms(ctx))
+        return describe_arm(ctx.cfg, coding=self.coding, **_norms(ctx))
 
     def accountant_releases(self, ctx: ArmContext) -> Any:
         """What the accountant records each round (:class:`sifl_ray.privacy.accountant.ArmReleases`)."""
         from sifl_ray.sizing import arm_releases
 
-        return arm_releases(ctx.cfg, mode=self.coding, **_norms(ctx))
+        return arm_releases(ctx.cfg, coding=self.coding, **_norms(ctx))
 
 
 class SiflM1(Sifl):
@@ -42,7 +43,7 @@ class SiflM1(Sifl):
     aggregation)."""
 
     kind: ClassVar[str] = "sifl_m1"
-    coding: ClassVar[str] = "m1"
+    coding: ClassVar[Coding] = Coding.M1
     summary: ClassVar[str] = (
         "SIFL M1: uploads and aggregate encoded with key 1; the server decodes the average"
     )
@@ -60,7 +61,7 @@ class SiflM2(Sifl):
     broadcasting)."""
 
     kind: ClassVar[str] = "sifl_m2"
-    coding: ClassVar[str] = "m2"
+    coding: ClassVar[Coding] = Coding.M2
     summary: ClassVar[str] = (
         "SIFL M2: the aggregator adds key 2, so the server never holds a plain model; round 0 is an M1 round"
     )

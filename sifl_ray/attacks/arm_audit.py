@@ -21,6 +21,7 @@ from sifl_ray.attacks.record import SmallTask, TaskEvaluator, platform_config, t
 from sifl_ray.coding.base import CODING_DTYPE
 from sifl_ray.progress import Progress
 from sifl_ray.seeding import torch_generator
+from sifl_ray.specs import Coding, CodingSpec
 
 
 @dataclass
@@ -98,13 +99,13 @@ def audit_arm(
         "delta": float(cfg.audit.delta),
         "confidence": float(cfg.audit.confidence),
     }
-    if protocol.coding == "m1":
+    if protocol.coding.aggregator_encodes:  # M2: what its server's broadcast releases
+        return [_audit_m2_broadcast(task, cfg, platform, arm, kw)]
+    if protocol.coding.coded:  # M1: what one upload releases, keys known
         if m1_whole is None or paper_eps is None:
             return []
         scope = "per element of one upload (the paper's Theorem 1), worst element"
         return [ArmAudit(arm, paper_eps, scope, "the whole upload, keys known", m1_whole)]
-    if protocol.coding == "m2":
-        return [_audit_m2_broadcast(task, cfg, platform, arm, kw)]
     sizes = task.sizes
     ctx = task_context(task, platform, arm)
     steps, report = protocol.steps(ctx), protocol.privacy(ctx) or {}
@@ -245,21 +246,20 @@ def _audit_m2_broadcast(
     )
     from sifl_ray.roles.messages import Partial
     from sifl_ray.roles.server import Server
-    from sifl_ray.specs import CodingSpec
 
     design = Design.parse(cfg.primary)
     coded = platform_config(
         cfg, clients=task.clients, rounds=cfg.train.rounds, coding=design_coding(cfg, design)
     )
-    coding = CodingSpec.from_config(coded)
+    spec = CodingSpec.from_config(coded)
     server, server_view = make_party_server_key(
-        arm=arm, mode="m2", n=task.n, coding=coding, run_seed=int(cfg.seed)
+        arm=arm, coding=Coding.M2, n=task.n, spec=spec, run_seed=int(cfg.seed)
     )
     # the same server in its M1 role: a fresh M1 encoding of the model each trial (r1 of its own round)
-    encoder = Server(mode="m1", key=server.key, noise=server.noise, noise_seed=server._noise_seed)
-    state = make_party_aggregator_state(arm=arm, mode="m2", coding=coding, run_seed=int(cfg.seed))
+    encoder = Server(coding=Coding.M1, key=server.key, noise=server.noise, noise_seed=server._noise_seed)
+    state = make_party_aggregator_state(arm=arm, coding=Coding.M2, spec=spec, run_seed=int(cfg.seed))
     n_tilde = server.key.n_tilde
-    aggregator = aggregator_from_state(mode="m2", coding=coding, state=state, bounds=(0, n_tilde), shard=0)
+    aggregator = aggregator_from_state(coding=Coding.M2, spec=spec, state=state, bounds=(0, n_tilde), shard=0)
     reader = TaskEvaluator(
         model=task.model(),
         x_test=np.zeros((1, task.features)),
@@ -267,7 +267,7 @@ def _audit_m2_broadcast(
         batch_size=1,
         device=torch.device("cpu"),
     )
-    reader.set_arm(arm, "m2", server_view, aggregator.key.client_view())
+    reader.set_arm(arm, Coding.M2, server_view, aggregator.key.client_view())
     ctx = task_context(task, coded, arm, key_norms=server.key.norms(), agg_norms=aggregator.key.norms())
     report = arm_of(coded, arm).privacy(ctx) or {}
 
@@ -277,7 +277,7 @@ def _audit_m2_broadcast(
         upload = Partial(source=0, round=second, key_epoch=0, weighted_sum=w_tilde, weight=1.0, accepted=1)
         W_a, _ = aggregator.reduce(second, 0, [upload])
         W, _ = server.finish_round(second, W_a)
-        return reader.decode(arm, W)
+        return reader.decode(arm, W, Coding.M2)
 
     clip = float(platform.privacy.clip)
     sensitivity = (

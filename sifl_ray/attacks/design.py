@@ -26,6 +26,7 @@ from sifl_ray.attacks.transcript import TranscriptRecorder
 from sifl_ray.coding.base import NoiseSpec, ServerKey
 from sifl_ray.device import single_threaded
 from sifl_ray.seeding import derive_seed
+from sifl_ray.specs import Coding
 
 
 def design_key_seed(cfg: DictConfig, design: Design) -> int | None:
@@ -91,7 +92,7 @@ def _per_element_epsilon(cfg: DictConfig, key: ServerKey, task: SmallTask) -> tu
         local_size=sizes,
         total_size=sum(sizes),
         delta=cfg.audit.delta,
-        mode="m1",
+        coding=Coding.M1,
     )
     local = next(r for r in rels if r.release == "local")
     return float(local.epsilon_paper), float(local.epsilon)

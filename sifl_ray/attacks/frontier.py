@@ -33,6 +33,7 @@ from sifl_ray import registry_names
 from sifl_ray.coding.base import CODING_DTYPE, NoiseSpec, ServerKey
 from sifl_ray.coding.dense import DENSE_MAX_N  # the dense key's own limit: checked here before any work
 from sifl_ray.seeding import derive_bytes, torch_generator
+from sifl_ray.specs import Coding
 from sifl_ray.validation import Choice, ConfigError, Range, Rules, parse_overrides, validate
 
 
@@ -94,8 +95,8 @@ def _upload_epsilons(
         "total_size": local_size,
         "delta": delta,
     }
-    gauss = release_epsilons(noise1=NoiseSpec("gaussian", scale), mode="m1", **common)[0]
-    lap = release_epsilons(noise1=NoiseSpec("laplace", scale), mode="m1", **common)[0]
+    gauss = release_epsilons(noise1=NoiseSpec("gaussian", scale), coding=Coding.M1, **common)[0]
+    lap = release_epsilons(noise1=NoiseSpec("laplace", scale), coding=Coding.M1, **common)[0]
     return float(gauss.epsilon), float(lap.epsilon_paper), float(lap.epsilon)
 
 

@@ -34,7 +34,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -49,7 +49,10 @@ from sifl_ray.optim import TorchTrainer
 from sifl_ray.roles.evaluator import EvaluatorRole
 from sifl_ray.seeding import derive_seed, torch_generator
 from sifl_ray.sequential import SequentialBackend
-from sifl_ray.specs import CodingSpec
+from sifl_ray.specs import Coding, CodingSpec
+
+if TYPE_CHECKING:
+    from sifl_ray.round import ArmState
 
 # ------------------------------------------------------------------------------------------------------------
 # The small learning task.
@@ -168,7 +171,7 @@ class GroundTruth:
     clients: list[int]
     weights: np.ndarray
     arm: str = ""
-    mode: str = "m1"
+    coding: Coding = Coding.M1
     keys: dict[int, ServerKey] = field(default_factory=dict)
     agg_key: AggregatorKey | None = None
     local_models: dict[int, np.ndarray] = field(default_factory=dict)
@@ -244,8 +247,8 @@ class TaskWorker:
     def set_arm(self, arm: str, setup, server_view=None, aggregator_view=None) -> None:
         self.role.set_arm(arm, setup, server_view, aggregator_view)
 
-    def train_round(self, arm, t, broadcast, clients, bounds, attempt: int = 0, inboxes=None):
-        partials, report, *tap = self.role.train_round(arm, t, broadcast, clients, bounds, inboxes)
+    def train_round(self, arm, t, broadcast, coding, clients, bounds, attempt: int = 0, inboxes=None):
+        partials, report, *tap = self.role.train_round(arm, t, broadcast, coding, clients, bounds, inboxes)
         return (*partials, *tap, report)
 
     def secagg_advertise(self, arm, public, clients):
@@ -264,10 +267,10 @@ class TaskEvaluator(EvaluatorRole):
     single logit, so accuracy thresholds it at 0."""
 
     @torch.no_grad()
-    def evaluate(self, arm: str, t: int, broadcast: torch.Tensor) -> dict[str, float]:
+    def evaluate(self, arm: str, t: int, broadcast: torch.Tensor, coding: Coding) -> dict[str, float]:
         from sifl_ray.models import load_flat_params_
 
-        w = self.decode(arm, broadcast)
+        w = self.decode(arm, broadcast, coding)
         load_flat_params_(self.model, w)
         logits = self.model(self.x.to(self.dtype))
         return {
@@ -411,38 +414,39 @@ class TaskParties:
                 done.append(aggregator.set_secagg(arm, steps.secagg))
         return done
 
-    def hand_arm(self, arm: str, *, mode: str, setup, views: tuple, paired: bool) -> list:
+    def hand_arm(self, arm: str, *, setup, views: tuple, paired: bool) -> list:
         """Every worker and the evaluator get their part of ``arm`` (a
         :class:`~sifl_ray.runner.arms.PartyHost`). The evaluator reports no deviation from fl (``paired`` is
         ignored): a task plays one arm at a time."""
         backend, parties = self.backend, self.parties
         done = [WorkerHandle(backend, worker).set_arm(arm, setup, *views) for worker in parties.workers]
-        done.append(EvaluatorHandle(backend, parties.evaluator).set_arm(arm, mode, *views))
+        done.append(EvaluatorHandle(backend, parties.evaluator).set_arm(arm, setup.coding, *views))
         return done
 
     def setup_arm(
-        self, platform: DictConfig, arm: str, *, coding: CodingSpec, w0: torch.Tensor, epoch: int, steps
+        self, platform: DictConfig, arm: str, *, spec: CodingSpec, w0: torch.Tensor, epoch: int, steps
     ):
         """Give every party its part of ``arm`` through the runner's own set-up
         (:func:`sifl_ray.runner.arms.hand_out_arm`: keys made by the server and aggregator actors from
-        ``coding``; the arm's steps, its client step wrapped in a :class:`ModelTap`), and return the driver's
+        ``spec``; the arm's steps, its client step wrapped in a :class:`ModelTap`), and return the driver's
         :class:`~sifl_ray.round.ArmState` with the first broadcast (which encodes ``w0``). No key files, no
         precision refusal: the attacks run at scales the platform would refuse."""
         from sifl_ray.runner.arms import hand_out_arm
 
-        state, _ = hand_out_arm(self, platform, arm, coding=coding, steps=steps, w0=w0, epoch=epoch)
+        state, _ = hand_out_arm(self, platform, arm, spec=spec, steps=steps, w0=w0, epoch=epoch)
         return state
 
     def scorer_keys(self, arm: str) -> tuple[ServerKey | None, AggregatorKey | None]:
         """Simulation only: the keys the server and aggregator actors made for ``arm``, read in this process
         (the scorer's; the actors never send them anywhere)."""
         server_role = self.parties.server.roles[arm]
-        key = None if server_role.mode == "plain" else server_role.key
+        key = server_role.key if server_role.coding.coded else None
         return key, self.parties.aggregators[0].roles[arm][0].key
 
-    def global_model(self, arm: str, broadcast) -> torch.Tensor:
-        """Simulation only: the evaluator's decoding of ``broadcast`` (what every client decodes)."""
-        return self.backend.get(EvaluatorHandle(self.backend, self.parties.evaluator).decode(arm, broadcast))
+    def global_model(self, arm: str, state: ArmState) -> torch.Tensor:
+        """Simulation only: the evaluator's decoding of the arm's broadcast (what every client decodes)."""
+        evaluator = EvaluatorHandle(self.backend, self.parties.evaluator)
+        return self.backend.get(evaluator.decode(arm, state.broadcast, state.broadcast_coding))
 
 
 def record_arm(
@@ -482,7 +486,7 @@ def record_arm(
     run = TaskParties.spawn(task, cfg, platform, backend or RecordingBackend())
     run.set_recorder(recorder)
     recorder.record_weights({c: float(s) for c, s in enumerate(sizes)})
-    n_tilde = task.n if protocol.coding == "plain" else task.n + int(platform.coding.n_extra)
+    n_tilde = task.n + int(platform.coding.n_extra) if protocol.coding.coded else task.n
     truth = GroundTruth(
         design=design,
         n=task.n,
@@ -490,16 +494,16 @@ def record_arm(
         clients=list(range(task.clients)),
         weights=sizes / sizes.sum(),
         arm=arm,
-        mode=protocol.coding,
+        coding=protocol.coding,
     )
     w, state = initial_model(task, cfg), None
     for t in range(1, rounds + 1):
         epoch = truth.epoch_of(t)
         if state is None or epoch != state.key_epoch:
             if state is not None:  # a new key epoch starts from the current global model
-                w = run.global_model(arm, state.broadcast)
+                w = run.global_model(arm, state)
             state = run.setup_arm(
-                platform, arm, coding=epoch_coding(platform, epoch), w0=w, epoch=epoch, steps=steps
+                platform, arm, spec=epoch_coding(platform, epoch), w0=w, epoch=epoch, steps=steps
             )
             key, truth.agg_key = run.scorer_keys(arm)
             if key is not None:
@@ -507,7 +511,7 @@ def record_arm(
             recorder.record_key_epoch(t, epoch)
         broadcast = run.backend.get(state.broadcast)
         recorder.record_broadcast(t, broadcast)
-        truth.broadcast_models[t] = run.global_model(arm, state.broadcast).numpy()
+        truth.broadcast_models[t] = run.global_model(arm, state).numpy()
         result = run_round(run.backend, run.parties, state, t, run.assignment, policy=RoundPolicy())
         if result.rejected or result.dropped or result.skipped:
             raise RuntimeError(

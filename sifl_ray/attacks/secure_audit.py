@@ -28,6 +28,7 @@ import torch
 
 from sifl_ray.attacks.audit import AuditTest, audit_gaussian_release
 from sifl_ray.coding.base import CODING_DTYPE
+from sifl_ray.specs import Coding
 
 ADD_REMOVE, ZERO_OUT = "add/remove", "zero-out"
 RELATIONS = (ADD_REMOVE, ZERO_OUT)
@@ -109,7 +110,11 @@ def secure_round_release(
         responses, _ = worker.unmask(trial, survivors)
         plan = head.plan(trial, [responses])
         aggregator = Aggregator(
-            mode="plain", key=None, noise=NoiseSpec("gaussian", 0.0), noise_seed=b"\0" * 32, bounds=(0, n)
+            coding=Coding.PLAIN,
+            key=None,
+            noise=NoiseSpec("gaussian", 0.0),
+            noise_seed=b"\0" * 32,
+            bounds=(0, n),
         )
         mean, _, _ = aggregator.reduce_masked(
             trial, [partial], plan=plan, spec=spec, step=steps.aggregator, arm=arm

@@ -51,9 +51,10 @@ from sifl_ray.attacks.registry import AGGREGATOR_BROADCASTS
 from sifl_ray.coding.base import NoiseSpec
 from sifl_ray.device import single_threaded
 from sifl_ray.seeding import torch_generator
+from sifl_ray.specs import Coding
 
 
-def attacked_arms(cfg: DictConfig) -> dict[str, str]:
+def attacked_arms(cfg: DictConfig) -> dict[str, Coding]:
     """The arm instances of ``cfg.arms`` (``nbafl`` runs as ``nbafl_eps1``, ...) → their coding."""
     from sifl_ray.arms import arm_instances, get_arm
 
@@ -143,24 +144,27 @@ class SuiteResult:
         return {"threat_model": AGGREGATOR_BROADCASTS, "telescoped_error": tele}
 
 
-#: What the suite does to an arm of each coding (``SuiteResult.arms``).
+#: What the suite does to an arm of each coding (``SuiteResult.arms``): each coding has attacks of its own.
 ATTACKED_AS = {
-    "m1": "aggregator attacks (a)-(d) under every key design, DP audit (f) on the primary",
-    "m2": "the M2 server's view (e), DP audit (f) of its broadcast",
-    "plain": "the aggregator's direct view (each upload read as the client's model, or its update), the "
-    "server's view of the aggregate, DP audit (f)",
-    "secure": "the aggregator's direct view of the masked uploads, the server's view of the unmasked "
-    "aggregate, DP audit (f) of both",
+    Coding.M1: "aggregator attacks (a)-(d) under every key design, DP audit (f) on the primary",
+    Coding.M2: "the M2 server's view (e), DP audit (f) of its broadcast",
+    Coding.PLAIN: "the aggregator's direct view (each upload read as the client's model, or its update), "
+    "the server's view of the aggregate, DP audit (f)",
 }
+#: ... and to a plain arm whose uploads travel masked (secure aggregation).
+ATTACKED_AS_SECURE = (
+    "the aggregator's direct view of the masked uploads, the server's view of the unmasked aggregate, DP "
+    "audit (f) of both"
+)
 
 
 def suite_steps(cfg: DictConfig) -> int:
     """How many times :func:`run_suite` calls its ``log``: once per m1 arm and design (contrast designs
     included), per m2 arm attacked by its server, per plain arm, and per arm audited (the progress total)."""
     arms = attacked_arms(cfg)
-    m1 = sum(1 for coding in arms.values() if coding == "m1")
-    m2 = sum(1 for coding in arms.values() if coding == "m2") if cfg.m2.enabled else 0
-    plain = sum(1 for coding in arms.values() if coding == "plain")
+    m1 = sum(1 for coding in arms.values() if coding is Coding.M1)
+    m2 = sum(1 for coding in arms.values() if coding is Coding.M2) if cfg.m2.enabled else 0
+    plain = sum(1 for coding in arms.values() if coding is Coding.PLAIN)
     return m1 * (len(cfg.designs) + len(cfg.contrast.designs)) + m2 + plain + len(arms)
 
 
@@ -186,7 +190,7 @@ def _run_suite(cfg: DictConfig, *, transcript_dir: Path | None, log: Callable[[s
         seed=cfg.seed,
     )
     save = transcript_dir is not None and cfg.transcript.save
-    m1_arms = [a for a, coding in arms.items() if coding == "m1"]
+    m1_arms = [a for a, coding in arms.items() if coding is Coding.M1]
     designs = []
     truths: dict[str, GroundTruth] = {}
     for arm in m1_arms:
@@ -213,13 +217,13 @@ def _run_suite(cfg: DictConfig, *, transcript_dir: Path | None, log: Callable[[s
             )
 
     m2 = []
-    for arm in (a for a, coding in arms.items() if coding == "m2" and cfg.m2.enabled):
+    for arm in (a for a, coding in arms.items() if coding is Coding.M2 and cfg.m2.enabled):
         got = evaluate_m2(cfg, transcript_dir=transcript_dir, arm=arm)
         m2 += got
         log(f"{arm}, the M2 server attack: n = {got[0].n}, done")
 
     plain = []
-    for arm in (a for a, coding in arms.items() if coding == "plain"):
+    for arm in (a for a, coding in arms.items() if coding is Coding.PLAIN):
         result, recorder = evaluate_plain(task, cfg, arm)
         plain.append(result)
         if save:
@@ -275,6 +279,8 @@ def _run_suite(cfg: DictConfig, *, transcript_dir: Path | None, log: Callable[[s
         primary=cfg.primary,
         seconds=time.perf_counter() - tic,
         audits=audits,
-        arms={arm: ATTACKED_AS["secure" if arm in secure else coding] for arm, coding in arms.items()},
+        arms={
+            arm: ATTACKED_AS_SECURE if arm in secure else ATTACKED_AS[coding] for arm, coding in arms.items()
+        },
         plain=plain,
     )

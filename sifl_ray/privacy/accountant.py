@@ -31,11 +31,11 @@ import torch
 
 from sifl_ray.coding.base import AggregatorNorms, KeyNorms, NoiseDistribution, NoiseSpec
 from sifl_ray.privacy import formulas as F
+from sifl_ray.specs import Coding
 
 #: Which of a SIFL round's releases an ε is about: a name (the channel itself, sender to receiver, is
 #: :class:`sifl_ray.arms.base.Release`).
 ReleaseName = Literal["local", "broadcast", "global"]
-Mode = Literal["m1", "m2"]
 Bound = Literal["sound", "paper"]
 
 RELEASES: tuple[ReleaseName, ...] = ("local", "broadcast", "global")
@@ -131,7 +131,7 @@ def release_epsilons(
     local_size: int | Sequence[int],
     total_size: int,
     delta: float,
-    mode: Mode,
+    coding: Coding,
     agg_norms: AggregatorNorms | None = None,
     noise2: NoiseSpec | None = None,
 ) -> tuple[ReleaseEpsilon, ...]:
@@ -147,18 +147,20 @@ def release_epsilons(
         local_size: ``|D_i|`` of each client, or one size; the smallest gives the worst-case sensitivity.
         total_size: ``|D|``.
         delta: δ in (0, 1) for Gaussian noise.
-        mode: ``"m1"`` or ``"m2"``.
+        coding: ``Coding.M1`` or ``Coding.M2`` (plain FL has no coding noise to account).
         agg_norms: aggregator-key norms (required in M2).
         noise2: the aggregator's noise law (``R2``; required in M2).
 
     Returns:
-        One :class:`ReleaseEpsilon` per release of the mode.
+        One :class:`ReleaseEpsilon` per release of the coding.
     """
-    if mode not in ("m1", "m2"):
-        raise ValueError(f"mode must be 'm1' or 'm2', got {mode!r}; plain FL has no coding noise to account")
-    if mode == "m2" and (agg_norms is None or noise2 is None):
+    if not coding.coded:
         raise ValueError(
-            "mode 'm2' needs agg_norms and noise2: the client's noise is N1 R1 P2R and W' carries R2 noise, "
+            f"coding must be M1 or M2, got {coding.scheme}; plain FL has no coding noise to account"
+        )
+    if coding.aggregator_encodes and (agg_norms is None or noise2 is None):
+        raise ValueError(
+            "coding M2 needs agg_norms and noise2: the client's noise is N1 R1 P2R and W' carries R2 noise, "
             "so ε cannot be computed without the aggregator key's norms and noise law"
         )
     if noise1.distribution not in ("gaussian", "laplace"):
@@ -208,7 +210,7 @@ def release_epsilons(
         )
 
     # 1. The client upload w~_i (M1: noise N1 r1; M2: noise N1 R1 P2R).
-    if agg_norms is not None and mode == "m2":
+    if agg_norms is not None and coding.aggregator_encodes:
         p = max(int(agg_norms.p2_abs.numel()), 1)
         p2r_l2 = float(agg_norms.p2r_l2)
         # max_m |P2R_m| is not in AggregatorNorms; ‖P2R‖₂/√p is a rigorous lower bound on it.
@@ -231,12 +233,12 @@ def release_epsilons(
             "Sound: largest single Laplace coefficient, the rest post-processing. Paper: Theorem 1, which "
             "treats a sum of Laplace variables as Laplace (too small in general)."
         )
-        if mode == "m2":
+        if coding.aggregator_encodes:
             note += f" max|P2R_m| bounded below by ||P2R||_2/sqrt(p), p = {p}."
         add("local", sound, paper, d_local, note)
 
     # 2. What the clients receive: M1's w~^t, or M2's W'.
-    if mode == "m1":
+    if not coding.aggregator_encodes:
         if gaussian:
             eps = F.gaussian_broadcast_epsilon(
                 p1_row_l2=p1_l2, n1_row_l2=n1_l2, sigma1=b1, sensitivity=d_global, delta=delta
@@ -259,7 +261,7 @@ def release_epsilons(
         return tuple(out)
 
     if agg_norms is None or noise2 is None:  # unreachable (checked above); narrows the types
-        raise ValueError("mode 'm2' needs agg_norms and noise2")
+        raise ValueError("coding M2 needs agg_norms and noise2")
     p2 = _np(agg_norms.p2_abs).reshape(1, -1)
     if p2.size == 0:
         raise ValueError("agg_norms.p2_abs is empty: M2 needs |P2^m| for m = 1..p")
@@ -352,12 +354,12 @@ class ArmReleases:
     broadcast is reused), so the choice is made per round by the caller, who knows.
 
     Attributes:
-        mode: the arm's mode.
-        coded: the releases of a round that starts from the mode's own broadcast (every round of M1).
+        coding: the arm's.
+        coded: the releases of a round that starts from the coding's own broadcast (every round of M1).
         initial: the releases of a round that starts from the server's initial M1 encoding.
     """
 
-    mode: Mode
+    coding: Coding
     coded: tuple[ReleaseEpsilon, ...]
     initial: tuple[ReleaseEpsilon, ...]
 
@@ -374,7 +376,7 @@ def arm_release_epsilons(
     local_size: int | Sequence[int],
     total_size: int,
     delta: float,
-    mode: Mode,
+    coding: Coding,
     agg_norms: AggregatorNorms | None = None,
     noise2: NoiseSpec | None = None,
 ) -> ArmReleases:
@@ -388,11 +390,11 @@ def arm_release_epsilons(
         "total_size": total_size,
         "delta": delta,
     }
-    initial = release_epsilons(mode="m1", **common)
-    if mode == "m1":
-        return ArmReleases(mode=mode, coded=initial, initial=initial)
-    coded = release_epsilons(mode=mode, agg_norms=agg_norms, noise2=noise2, **common)
-    return ArmReleases(mode=mode, coded=coded, initial=initial)
+    initial = release_epsilons(coding=Coding.M1, **common)
+    if not coding.aggregator_encodes:
+        return ArmReleases(coding=coding, coded=initial, initial=initial)
+    coded = release_epsilons(coding=coding, agg_norms=agg_norms, noise2=noise2, **common)
+    return ArmReleases(coding=coding, coded=coded, initial=initial)
 
 
 def _json_float(x: float) -> float | str:
@@ -435,7 +437,7 @@ def describe_release_epsilons(
     local_size: int | Sequence[int],
     total_size: int,
     delta: float,
-    mode: Mode,
+    coding: Coding,
 ) -> dict[str, Any]:
     """The per-release ε of a configuration, paper and sound, as a JSON-safe dict (for ``sifl describe``).
 
@@ -451,10 +453,10 @@ def describe_release_epsilons(
         local_size=local_size,
         total_size=total_size,
         delta=delta,
-        mode=mode,
+        coding=coding,
     )
     return {
-        "mode": mode,
+        "mode": coding.value,  # the description's key and value as they always were
         "scope": SCOPE,
         "sensitivity": {
             "local": _json_float(F.local_sensitivity(clip=clip, local_size=_min_size(local_size))),
@@ -535,7 +537,7 @@ class SiflAccountant:
         acc = SiflAccountant()
         acc.record_round(arm="sifl_m2", round=t, key_norms=server_key.norms(), agg_norms=agg_key.norms(),
                          noise1=server_noise, noise2=agg_noise, clip=1000.0, local_size=sizes,
-                         total_size=sum(sizes), delta=1e-5, mode="m2")
+                         total_size=sum(sizes), delta=1e-5, coding=Coding.M2)
         acc.epsilon(release="global", arm="sifl_m2")
     """
 
@@ -584,7 +586,7 @@ class SiflAccountant:
         local_size: int | Sequence[int],
         total_size: int,
         delta: float,
-        mode: Mode,
+        coding: Coding,
         agg_norms: AggregatorNorms | None = None,
         noise2: NoiseSpec | None = None,
     ) -> tuple[ReleaseRecord, ...]:
@@ -598,7 +600,7 @@ class SiflAccountant:
             local_size=local_size,
             total_size=total_size,
             delta=delta,
-            mode=mode,
+            coding=coding,
         )
         return self.record(arm=arm, round=round, releases=rels)
 

@@ -20,6 +20,7 @@ from sifl_ray.arms.base import AggregatorStep
 from sifl_ray.coding.base import CODING_DTYPE, AggregatorKey, NoiseSpec
 from sifl_ray.roles.messages import MaskedPartial, Partial
 from sifl_ray.seeding import noise_generator
+from sifl_ray.specs import Coding
 
 if TYPE_CHECKING:  # imported where a secure arm is set up: ``cryptography`` costs ~13 MiB in each process
     from sifl_ray.privacy.secagg import MaskPlan
@@ -117,7 +118,7 @@ class Aggregator:
     """Aggregator role for one arm and one shard of rows ``[start, stop)`` of the encoded vector.
 
     Args:
-        mode: ``"plain"``, ``"m1"`` or ``"m2"``.
+        coding: the arm's (:class:`~sifl_ray.specs.Coding`).
         key: key 2 (M2 only).
         noise: the law of ``R2``.
         noise_seed: secret seed of the aggregator's noise streams (Philox keyed by it,
@@ -131,7 +132,7 @@ class Aggregator:
     def __init__(
         self,
         *,
-        mode: str,
+        coding: Coding,
         key: AggregatorKey | None,
         noise: NoiseSpec,
         noise_seed: bytes,
@@ -139,7 +140,7 @@ class Aggregator:
         shard: int = 0,
         step_seed: bytes | None = None,
     ):
-        self.mode = mode
+        self.coding = coding
         self.key = key
         self.noise = noise
         self._noise_seed = noise_seed
@@ -218,7 +219,7 @@ class Aggregator:
             acc, step_metrics = self._step(step, acc, arm=arm, t=t, weight=total)
         aggregate_s = time.perf_counter() - start
         encode_s = 0.0
-        if self.mode == "m2":
+        if self.coding.aggregator_encodes:
             assert self.key is not None
             gen = noise_generator(self._noise_seed, "aggregator", "R2", key_epoch, t, self.shard)
             R2 = self.noise.sample((acc.shape[0], self.key.p - 1), gen)

@@ -37,6 +37,7 @@ from sifl_ray.optim import TorchTrainer, fused_update, loss_values, stepwise_upd
 from sifl_ray.optim.target import fused_tail, step_metrics
 from sifl_ray.roles.aggregator import check_upload
 from sifl_ray.roles.messages import MaskedPartial, Partial, WorkerReport
+from sifl_ray.specs import Coding
 
 if TYPE_CHECKING:  # imported where a secure arm is set up: ``cryptography`` costs ~13 MiB in each process
     from sifl_ray.privacy.secagg import PublicKeys, UnmaskResponse
@@ -67,7 +68,7 @@ def count_step(report: WorkerReport, metrics: Mapping[str, float]) -> None:
 class ArmSetup:
     """What a worker needs to play the clients of one arm (and nothing of the server or aggregator keys)."""
 
-    mode: str  # plain | m1 | m2
+    coding: Coding  # the arm's: what the clients decode, strip and encode
     server_view: ClientServerKey | None = None  # P1, P1L
     aggregator_view: AggregatorKey | None = None  # P2R (M2)
     client_form: str = "fused"
@@ -312,11 +313,14 @@ class ClientWorkerRole:
         arm: str,
         t: int,
         broadcast: torch.Tensor,
+        coding: Coding,
         clients: list[int],
         bounds: list[tuple[int, int]],
         inboxes: dict[int, Any] | None = None,
     ) -> tuple[list[Partial], WorkerReport] | tuple[list[MaskedPartial], WorkerReport, torch.Tensor]:
-        """Train ``clients`` for round ``t`` of ``arm``; return one partial sum per shard and a report.
+        """Train ``clients`` for round ``t`` of ``arm`` from ``broadcast``; return one partial sum per shard
+        and a report. ``coding`` is the broadcast's own (the driver's
+        :attr:`~sifl_ray.round.ArmState.broadcast_coding`): an M2 arm's is M1 until its first aggregate.
 
         Under secure aggregation (``inboxes``: the round's encrypted shares, routed by the aggregator) each
         client's upload, after the same training and client step, is masked (SecAgg step 2) and the worker
@@ -333,12 +337,12 @@ class ClientWorkerRole:
         broadcast = broadcast.to(self.device)
         # coded: the key view that decodes and encodes, and the round's encoded start w~ (None: plain)
         coded: tuple[ClientServerKey, torch.Tensor] | None = None
-        if setup.mode == "plain":
+        if not coding.coded:
             w0 = broadcast
         else:
             assert setup.server_view is not None
             w_tilde = broadcast
-            if broadcast.dim() == 2:  # M2 after round 0: strip code 2, w~ = W' P2R (a valid M1 encoding)
+            if coding.aggregator_encodes:  # code 2 on: strip it, w~ = W' P2R (a valid M1 encoding)
                 assert setup.aggregator_view is not None
                 w_tilde = setup.aggregator_view.strip(broadcast)
             coded = (setup.server_view, w_tilde)

@@ -22,6 +22,7 @@ from sifl_ray.coding.base import CODING_DTYPE, AggregatorKey, ClientServerKey
 from sifl_ray.device import on_device, resolve_device
 from sifl_ray.models import load_flat_params_
 from sifl_ray.optim.trainer import loss_values
+from sifl_ray.specs import Coding
 
 SIMULATION_ONLY = "evaluator: simulation device holding both decoding keys; no real deployment has it"
 
@@ -49,7 +50,7 @@ class EvaluatorRole:
             self.x = torch.from_numpy(np.asarray(x_test)).to(self.device)
             self.y = torch.from_numpy(np.asarray(y_test)).to(self.device)
         self.batch_size = batch_size
-        self.views: dict[str, tuple[str, ClientServerKey | None, AggregatorKey | None]] = {}
+        self.views: dict[str, tuple[ClientServerKey | None, AggregatorKey | None]] = {}
         self.reference: dict[int, torch.Tensor] = {}  # plain fl model per round (paired deviation)
         self.paired: dict[str, bool] = {}
         self.label = SIMULATION_ONLY
@@ -69,39 +70,47 @@ class EvaluatorRole:
     def set_arm(
         self,
         arm: str,
-        mode: str,
+        coding: Coding,
         server_view: ClientServerKey | None,
         aggregator_view: AggregatorKey | None,
         *,
         paired: bool | None = None,
     ) -> None:
         """``paired``: report the deviation of this arm's model from fl's (default: coded arms)."""
-        self.views[arm] = (mode, on_device(server_view, self.device), on_device(aggregator_view, self.device))
-        self.paired[arm] = mode != "plain" if paired is None else paired
+        self.views[arm] = (on_device(server_view, self.device), on_device(aggregator_view, self.device))
+        self.paired[arm] = coding.coded if paired is None else paired
 
-    def decode(self, arm: str, broadcast: torch.Tensor) -> torch.Tensor:
-        """The plain global model behind an arm's broadcast."""
-        mode, server_view, aggregator_view = self.views[arm]
-        if mode == "plain":
+    def decode(self, arm: str, broadcast: torch.Tensor, coding: Coding) -> torch.Tensor:
+        """The plain global model behind a broadcast of ``arm`` in ``coding`` (the broadcast's own: an M2
+        arm's is M1 until its first aggregate)."""
+        server_view, aggregator_view = self.views[arm]
+        if not coding.coded:
             return broadcast.to(CODING_DTYPE)
         assert server_view is not None, f"{arm}: a coded arm's evaluator holds the clients' view of key 1"
         w_tilde = broadcast
-        if broadcast.dim() == 2:  # M2 after round 0: strip code 2 first
+        if coding.aggregator_encodes:  # code 2 on: strip it first
             assert aggregator_view is not None, f"{arm}: an M2 evaluator holds the clients' view of key 2"
             w_tilde = aggregator_view.strip(broadcast)
         return server_view.decode(w_tilde)
 
     @torch.no_grad()
     def evaluate(
-        self, arm: str, t: int, broadcast: torch.Tensor, previous: torch.Tensor | None = None
+        self,
+        arm: str,
+        t: int,
+        broadcast: torch.Tensor,
+        coding: Coding,
+        previous: torch.Tensor | None = None,
+        previous_coding: Coding | None = None,
     ) -> dict[str, float]:
         """Test accuracy and loss of the global model after round ``t``, and its deviation from fl's (fl's
         model of round ``t`` must be evaluated first: the runner plays fl first, see ``play_order``).
 
         ``previous`` (the round's broadcast), when the run audits: ``audit`` holds the inner products of
         the released change ``Δ_t = w^{t+1} − w^t`` with every audit direction and ``‖Δ_t‖`` (what the
-        driver's :class:`~sifl_ray.privacy.canaries.CanaryAudit` scores)."""
-        w = self.decode(arm, broadcast.to(self.device))
+        driver's :class:`~sifl_ray.privacy.canaries.CanaryAudit` scores). ``coding`` and ``previous_coding``:
+        each broadcast's own (:meth:`decode`)."""
+        w = self.decode(arm, broadcast.to(self.device), coding)
         load_flat_params_(self.model, w)
         losses, hits = [], []  # per batch, on the device: read once at the end, not twice per batch
         for s in range(0, len(self.y), self.batch_size):
@@ -120,7 +129,8 @@ class EvaluatorRole:
             "finite": float(bool(torch.isfinite(w).all())),
         }
         if previous is not None and self.directions is not None:
-            change = w - self.decode(arm, previous.to(self.device))
+            assert previous_coding is not None, f"{arm}: the previous broadcast comes with its coding"
+            change = w - self.decode(arm, previous.to(self.device), previous_coding)
             out["audit"] = {
                 "dots": (self.directions @ change).cpu().tolist(),
                 "norm": float(torch.linalg.vector_norm(change)),

@@ -15,14 +15,15 @@ import torch
 from sifl_ray.arms.base import ServerStep
 from sifl_ray.coding.base import CODING_DTYPE, NoiseSpec, ServerKey
 from sifl_ray.seeding import noise_generator
+from sifl_ray.specs import Coding
 
 
 class Server:
     """Server role for one arm.
 
     Args:
-        mode: ``"plain"`` (fl and nbafl: the identity code, nothing to encode), ``"m1"`` or ``"m2"``.
-        key: key 1; an identity key for ``plain``.
+        coding: the arm's; ``PLAIN`` (fl and nbafl: the identity code, nothing to encode), ``M1`` or ``M2``.
+        key: key 1; an identity key for ``PLAIN``.
         noise: the law of ``r1`` / ``R1``.
         noise_seed: secret seed of the server's noise streams (one stream per round, Philox keyed by it:
             :func:`sifl_ray.seeding.noise_generator`). The noise is what hides the model in every
@@ -30,8 +31,8 @@ class Server:
         p: columns of the aggregator code (M2).
     """
 
-    def __init__(self, *, mode: str, key: ServerKey, noise: NoiseSpec, noise_seed: bytes, p: int = 2):
-        self.mode = mode
+    def __init__(self, *, coding: Coding, key: ServerKey, noise: NoiseSpec, noise_seed: bytes, p: int = 2):
+        self.coding = coding
         self.key = key
         self.noise = noise
         self._noise_seed = noise_seed
@@ -39,9 +40,10 @@ class Server:
 
     def state_dict(self) -> dict[str, Any]:
         """Everything that makes this server this server: key 1 and its noise seed (secret: the server's own
-        key file only, see :mod:`sifl_ray.checkpoint`). The server keeps nothing else across rounds."""
+        key file only, see :mod:`sifl_ray.checkpoint`). The server keeps nothing else across rounds. The
+        coding is stored by its value under ``"mode"``, as key files always had it, so old ones still load."""
         return {
-            "mode": self.mode,
+            "mode": self.coding.value,
             "key": self.key.state_dict(),
             "noise": {"distribution": self.noise.distribution, "scale": self.noise.scale},
             "noise_seed": self._noise_seed,
@@ -53,7 +55,7 @@ class Server:
         from sifl_ray.coding.keys import server_key_from_state_dict
 
         return cls(
-            mode=state["mode"],
+            coding=Coding.of(state["mode"]),
             key=server_key_from_state_dict(state["key"]),
             noise=NoiseSpec(**state["noise"]),
             noise_seed=state["noise_seed"],
@@ -61,7 +63,7 @@ class Server:
         )
 
     def _r1(self, t: int, cols: int | None) -> torch.Tensor | None:
-        if self.mode == "plain":
+        if not self.coding.coded:
             return None
         shape = (self.key.n_tilde - self.key.n,) if cols is None else (self.key.n_tilde - self.key.n, cols)
         gen = noise_generator(self._noise_seed, "server", "r1", self.key.epoch, t)
@@ -70,7 +72,7 @@ class Server:
     def initial_broadcast(self, w0: torch.Tensor) -> torch.Tensor:
         """Round 0: ``w~^0 = P1 w^0 + N1 r1^0`` (M1 and M2 both start from an M1 encoding)."""
         w0 = w0.to(CODING_DTYPE)
-        return w0.clone() if self.mode == "plain" else self.key.encode(w0, self._r1(0, None))
+        return self.key.encode(w0, self._r1(0, None)) if self.coding.coded else w0.clone()
 
     def finish_round(
         self,
@@ -88,15 +90,15 @@ class Server:
         M2 has none: its server never holds a plain model.
         """
         start = time.perf_counter()
-        if self.mode == "m2" and step is not None:
+        if not self.coding.server_holds_model and step is not None:
             raise ValueError(f"{arm}: an M2 server holds no plain model, so it cannot run a server step")
         step_metrics: dict[str, float] = {}
-        if self.mode == "plain":
+        if not self.coding.coded:
             out = aggregate
             if step is not None:
                 out, step_metrics = self._step(step, previous, aggregate, arm, t)
             decode_s = encode_s = 0.0
-        elif self.mode == "m1":
+        elif self.coding.server_holds_model:
             w = self.key.decode(aggregate)  # w^{t+1} = P1L w~_a (exact: weights sum to 1, P1L N1 = 0)
             if step is not None:
                 plain = None if previous is None else self.key.decode(previous)

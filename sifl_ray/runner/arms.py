@@ -22,6 +22,7 @@ from sifl_ray.round import ArmState
 from sifl_ray.runner.parties import PartyPool, say
 from sifl_ray.runner.state import Checkpoints, arm_shape
 from sifl_ray.sizing import arm_precision, arm_round_bound
+from sifl_ray.specs import CodingSpec
 
 
 @dataclass
@@ -52,7 +53,7 @@ class PartyHost(Protocol):
 
     def hand_steps(self, arm: str, steps: Any, *, shards: int) -> list: ...
 
-    def hand_arm(self, arm: str, *, mode: str, setup: ArmSetup, views: tuple, paired: bool) -> list: ...
+    def hand_arm(self, arm: str, *, setup: ArmSetup, views: tuple, paired: bool) -> list: ...
 
 
 def hand_out_arm(
@@ -60,7 +61,7 @@ def hand_out_arm(
     cfg: DictConfig,
     arm: str,
     *,
-    coding: Any,
+    spec: CodingSpec,
     steps: Any,
     w0: torch.Tensor,
     epoch: int = 0,
@@ -68,7 +69,7 @@ def hand_out_arm(
     restored: ArmState | None = None,
 ) -> tuple[ArmState, ArmSetup]:
     """Every party's part of ``arm``, the one set-up the runner and the attack recorder share: the server's
-    key 1 and the aggregator's secrets (made in their own actors from ``coding``; ``restored``: already
+    key 1 and the aggregator's secrets (made in their own actors from ``spec``; ``restored``: already
     taken back from their key files), the arm's steps, each worker's and the evaluator's set-up, and the
     first broadcast (which encodes ``w0``; ``restored``: the checkpoint's).
 
@@ -84,16 +85,16 @@ def hand_out_arm(
     server = ServerHandle(backend, parties.server)
     protocol = arm_of(cfg, arm)
     n = int(w0.numel())
-    mode, n_tilde, bounds = arm_shape(cfg, arm, n)
+    coding, n_tilde, bounds = arm_shape(cfg, arm, n)
     shards = [AggregatorHandle(backend, a) for a in parties.aggregators[: len(bounds)]]
-    if mode == "m2" and steps.server is not None:
+    if not coding.server_holds_model and steps.server is not None:
         raise ValueError(
             f"arm {arm}: its server step needs a plain model, and an M2 server never holds one (code 2 stays "
             "on); give the arm coding m1 or plain, or move the step to the clients or the aggregator"
         )
     state = ArmState(
         arm,
-        mode,
+        coding,
         n_tilde,
         bounds,
         key_epoch=epoch,
@@ -108,13 +109,13 @@ def hand_out_arm(
         done = []
     else:
         server_view = server.setup_arm(
-            arm, mode=mode, n=n, coding=coding, run_seed=seed, key_path=path("server")
+            arm, coding=coding, n=n, spec=spec, run_seed=seed, key_path=path("server")
         )
         agg_state = shards[0].create_key(
-            arm, mode=mode, coding=coding, run_seed=seed, key_path=path("aggregator")
+            arm, coding=coding, spec=spec, run_seed=seed, key_path=path("aggregator")
         )
         done = [
-            a.setup_arm(arm, mode=mode, coding=coding, state=agg_state, bounds=bounds[s], shard=s)
+            a.setup_arm(arm, coding=coding, spec=spec, state=agg_state, bounds=bounds[s], shard=s)
             for s, a in enumerate(shards)
         ]
     done += host.hand_steps(arm, steps, shards=len(bounds))
@@ -123,7 +124,7 @@ def hand_out_arm(
         server_view = server.client_view(arm)
     agg_view = shards[0].client_view(arm)
     setup = ArmSetup(
-        mode=mode,
+        coding=coding,
         client_form=str(cfg.coding.client_form),
         key_epoch=epoch,
         step=steps.client,
@@ -135,11 +136,12 @@ def hand_out_arm(
         canary_zero_out=protocol.zero_out,
     )
     views = (server_view, agg_view)
-    done = host.hand_arm(arm, mode=mode, setup=setup, views=views, paired=protocol.paired_with_fl)
+    done = host.hand_arm(arm, setup=setup, views=views, paired=protocol.paired_with_fl)
     if restored is None:
         state.broadcast = server.initial_broadcast(arm, backend.put(w0))
     else:
-        state.broadcast = restored.broadcast  # from the checkpoint (see Checkpoints.load_broadcasts)
+        # from the checkpoint, with its coding (see Checkpoints.load_broadcasts)
+        state.broadcast, state.broadcast_coding = restored.broadcast, restored.broadcast_coding
     backend.get(done)
     return state, setup
 
@@ -170,27 +172,27 @@ def setup_arm(
     backend, parties = pool.backend, pool.parties
     n = int(w0.numel())
     protocol = arm_of(cfg, arm)
-    mode, _, _ = arm_shape(cfg, arm, n)
+    coding = protocol.coding
     local = {"local_size": int(sizes.min()), "total_size": int(sizes.sum()), "largest_size": int(sizes.max())}
     local["key_dir"] = checkpoints.kept_key_dir()
     ctx = ArmContext(cfg=cfg, arm=arm, n=n, **local)
     steps = protocol.steps(ctx)
     precision = None
-    if mode != "plain":
+    if coding.coded:
         # Refuse (or warn) before any work if float64 cannot carry this configuration (SPEC "Precision").
-        precision = arm_precision(cfg, mode=mode, n=n, w_max=float(w0.abs().max()))
+        precision = arm_precision(cfg, coding=coding, n=n, w_max=float(w0.abs().max()))
     state, setup = hand_out_arm(
         pool,
         cfg,
         arm,
-        coding=checkpoints.coding,
+        spec=checkpoints.coding_spec,
         steps=steps,
         w0=w0,
         key_path=lambda party: checkpoints.key_path(party, arm),
         restored=restored,
     )
     out = PreparedArm(state=state, setup=setup, precision=precision)
-    if mode != "plain":
+    if coding.coded:
         server, aggregator = (
             ServerHandle(backend, parties.server),
             AggregatorHandle(backend, parties.aggregators[0]),
@@ -199,7 +201,7 @@ def setup_arm(
         key_ro, agg_ro = backend.get([server.roundoff(arm), aggregator.roundoff(arm)])
         bound = arm_round_bound(
             cfg,
-            mode=mode,
+            coding=coding,
             n=n,
             key_roundoff=key_ro,
             aggregator_roundoff=agg_ro,

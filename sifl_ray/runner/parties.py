@@ -112,7 +112,6 @@ class PartyPool:
         self.views: dict[str, tuple] = {}  # arm → refs of the clients' key views (made by their owners)
         # in-run audit (simulation only): the auditor's seed, each worker's canaries, their weight, sizes
         self.audit: dict[str, Any] | None = None
-        self.modes: dict[str, str] = {}
         self.paired: dict[str, bool] = {}
 
     def _spawn_aggregators(self, count: int) -> None:
@@ -200,14 +199,15 @@ class PartyPool:
             EvaluatorHandle(self.backend, handle).set_audit(a["seed"], a["canaries"], a["nulls"], a["n"])
         return handle
 
-    def hand_arm(self, arm: str, *, mode: str, setup, views: tuple, paired: bool) -> list:
+    def hand_arm(self, arm: str, *, setup, views: tuple, paired: bool) -> list:
         """Give every client worker and the evaluator their part of ``arm`` (kept, to set up a replacement);
         return the calls' references. ``paired``: the evaluator reports the arm's deviation from fl."""
-        self.setups[arm], self.views[arm], self.modes[arm] = setup, views, mode
+        self.setups[arm], self.views[arm] = setup, views
         self.paired[arm] = paired
         backend, parties = self.backend, self.parties
         done = [WorkerHandle(backend, w).set_arm(arm, setup, *views) for w in parties.workers]
-        done.append(EvaluatorHandle(backend, parties.evaluator).set_arm(arm, mode, *views, paired=paired))
+        evaluator = EvaluatorHandle(backend, parties.evaluator)
+        done.append(evaluator.set_arm(arm, setup.coding, *views, paired=paired))
         return done
 
     def hand_steps(self, arm: str, steps, *, shards: int) -> list:
@@ -312,8 +312,8 @@ class PartyPool:
             evaluator = EvaluatorHandle(backend, parties.evaluator)
             backend.get(
                 [
-                    evaluator.set_arm(a, self.modes[a], *self.views[a], paired=self.paired[a])
-                    for a in self.modes
+                    evaluator.set_arm(a, self.setups[a].coding, *self.views[a], paired=self.paired[a])
+                    for a in self.setups
                 ]
             )
         return restore

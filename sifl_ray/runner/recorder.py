@@ -32,6 +32,7 @@ from sifl_ray.runner.summary import (
     round_line,
     summarise,
 )
+from sifl_ray.specs import Coding
 
 
 class RoundLines:
@@ -89,15 +90,25 @@ class Recorder:
         for arm in self.arms:
             self.logger.log_text(arm, "faults/restored", record_text(record), step)
 
-    def round(self, arm: str, t: int, result: RoundResult, *, releases: Any, privacy: dict | None) -> float:
+    def round(
+        self,
+        arm: str,
+        t: int,
+        result: RoundResult,
+        *,
+        start: Coding,
+        releases: Any,
+        privacy: dict | None,
+    ) -> float:
         """Keep round ``t`` of ``arm``: its privacy releases (``releases``: the arm's ArmReleases, or
-        ``None``: ``privacy``'s fixed figures), metrics and incidents; return its test accuracy."""
+        ``None``: ``privacy``'s fixed figures), metrics and incidents; return its test accuracy.
+        ``start``: the coding of the broadcast the round started from
+        (:attr:`~sifl_ray.round.ArmState.broadcast_coding`)."""
         metrics, driver = dict(result.metrics), self.driver
         if releases is not None:
-            # A round starts from the server's initial M1 encoding until one round was not skipped (M2's
-            # round 0 is an M1 round: see ArmReleases). Read before this round joins the history.
-            initial = not any(r.get("clients/accepted", 1) > 0 for r in driver.history[arm])
-            released = releases.of_round(from_initial_broadcast=initial)
+            # An M2 round that starts from the server's M1 encoding (round 0, or after skipped rounds) is an
+            # M1 round: see ArmReleases.
+            released = releases.of_round(from_initial_broadcast=start is not releases.coding)
             driver.accountant.record(arm=arm, round=t, releases=released)
             metrics.update({f"privacy/epsilon_{r.release}": r.epsilon for r in released})
         else:
@@ -222,7 +233,7 @@ def arm_hparams(cfg: DictConfig, arm: str) -> dict[str, Any]:
         "train.model": str(cfg.train.model),
         "train.optimizer": str(cfg.train.optimizer),
         "train.lr": float(cfg.train.lr),
-        "coding": str(arm_of(cfg, arm).coding),
+        "coding": arm_of(cfg, arm).coding.value,
     }
 
 

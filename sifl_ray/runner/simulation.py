@@ -247,7 +247,7 @@ class Simulation:
 
     @property
     def setups(self) -> dict[str, dict]:
-        """Per arm, what every client worker was told (mode, clipping, NbAFL noise)."""
+        """Per arm, what every client worker was told (coding, clipping, NbAFL noise)."""
         return self.pool.setups
 
     @property
@@ -323,7 +323,8 @@ class Simulation:
     def global_model(self, arm: str) -> torch.Tensor:
         """The decoded global model of ``arm`` (simulation only: the evaluator decodes it for the driver)."""
         evaluator = EvaluatorHandle(self.backend, self.pool.parties.evaluator)
-        ref = evaluator.decode(arm, self.states[arm].broadcast)
+        state = self.states[arm]
+        ref = evaluator.decode(arm, state.broadcast, state.broadcast_coding)
         return self.backend.get(ref)
 
     def set_start(self, arm: str, w: torch.Tensor) -> None:
@@ -337,9 +338,9 @@ class Simulation:
             ValueError: ``arm`` is a coded arm.
         """
         state = self.states[arm]
-        if state.mode != "plain":
+        if state.coding.coded:
             raise ValueError(
-                f"set_start: {arm} is a coded ({state.mode}) arm; only a plain arm takes a start"
+                f"set_start: {arm} is a coded ({state.coding.scheme}) arm; only a plain arm takes a start"
             )
         state.broadcast = self.backend.put(w)
 
@@ -367,9 +368,15 @@ class Simulation:
                 for arm in self.play_order:
                     # 2. Every arm plays round t (encode → train → aggregate → decode), fl first, then the
                     #    driver records it: metrics, privacy releases, incidents.
+                    start = self.states[arm].broadcast_coding  # what the round's clients start from
                     result = self.play_round(arm, t, self.assignment(t, arm))
                     latest[arm] = self.recorder.round(
-                        arm, t, result, releases=self.releases.get(arm), privacy=self.privacy.get(arm)
+                        arm,
+                        t,
+                        result,
+                        start=start,
+                        releases=self.releases.get(arm),
+                        privacy=self.privacy.get(arm),
                     )
                     self.pool.maybe_kill_driver(arm, t)
                 progress.update(t, {arm: latest[arm] for arm in self.arms})

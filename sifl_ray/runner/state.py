@@ -42,14 +42,14 @@ from sifl_ray.privacy.canaries import CanaryAudit
 from sifl_ray.roles.aggregator import shard_bounds
 from sifl_ray.round import ArmState, Parties
 from sifl_ray.runner.parties import say
-from sifl_ray.specs import CodingSpec
+from sifl_ray.specs import Coding, CodingSpec
 
 
-def arm_shape(cfg: DictConfig, arm: str, n: int) -> tuple[str, int, list[tuple[int, int]]]:
-    """``(mode, ñ, shard bounds)`` of ``arm`` for a model of ``n`` parameters."""
-    mode = arm_of(cfg, arm).coding
-    n_tilde = n if mode == "plain" else n + cfg.coding.n_extra
-    return mode, n_tilde, shard_bounds(n_tilde, cfg.ray.num_shards)
+def arm_shape(cfg: DictConfig, arm: str, n: int) -> tuple[Coding, int, list[tuple[int, int]]]:
+    """``(coding, ñ, shard bounds)`` of ``arm`` for a model of ``n`` parameters."""
+    coding = arm_of(cfg, arm).coding
+    n_tilde = n + cfg.coding.n_extra if coding.coded else n
+    return coding, n_tilde, shard_bounds(n_tilde, cfg.ray.num_shards)
 
 
 def default_key_dir(cfg: DictConfig, run_dir: Path) -> Path:
@@ -126,8 +126,7 @@ def open_resume(path: str | Path) -> tuple[DictConfig, Path, ResumePoint]:
         raise CheckpointError(f"{run_dir}: nothing to resume from (the run had checkpoint.every=0)")
     key_dir = _key_dir_of(ckpt, run_dir) if ckpt is not None else default_key_dir(cfg, run_dir)
     for arm in arm_names(cfg):  # existence only: the driver never opens another party's key file
-        mode = arm_of(cfg, arm).coding
-        needed = ["aggregator"] if mode == "plain" else ["server", "aggregator"]
+        needed = ["server", "aggregator"] if arm_of(cfg, arm).coding.coded else ["aggregator"]
         for party in needed:
             if not key_file(key_dir, party, arm).exists():
                 raise CheckpointError(
@@ -194,6 +193,23 @@ class DriverState:
                 audit.load_state_dict(state["audits"][arm])
 
 
+def broadcast_codings(driver: dict, states: dict[str, ArmState]) -> dict[str, Coding]:
+    """Each arm's broadcast coding at a checkpoint (:attr:`~sifl_ray.round.ArmState.broadcast_coding`): as
+    the driver's file records it (its value, ``"m1"``), or in a file written before it did, as the driver's
+    history implies: an M2 arm broadcasts in M1 until a round accepted an update (the rule the accountant's
+    round-0 releases follow, :meth:`sifl_ray.runner.recorder.Recorder.round`)."""
+    saved = driver.get("broadcast_codings")
+    if saved is not None:
+        return {arm: Coding.of(saved[arm]) for arm in states}
+    history = driver.get("history", {})
+    return {
+        arm: state.coding
+        if any(r.get("clients/accepted", 1) > 0 for r in history.get(arm, []))
+        else state.coding.first_broadcast
+        for arm, state in states.items()
+    }
+
+
 # ------------------------------------------------------------------------------------------------ checkpoints
 class Checkpoints:
     """The run's checkpoints and key folder, and the calls that save and restore what the parties hold.
@@ -208,7 +224,7 @@ class Checkpoints:
         self.run_dir = Path(run_dir)
         self.key_dir = Path(key_dir)
         self.store = CheckpointStore(self.run_dir, keep=cfg.checkpoint.keep)
-        self.coding = CodingSpec.from_config(cfg)  # what the server and aggregator parties are told
+        self.coding_spec = CodingSpec.from_config(cfg)  # what the server and aggregator parties are told
 
     def due(self, t: int) -> bool:
         """Whether round ``t`` ends with a checkpoint (every ``checkpoint.every`` rounds, and the last)."""
@@ -272,14 +288,14 @@ class Checkpoints:
         server = ServerHandle(backend, parties.server)
         done = []
         for arm in self.arms:
-            mode, _, bounds = arm_shape(cfg, arm, n)
+            coding, _, bounds = arm_shape(cfg, arm, n)
             if "server" in which:
                 done.append(
                     server.restore_arm(
                         arm,
-                        mode=mode,
+                        coding=coding,
                         n=n,
-                        coding=self.coding,
+                        spec=self.coding_spec,
                         run_seed=cfg.seed,
                         key_path=self.key_path("server", arm),
                     )
@@ -289,8 +305,8 @@ class Checkpoints:
                     done.append(
                         AggregatorHandle(backend, a).restore_arm(
                             arm,
-                            mode=mode,
-                            coding=self.coding,
+                            coding=coding,
+                            spec=self.coding_spec,
                             key_path=self.key_path("aggregator", arm),
                             bounds=bounds[s],
                             shard=s,
@@ -305,18 +321,20 @@ class Checkpoints:
         until asked for it by reference), or the initial broadcast when there is no checkpoint yet."""
         for arm in self.arms:
             if arm not in states:
-                mode, n_tilde, bounds = arm_shape(self.cfg, arm, int(w0.numel()))
-                states[arm] = ArmState(name=arm, mode=mode, n_tilde=n_tilde, bounds=bounds)
+                coding, n_tilde, bounds = arm_shape(self.cfg, arm, int(w0.numel()))
+                states[arm] = ArmState(name=arm, coding=coding, n_tilde=n_tilde, bounds=bounds)
         handle = ServerHandle(backend, server)
         if ckpt is None:
             for arm in self.arms:
                 states[arm].broadcast = handle.initial_broadcast(arm, backend.put(w0))
+                states[arm].broadcast_coding = states[arm].coding.first_broadcast
             return
         sha = ckpt.manifest.get("files", {}).get(SERVER_FILE)
         status = handle.load_broadcasts(str(ckpt.server_file), sha, self.arms)
         collect(backend, status, "server", 0, arm=self.arms[0], t=ckpt.round)  # raises if the file is bad
+        codings = broadcast_codings(self.driver_state(ckpt) or {}, states)
         for arm in self.arms:
-            states[arm].broadcast = handle.loaded_broadcast(arm)
+            states[arm].broadcast, states[arm].broadcast_coding = handle.loaded_broadcast(arm), codings[arm]
 
     def driver_state(self, ckpt: CheckpointRef | None) -> dict | None:
         """The driver's file of ``ckpt``, verified (``None`` when there is no checkpoint yet)."""
@@ -354,7 +372,9 @@ class Checkpoints:
         sha = ServerHandle(backend, server).save_broadcasts(str(staging / SERVER_FILE), t, self.arms, refs)
         server_sha = collect(backend, sha, "server", 0, arm=self.arms[0], t=t)
         driver.checkpoint_s.append(0.0)  # this checkpoint's own time is known only once it is written
-        driver_sha = write_checkpoint_file(staging / DRIVER_FILE, driver.payload(t, self.cfg))
+        payload = driver.payload(t, self.cfg)
+        payload["broadcast_codings"] = {arm: states[arm].broadcast_coding.value for arm in self.arms}
+        driver_sha = write_checkpoint_file(staging / DRIVER_FILE, payload)
         self.store.commit(
             staging,
             t,

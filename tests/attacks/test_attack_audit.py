@@ -10,6 +10,7 @@ import torch
 
 from sifl_ray.attacks.audit import audit_upload_release, clopper_pearson, epsilon_lower_bound
 from sifl_ray.coding.base import NoiseSpec
+from sifl_ray.specs import Coding
 
 
 def test_clopper_pearson_closed_forms():
@@ -61,7 +62,13 @@ def test_audit_separates_the_vector_but_not_one_coordinate():
     assert whole.epsilon_lower_bound > 6
     assert single.epsilon_lower_bound < 0.2  # the paper's one-coordinate view: nothing to see
     local = release_epsilons(
-        key_norms=key.norms(), noise1=noise, clip=1.0, local_size=200, total_size=2000, delta=1e-5, mode="m1"
+        key_norms=key.norms(),
+        noise1=noise,
+        clip=1.0,
+        local_size=200,
+        total_size=2000,
+        delta=1e-5,
+        coding=Coding.M1,
     )[0]
     assert whole.epsilon_lower_bound > 1e6 * local.epsilon_paper  # far above the per-element ε
 

@@ -330,8 +330,9 @@ def test_sifl_attack_takes_the_arms_to_attack(tmp_path, capsys):
     assert m and m.group(1) == "none" and m.group(3) == "none"
     at = lines.index("arms attacked:")
     from sifl_ray.attacks.suite import ATTACKED_AS
+    from sifl_ray.specs import Coding
 
-    view = ATTACKED_AS["plain"]
+    view = ATTACKED_AS[Coding.PLAIN]
     assert view.startswith("the aggregator's direct view (each upload read as the client's model, or its")
     assert lines[at + 1 : at + 4] == [f"  {arm}: {view}" for arm in ("fl", "nbafl_eps1", "nbafl_eps5")]
     data = json.loads((tmp_path / "result.json").read_text())

@@ -28,6 +28,7 @@ from sifl_ray.attacks.record import (
     record_arm,
 )
 from sifl_ray.attacks.transcript import TranscriptRecorder
+from sifl_ray.specs import Coding
 
 SMALL = [
     "model.features=11",  # n = 12
@@ -155,7 +156,9 @@ def test_keys_are_the_server_actors_and_rekeying_starts_a_new_epoch():
     platform = platform_config(cfg, clients=4, rounds=5, coding=design_coding(cfg, design))
     for epoch in range(3):
         server = ServerActor()
-        server.setup_arm("sifl_m1", mode="m1", n=12, coding=epoch_coding(platform, epoch), run_seed=cfg.seed)
+        server.setup_arm(
+            "sifl_m1", coding=Coding.M1, n=12, spec=epoch_coding(platform, epoch), run_seed=cfg.seed
+        )
         assert torch.equal(server.roles["sifl_m1"].key.dense()[0], P1[epoch])
 
 
@@ -166,12 +169,16 @@ def test_every_registered_arm_can_be_recorded(kind):
     platform = platform_config(cfg, clients=4, rounds=2)
     design = Design.parse("fast-oblique")
     for arm in arm_instances(platform):
-        coding = m2_coding(cfg, noise2_scale=1.0) if ARMS[kind].coding == "m2" else design_coding(cfg, design)
+        coding = (
+            m2_coding(cfg, noise2_scale=1.0)
+            if ARMS[kind].coding.aggregator_encodes
+            else design_coding(cfg, design)
+        )
         task, rec, truth = _record(cfg, arm, design, coding, rounds=2)
-        n_tilde = task.n if ARMS[kind].coding == "plain" else task.n + 4
+        n_tilde = task.n + 4 if ARMS[kind].coding.coded else task.n
         assert rec.rounds() == [1, 2] and rec.n_tilde == n_tilde
         assert len(rec.uploads[2]) == 4 and len(rec.broadcasts) == 2 and len(rec.server_inputs) == 2
-        assert truth.upload_models[2].shape == (task.n, 4) and truth.mode == ARMS[kind].coding
+        assert truth.upload_models[2].shape == (task.n, 4) and truth.coding is ARMS[kind].coding
 
 
 def test_plain_uploads_are_recorded_as_sent():

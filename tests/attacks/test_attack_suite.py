@@ -18,6 +18,7 @@ from sifl_ray.attacks.config import Design, load_attack_config
 from sifl_ray.attacks.design import evaluate_design
 from sifl_ray.attacks.record import make_task
 from sifl_ray.attacks.suite import run_suite
+from sifl_ray.specs import Coding
 
 PAPER_SCALES = ["coding.alpha=1e-3", "coding.beta=1e3", "coding.noise.sigma1=1e3"]
 SMALL = [
@@ -158,7 +159,7 @@ def _block_rows(suite):
     coding = design_coding(cfg, Design.parse("block-pinv"))
     server = ServerActor()
     platform = platform_config(cfg, clients=7, rounds=20, coding=coding)
-    server.setup_arm("sifl_m1", mode="m1", n=48, coding=epoch_coding(platform, 0), run_seed=cfg.seed)
+    server.setup_arm("sifl_m1", coding=Coding.M1, n=48, spec=epoch_coding(platform, 0), run_seed=cfg.seed)
     P1, _, N1 = (m.numpy() for m in server.roles["sifl_m1"].key.dense())
     return BlockLayout.from_dense(P1, N1).largest_block[0]
 

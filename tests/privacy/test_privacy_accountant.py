@@ -12,6 +12,7 @@ import torch
 from sifl_ray.coding.base import AggregatorNorms, KeyNorms, NoiseSpec
 from sifl_ray.privacy import CAVEAT, SiflAccountant, describe_release_epsilons, release_epsilons
 from sifl_ray.privacy import formulas as F
+from sifl_ray.specs import Coding
 
 
 def approx(expected, **kw):
@@ -64,9 +65,9 @@ def dense_key(n: int = 5, extra: int = 3, seed: int = 0):
 
 
 def record_all(acc: SiflAccountant, key: KeyNorms, *, round: int = 0, dist: str = "gaussian", scale=1e3):
-    for mode in ("m1", "m2"):
+    for coding in (Coding.M1, Coding.M2):
         acc.record_round(
-            arm=f"sifl_{mode}",
+            arm=f"sifl_{coding.value}",
             round=round,
             key_norms=key,
             agg_norms=PAPER_AGG,
@@ -76,7 +77,7 @@ def record_all(acc: SiflAccountant, key: KeyNorms, *, round: int = 0, dist: str 
             local_size=[6000] * 10,
             total_size=60000,
             delta=DELTA,
-            mode=mode,
+            coding=coding,
         )
 
 
@@ -118,7 +119,7 @@ def test_worst_element_of_a_real_dense_key():
             local_size=[50, 40, 70],
             total_size=160,
             delta=DELTA,
-            mode="m2",
+            coding=Coding.M2,
         )
     }
     d_local, d_global = 10.0 / 40, 10.0 / 160  # the smallest client sets the local sensitivity
@@ -225,7 +226,7 @@ def test_describe_release_epsilons_for_sifl_describe():
         "delta": DELTA,
     }
     m1 = describe_release_epsilons(
-        agg_norms=None, noise1=NoiseSpec("gaussian", 0.0), noise2=None, mode="m1", **kw
+        agg_norms=None, noise1=NoiseSpec("gaussian", 0.0), noise2=None, coding=Coding.M1, **kw
     )
     assert set(m1["releases"]) == {"local", "broadcast"}
     assert m1["releases"]["local"]["epsilon"] == "inf"  # zero noise: no guarantee, and still valid JSON
@@ -234,7 +235,7 @@ def test_describe_release_epsilons_for_sifl_describe():
         agg_norms=PAPER_AGG,
         noise1=NoiseSpec("laplace", 1e3),
         noise2=NoiseSpec("laplace", 1e3),
-        mode="m2",
+        coding=Coding.M2,
         **kw,
     )
     assert set(m2["releases"]) == {"local", "global"}
@@ -244,7 +245,7 @@ def test_describe_release_epsilons_for_sifl_describe():
     assert local["epsilon"] >= local["epsilon_paper"]
     assert local["delta"] == 0.0
     with pytest.raises(ValueError, match="agg_norms"):
-        describe_release_epsilons(agg_norms=None, noise1=NoiseSpec(), noise2=None, mode="m2", **kw)
+        describe_release_epsilons(agg_norms=None, noise1=NoiseSpec(), noise2=None, coding=Coding.M2, **kw)
 
 
 def test_bounded_norms_are_flagged():
@@ -295,7 +296,7 @@ def test_m2_global_epsilon_uses_the_exact_std_of_each_element(left_inverse):
         local_size=[40, 80],
         total_size=120,
         delta=DELTA,
-        mode="m2",
+        coding=Coding.M2,
     )[1]
     assert glob.release == "global" and glob.norms_exact
     assert glob.epsilon == approx(want.max(), rel=1e-9)
@@ -331,15 +332,15 @@ def test_m2_round0_is_an_m1_round():
         "total_size": 60000,
         "delta": DELTA,
     }
-    arm = arm_release_epsilons(mode="m2", agg_norms=PAPER_AGG, noise2=NoiseSpec("gaussian", 1e3), **kw)
+    arm = arm_release_epsilons(coding=Coding.M2, agg_norms=PAPER_AGG, noise2=NoiseSpec("gaussian", 1e3), **kw)
     first = {r.release: r for r in arm.of_round(from_initial_broadcast=True)}
     later = {r.release: r for r in arm.of_round(from_initial_broadcast=False)}
     assert set(first) == {"local", "broadcast"} and set(later) == {"local", "global"}
-    m1 = {r.release: r for r in release_epsilons(mode="m1", **kw)}
+    m1 = {r.release: r for r in release_epsilons(coding=Coding.M1, **kw)}
     assert first == m1
     assert first["local"].epsilon / later["local"].epsilon == approx(PAPER_AGG.p2r_l2, rel=1e-6)
     # M1 arms are the same every round.
-    m1_arm = arm_release_epsilons(mode="m1", **kw)
+    m1_arm = arm_release_epsilons(coding=Coding.M1, **kw)
     assert m1_arm.of_round(from_initial_broadcast=True) == m1_arm.of_round(from_initial_broadcast=False)
     # Recorded per round, the accountant's history says which is which.
     acc = SiflAccountant()

@@ -20,7 +20,7 @@ from sifl_ray.party_seeds import ClientNoiseSeeds, party_seed
 from sifl_ray.roles.messages import Partial
 from sifl_ray.runner import Simulation
 from sifl_ray.runner.state import Checkpoints
-from sifl_ray.specs import CodingSpec
+from sifl_ray.specs import Coding, CodingSpec
 
 SMALL = [
     "ray.backend=sequential",
@@ -141,17 +141,19 @@ def test_a_respawned_aggregator_replays_the_central_noise_it_drew_before(tmp_pat
         return out
 
     first = AggregatorActor(0)
-    first.create_key("dp", mode="plain", coding=coding, run_seed=0, key_path=path)
-    first.setup_arm("dp", mode="plain", coding=coding, state=None, bounds=(0, 50))
+    first.create_key("dp", coding=Coding.PLAIN, spec=coding, run_seed=0, key_path=path)
+    first.setup_arm("dp", coding=Coding.PLAIN, spec=coding, state=None, bounds=(0, 50))
     # set up from the state it made (what the runner hands every shard): read it back from the file
-    first.restore_arm("dp", mode="plain", coding=coding, key_path=path, bounds=(0, 50))
+    first.restore_arm("dp", coding=Coding.PLAIN, spec=coding, key_path=path, bounds=(0, 50))
     before = release(first)
     respawned = AggregatorActor(0)
-    respawned.restore_arm("dp", mode="plain", coding=coding, key_path=path, bounds=(0, 50))
+    respawned.restore_arm("dp", coding=Coding.PLAIN, spec=coding, key_path=path, bounds=(0, 50))
     assert torch.equal(release(respawned), before)
     stranger = AggregatorActor(0)  # another aggregator's secret: other noise (the check can fail)
-    stranger.create_key("dp", mode="plain", coding=coding, run_seed=0, key_path=str(tmp_path / "x.key"))
-    stranger.restore_arm("dp", mode="plain", coding=coding, key_path=str(tmp_path / "x.key"), bounds=(0, 50))
+    stranger.create_key("dp", coding=Coding.PLAIN, spec=coding, run_seed=0, key_path=str(tmp_path / "x.key"))
+    stranger.restore_arm(
+        "dp", coding=Coding.PLAIN, spec=coding, key_path=str(tmp_path / "x.key"), bounds=(0, 50)
+    )
     assert not torch.equal(release(stranger), before)
 
 

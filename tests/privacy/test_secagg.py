@@ -41,7 +41,7 @@ from sifl_ray.roles.messages import WorkerReport
 from sifl_ray.roles.secure import AggregatorSecAgg, SecAggSpec, WorkerSecAgg
 from sifl_ray.round import ArmState, RoundResult, run_round
 from sifl_ray.sequential import LocalRef, SequentialBackend
-from sifl_ray.specs import CodingSpec
+from sifl_ray.specs import Coding, CodingSpec
 
 P_MIN = 1e-3  # a uniformity test passes above this p-value, a negative control must fall far below it
 
@@ -162,7 +162,7 @@ class _ClientHost:
         self._step("shares")
         return self.secure.share(t, routed)
 
-    def train_round(self, arm, t, broadcast, clients, bounds, inboxes=None):
+    def train_round(self, arm, t, broadcast, coding, clients, bounds, inboxes=None):
         self._step("upload")
         report = WorkerReport(worker=self.client, round=t)
         total = self.secure.round_sum(t, len(self.update), inboxes)
@@ -188,7 +188,7 @@ class _Evaluator:
     def __init__(self) -> None:
         self.sums: list[np.ndarray] = []
 
-    def evaluate(self, arm, t, broadcast):
+    def evaluate(self, arm, t, broadcast, coding):
         return {}
 
     def sum_error(self, arm, t, num_shards, *vectors):
@@ -231,10 +231,10 @@ def _play(
         ServerHandle(backend, parties.server),
         AggregatorHandle(backend, parties.aggregators[0]),
     )
-    server.setup_arm(ARM, mode="plain", n=length, coding=coding, run_seed=0, key_path=None)
-    aggregator.setup_arm(ARM, mode="plain", coding=coding, state=None, bounds=(0, length), shard=0)
+    server.setup_arm(ARM, coding=Coding.PLAIN, n=length, spec=coding, run_seed=0, key_path=None)
+    aggregator.setup_arm(ARM, coding=Coding.PLAIN, spec=coding, state=None, bounds=(0, length), shard=0)
     aggregator.set_secagg(ARM, spec)
-    arm = ArmState(ARM, "plain", length, [(0, length)], secure=True)
+    arm = ArmState(ARM, Coding.PLAIN, length, [(0, length)], secure=True)
     arm.broadcast = server.initial_broadcast(ARM, LocalRef(torch.zeros(length, dtype=torch.float64)))
     result = run_round(backend, parties, arm, 0, [[i] for i in range(n)], supervisor=_Supervisor())
     public = AggregatorSecAgg(spec, ARM).open(0, range(n))  # the graph the aggregator drew for the round

@@ -26,6 +26,7 @@ from sifl_ray.coding.base import NoiseSpec
 from sifl_ray.faults import WorkerFaults
 from sifl_ray.roles.aggregator import Aggregator, check_upload
 from sifl_ray.roles.messages import Partial
+from sifl_ray.specs import Coding
 
 
 def test_round_trip_and_every_kind_of_damage_is_detected(tmp_path):
@@ -145,7 +146,7 @@ def _partial(source, value, weight=1.0, length=4, **kw):
 
 
 def test_aggregator_refuses_bad_partials_and_renormalises_over_the_rest():
-    agg = Aggregator(mode="plain", key=None, noise=NoiseSpec(), noise_seed=b"", bounds=(0, 4))
+    agg = Aggregator(coding=Coding.PLAIN, key=None, noise=NoiseSpec(), noise_seed=b"", bounds=(0, 4))
     good = [_partial(0, 2.0, 1.0), _partial(1, 5.0, 3.0)]
     nan = _partial(2, 1.0)
     nan.weighted_sum[1] = float("nan")

@@ -11,6 +11,7 @@ import torch
 from sifl_ray.coding.base import NoiseSpec
 from sifl_ray.roles.aggregator import Aggregator, check_upload, shard_bounds
 from sifl_ray.roles.messages import Partial
+from sifl_ray.specs import Coding
 
 GOOD = {"shape": (5,), "round": 3, "stamped_round": 3, "key_epoch": 1, "stamped_epoch": 1}
 
@@ -46,7 +47,7 @@ def test_reduce_is_independent_of_arrival_order():
     gen = torch.Generator().manual_seed(0)
     values = [torch.randn(64, generator=gen, dtype=torch.float64) * 1e6 for _ in range(4)]
     parts = _partials(values, [1.0, 3.0, 7.0, 11.0])
-    agg = Aggregator(mode="m1", key=None, noise=NoiseSpec(), noise_seed=b"", bounds=(0, 64))
+    agg = Aggregator(coding=Coding.M1, key=None, noise=NoiseSpec(), noise_seed=b"", bounds=(0, 64))
     results = {tuple(agg.reduce(0, 0, list(perm))[0].tolist()) for perm in itertools.permutations(parts)}
     assert len(results) == 1  # bitwise identical for all 24 orders
 
@@ -62,7 +63,7 @@ def test_reduce_renormalises_over_accepted_weights_and_skips_stale():
         weight=1.0,
         accepted=1,
     )
-    agg = Aggregator(mode="plain", key=None, noise=NoiseSpec(), noise_seed=b"", bounds=(0, 3))
+    agg = Aggregator(coding=Coding.PLAIN, key=None, noise=NoiseSpec(), noise_seed=b"", bounds=(0, 3))
     out, info = agg.reduce(0, 0, [*parts, stale])
     assert torch.allclose(out, torch.full((3,), (2.0 + 15.0) / 4.0, dtype=torch.float64))
     assert info["stale_partials"] == [9]

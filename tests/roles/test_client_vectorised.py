@@ -36,6 +36,7 @@ from sifl_ray.optim import TorchTrainer, vectorised
 from sifl_ray.party_seeds import ClientNoiseSeeds
 from sifl_ray.roles.client import ArmSetup, ClientWorkerRole, LocalTraining
 from sifl_ray.seeding import torch_generator
+from sifl_ray.specs import Coding
 
 SIZES = [24, 17, 40, 9, 24, 31, 9]
 ROUND, BATCH = 2, 8
@@ -86,14 +87,16 @@ class Setting:
         self.W = self.agg.encode(self.w_tilde, NoiseSpec("gaussian", 1.0).sample((n + 13, 1), noise))
         seeds = ClientNoiseSeeds(key_seed=5)  # one object for both workers: the same noise
         self.setups = {
-            "fl": ArmSetup(mode="plain"),
-            "nbafl": ArmSetup(mode="plain", step=chain(clip(1.0), gaussian(0.01, seeds))),
-            "dp_fedavg": ArmSetup(mode="plain", step=clipped_update(0.5), uniform_weights=True),
-            "m1": ArmSetup(mode="m1", server_view=self.key.client_view()),
-            "m1_materialised": ArmSetup(mode="m1", server_view=self.key.client_view()),
-            "m1_stepwise": ArmSetup(mode="m1", server_view=self.key.client_view(), client_form="stepwise"),
+            "fl": ArmSetup(coding=Coding.PLAIN),
+            "nbafl": ArmSetup(coding=Coding.PLAIN, step=chain(clip(1.0), gaussian(0.01, seeds))),
+            "dp_fedavg": ArmSetup(coding=Coding.PLAIN, step=clipped_update(0.5), uniform_weights=True),
+            "m1": ArmSetup(coding=Coding.M1, server_view=self.key.client_view()),
+            "m1_materialised": ArmSetup(coding=Coding.M1, server_view=self.key.client_view()),
+            "m1_stepwise": ArmSetup(
+                coding=Coding.M1, server_view=self.key.client_view(), client_form="stepwise"
+            ),
             "m2": ArmSetup(
-                mode="m2", server_view=self.key.client_view(), aggregator_view=self.agg.client_view()
+                coding=Coding.M2, server_view=self.key.client_view(), aggregator_view=self.agg.client_view()
             ),
         }
         self.roles = {on: self._role(on) for on in (True, False)}
@@ -117,13 +120,14 @@ class Setting:
         return role
 
     def broadcast(self, arm: str) -> torch.Tensor:
-        return {"plain": self.w0, "m1": self.w_tilde, "m2": self.W}[self.setups[arm].mode]
+        return {Coding.PLAIN: self.w0, Coding.M1: self.w_tilde, Coding.M2: self.W}[self.setups[arm].coding]
 
     def play(self, vectorise: bool, arm: str):
         role = self.roles[vectorise]
         role.materialize = arm == "m1_materialised"
         b = self.broadcast(arm)
-        (partial,), report = role.train_round(arm, ROUND, b, list(self.parts), [(0, b.shape[0])])
+        coding = self.setups[arm].coding  # each arm's broadcast here is in its own coding (M2: W')
+        (partial,), report = role.train_round(arm, ROUND, b, coding, list(self.parts), [(0, b.shape[0])])
         return partial, report
 
     def references(self, accepted: list[int], stepwise: bool = False) -> dict:
@@ -238,7 +242,7 @@ def test_vectorised_worker_equals_the_loop(arm, optimizer, dtype, poisoned):
     refs = s.references(loop_report.accepted, stepwise=arm == "m1_stepwise")
     elementwise, uniform = tolerance(s, arm, refs, sizes)
     a, b = vec.weighted_sum, loop.weighted_sum
-    if s.setups[arm].mode != "plain":
+    if s.setups[arm].coding.coded:
         a, b = s.key.decode(a), s.key.decode(b)
     diff = (a - b).abs()
     if arm in ("nbafl", "dp_fedavg"):

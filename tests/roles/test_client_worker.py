@@ -13,6 +13,7 @@ from sifl_ray.optim import TorchTrainer
 from sifl_ray.party_seeds import ClientNoiseSeeds
 from sifl_ray.roles.client import ArmSetup, ClientWorkerRole, LocalTraining, all_finite
 from sifl_ray.seeding import torch_generator
+from sifl_ray.specs import Coding
 
 BIG = torch.finfo(torch.float64).max / 4
 
@@ -53,16 +54,16 @@ def _worker(poisoned: int | None = None, skip: bool = False) -> tuple[ClientWork
         training=LocalTraining(batch_size=8, local_epochs=1, local_steps=0, seed=3, skip_training=skip),
         device=torch.device("cpu"),
     )
-    role.set_arm("fl", ArmSetup(mode="plain"))
+    role.set_arm("fl", ArmSetup(coding=Coding.PLAIN))
     noise = chain(clip(1.0), gaussian(0.01, ClientNoiseSeeds()))
-    role.set_arm("nbafl", ArmSetup(mode="plain", step=noise))
+    role.set_arm("nbafl", ArmSetup(coding=Coding.PLAIN, step=noise))
     return role, w0
 
 
 def _run(role, w0, arm, hook):
     role.upload_hook = (lambda arm, t, c, upload, epoch: (upload, t, epoch)) if hook else None
     bounds = [(0, 1000), (1000, w0.numel())]
-    return role.train_round(arm, 2, w0, [5, 0, 3, 1], bounds)
+    return role.train_round(arm, 2, w0, Coding.PLAIN, [5, 0, 3, 1], bounds)
 
 
 @pytest.mark.parametrize(
