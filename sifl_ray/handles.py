@@ -212,7 +212,26 @@ class PartyHandle:
 
 
 @dataclass(frozen=True)
-class ServerHandle(PartyHandle):
+class KeyHolderHandle(PartyHandle):
+    """What the server and the aggregator both answer, as the holders of an arm's keys and of a step: the
+    view of its key the clients get, the key's norms and round-off constants (the precision figures), and
+    the arm's step (:class:`~sifl_ray.arms.PartySteps`)."""
+
+    def client_view(self, arm: str) -> Ref:
+        return self.backend.call(self.raw, "client_view", arm)
+
+    def key_norms(self, arm: str) -> Ref:
+        return self.backend.call(self.raw, "key_norms", arm)
+
+    def roundoff(self, arm: str) -> Ref:
+        return self.backend.call(self.raw, "roundoff", arm)
+
+    def set_step(self, arm: str, step: object) -> Ref:
+        return self.backend.call(self.raw, "set_step", arm, step)
+
+
+@dataclass(frozen=True)
+class ServerHandle(KeyHolderHandle):
     """The server (:class:`actors.server.ServerActor`): key 1, step 4, and the broadcasts' checkpoints."""
 
     def setup_arm(
@@ -231,20 +250,8 @@ class ServerHandle(PartyHandle):
             self.raw, "restore_arm", arm, coding=coding, n=n, spec=spec, run_seed=run_seed, key_path=key_path
         )
 
-    def client_view(self, arm: str) -> Ref:
-        return self.backend.call(self.raw, "client_view", arm)
-
-    def key_norms(self, arm: str) -> Ref:
-        return self.backend.call(self.raw, "key_norms", arm)
-
-    def roundoff(self, arm: str) -> Ref:
-        return self.backend.call(self.raw, "roundoff", arm)
-
     def initial_broadcast(self, arm: str, w0: Ref) -> Ref:
         return self.backend.call(self.raw, "initial_broadcast", arm, w0)
-
-    def set_step(self, arm: str, step: object) -> Ref:
-        return self.backend.call(self.raw, "set_step", arm, step)
 
     def finish_round(
         self, arm: str, t: int, shards: Sequence[Ref], *, previous: Ref | None = None
@@ -267,7 +274,7 @@ class ServerHandle(PartyHandle):
 
 
 @dataclass(frozen=True)
-class AggregatorHandle(PartyHandle):
+class AggregatorHandle(KeyHolderHandle):
     """An aggregator actor (:class:`actors.aggregator.AggregatorActor`), through the shard a call names;
     the host of shard 0 also plays SecAgg's server."""
 
@@ -306,18 +313,6 @@ class AggregatorHandle(PartyHandle):
             bounds=bounds,
             shard=shard,
         )
-
-    def client_view(self, arm: str) -> Ref:
-        return self.backend.call(self.raw, "client_view", arm)
-
-    def key_norms(self, arm: str) -> Ref:
-        return self.backend.call(self.raw, "key_norms", arm)
-
-    def roundoff(self, arm: str) -> Ref:
-        return self.backend.call(self.raw, "roundoff", arm)
-
-    def set_step(self, arm: str, step: object) -> Ref:
-        return self.backend.call(self.raw, "set_step", arm, step)
 
     def set_secagg(self, arm: str, spec: SecAggSpec) -> Ref:
         return self.backend.call(self.raw, "set_secagg", arm, spec)

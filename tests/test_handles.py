@@ -15,7 +15,14 @@ from actors.client_worker import ClientWorkerActor
 from actors.evaluator import EvaluatorActor
 from actors.server import ServerActor
 from sifl_ray import handles
-from sifl_ray.handles import AggregatorHandle, EvaluatorHandle, PartyHandle, ServerHandle, WorkerHandle
+from sifl_ray.handles import (
+    AggregatorHandle,
+    EvaluatorHandle,
+    KeyHolderHandle,
+    PartyHandle,
+    ServerHandle,
+    WorkerHandle,
+)
 from sifl_ray.sequential import SequentialBackend
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,6 +57,7 @@ def test_no_module_but_the_handles_names_a_remote_method_in_a_string():
 
 ACTORS = {
     PartyHandle: (ServerActor, AggregatorActor, ClientWorkerActor, EvaluatorActor),
+    KeyHolderHandle: (ServerActor, AggregatorActor),
     ServerHandle: (ServerActor,),
     AggregatorHandle: (AggregatorActor,),
     WorkerHandle: (ClientWorkerActor,),
