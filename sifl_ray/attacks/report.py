@@ -440,6 +440,12 @@ def audit_result_line(result: SuiteResult) -> str | None:
     return " ".join(parts)
 
 
+def _console_cell(x: Any) -> str:
+    """A console table's cell: as the report writes it, but ``never`` for a figure not reached, which
+    keeps the columns 10 characters wide."""
+    return "never" if x is None else _fmt(x)
+
+
 def _design_table(result: SuiteResult) -> list[str]:
     """One line per design, one column per figure of the registry (its declared column name), then the
     paper's per-element ε; below, what each column measures and against whom."""
@@ -451,9 +457,9 @@ def _design_table(result: SuiteResult) -> list[str]:
     head = f"{'design':{width}s} {columns} {'eps paper':>10s}"
     lines = [f"key designs of {', '.join(arms)}:", head, "-" * len(head)]
     for d in result.designs:
-        values = " ".join(f"{_fmt(d.figures[k].value):>10s}" for k in names)
+        values = " ".join(f"{_console_cell(d.figures[k].value):>10s}" for k in names)
         lines.append(f"{d.design:{width}s} {values} {_fmt(d.epsilon_paper):>10s}")
-    lines.append("columns:")
+    lines.append("columns (never: the attack did not get there in the rounds played):")
     lines += [f"  {specs[k].column:10s} {specs[k].attack} [{specs[k].threat_model}]" for k in names]
     return lines
 
