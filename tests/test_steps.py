@@ -36,6 +36,7 @@ from sifl_ray.roles.aggregator import Aggregator
 from sifl_ray.roles.messages import Partial
 from sifl_ray.roles.server import Server
 from sifl_ray.seeding import secret_torch_generator
+from sifl_ray.specs import Coding
 
 
 @dataclass(frozen=True)
@@ -201,7 +202,13 @@ def test_the_built_in_aggregator_and_server_steps_are_the_old_mechanism_bit_for_
 
     # through the aggregator role (one shard's sum of two partials) and the server role (plain coding)
     shard = Aggregator(
-        mode="plain", key=None, noise=NoiseSpec(), noise_seed=b"", bounds=(0, n), shard=1, step_seed=seed
+        coding=Coding.PLAIN,
+        key=None,
+        noise=NoiseSpec(),
+        noise_seed=b"",
+        bounds=(0, n),
+        shard=1,
+        step_seed=seed,
     )
     parts = [
         Partial(source=s, round=3, key_epoch=0, weighted_sum=_vec(8 + s), weight=1.5, accepted=1)
@@ -217,7 +224,7 @@ def test_the_built_in_aggregator_and_server_steps_are_the_old_mechanism_bit_for_
         generator=secret_torch_generator(seed, "noise", "dp_fedavg", 3, 1),
     )
     assert torch.equal(reduced, old) and info["step_metrics"] == {"noise_std": z / m}
-    server = Server(mode="plain", key=IdentityKey(n), noise=NoiseSpec(), noise_seed=b"")
+    server = Server(coding=Coding.PLAIN, key=IdentityKey(n), noise=NoiseSpec(), noise_seed=b"")
     broadcast, info = server.finish_round(3, average, previous=previous, step=central.server, arm="a")
     assert torch.equal(broadcast, previous + average) and info["step_metrics"] == {}
 
