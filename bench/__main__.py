@@ -14,6 +14,7 @@ COMMANDS = {
     "privacy-cost": "bench.privacy_cost",
     "gpu": "bench.gpu",
     "startup": "bench.startup",
+    "wheelhouse": "bench.wheelhouse",
 }
 
 
