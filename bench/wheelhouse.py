@@ -41,6 +41,8 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from sifl_ray.errors import SiflError
+
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 1024 * 1024
 
@@ -79,7 +81,7 @@ def target_environment(python: str) -> dict[str, str]:
     return env
 
 
-class WheelhouseError(Exception):
+class WheelhouseError(SiflError, RuntimeError):
     """A wheel that cannot be chosen or fetched: said in one line, exit code 2."""
 
 
