@@ -29,6 +29,7 @@ exit code is 1 when the wheels exceed ``--max-mib``, 2 for a wheel pip cannot fi
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 import tempfile
@@ -124,6 +125,8 @@ def read_have(path: Path | None) -> set[str]:
     them (a version after the name, ``==`` or spaces, is ignored; ``#`` starts a comment)."""
     if path is None:
         return set()
+    if not path.is_file():
+        raise WheelhouseError(f"--have {path}: no such file (write the target's `pip list` into it)")
     names: set[str] = set()
     for line in path.read_text().splitlines():
         line = line.split("#", 1)[0].strip()
@@ -207,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _wheelhouse(args: argparse.Namespace) -> int:
+    if not re.fullmatch(r"3\.\d{1,2}", args.python):
+        raise WheelhouseError(f"--python {args.python}: expected MAJOR.MINOR of a CPython 3, such as 3.12")
     carry = to_carry(closure("sifl-ray", target_environment(args.python)), read_have(args.have))
     if args.dry_run:
         for name, version in carry.items():

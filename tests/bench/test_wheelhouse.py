@@ -155,3 +155,13 @@ def test_dry_run_lists_what_the_gpu_image_lacks(capsys: pytest.CaptureFixture[st
     out = capsys.readouterr().out
     assert "ray==" in out and "omegaconf==" in out and "torch==" not in out and "numpy==" not in out
     assert out.strip().splitlines()[-1].startswith("RESULT wheelhouse wheels=")
+
+
+def test_bad_arguments_exit_2_with_one_line_and_no_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--have", str(tmp_path / "absent.txt"), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "--have" in err and "no such file" in err and "Traceback" not in err
+    assert main(["--python", "12", "--dry-run"]) == 2
+    assert "expected MAJOR.MINOR" in capsys.readouterr().err
