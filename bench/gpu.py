@@ -71,7 +71,8 @@ from bench.gpu_checks import (
     judge,
     parse_smi_csv,
 )
-from sifl_ray.handles import PartyHandle, WorkerHandle
+from sifl_ray.parties.process import Host
+from sifl_ray.parties.workers import WorkerHost
 from sifl_ray.progress import progress
 
 MODELS = ("mlp", "cnn2", "cnn")
@@ -570,13 +571,13 @@ class GpuBench:
 
 # ------------------------------------------------------------------------------------------ helpers
 def party_placements(sim) -> dict[str, dict]:
-    """Every party's :func:`actors.process.placement`, by name."""
+    """Every party's :func:`~sifl_ray.parties.process.placement`, by name."""
     parties = sim.parties
     handles = {f"worker {k}": w for k, w in enumerate(parties.workers)}
     handles["server"] = parties.server
     handles.update({f"aggregator {k}": a for k, a in enumerate(parties.aggregators)})
     handles["evaluator"] = parties.evaluator
-    placed = sim.backend.get([PartyHandle(sim.backend, h).placement() for h in handles.values()])
+    placed = sim.backend.get_all([h.call(Host.placement) for h in handles.values()])
     return dict(zip(handles, placed, strict=True))
 
 
@@ -584,7 +585,7 @@ def worker_memory(sim) -> dict[str, dict]:
     """Each client worker's memory report (peak allocated and reserved on its device), read at the end so that
     the figure covers the whole run."""
     workers = sim.parties.workers
-    got = sim.backend.get([WorkerHandle(sim.backend, w).memory() for w in workers])
+    got = sim.backend.get_all([w.call(WorkerHost.memory) for w in workers])
     return {f"worker {k}": m for k, m in enumerate(got)}
 
 

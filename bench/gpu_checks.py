@@ -87,7 +87,7 @@ def check_pinning(
 ) -> list[str]:
     """What is wrong with where the parties run (``[]``: nothing).
 
-    ``placements``: each party's :func:`actors.process.placement` (``"worker 0"``, …, ``"server"``,
+    ``placements``: each party's :func:`sifl_ray.parties.process.placement` (``"worker 0"``, …, ``"server"``,
     ``"aggregator 0"``, …, ``"evaluator"``). With ``cuda``, every worker must compute on ``cuda:0`` (the
     one GPU Ray made visible to it: ``CUDA_VISIBLE_DEVICES`` is its GPU id, ``current_device()`` is 0)
     with every tensor it holds there; without (a rehearsal on declared GPUs), it must say that it fell

@@ -53,7 +53,7 @@ from bench._common import (
     table,
     timed,
 )
-from sifl_ray.handles import WorkerHandle
+from sifl_ray.parties.workers import ClientWorker
 from sifl_ray.progress import progress
 
 TARGETS = ((10, 1.10), (100, 1.25), (999, 1.5), (None, 0.5))
@@ -93,7 +93,7 @@ def _platform_round(sim, t: int, groups) -> tuple[float, dict[str, float]]:
 def _vectorise(sim, on: bool) -> None:
     """Switch every client worker to ``train.vectorise=on`` (between rounds, outside the timing)."""
     backend = sim.backend
-    backend.get([WorkerHandle(backend, w).set_vectorise(on) for w in sim.parties.workers])
+    backend.get_all([w.call(ClientWorker.set_vectorise, on) for w in sim.parties.workers])
 
 
 def _turns(sim, cfg, args: argparse.Namespace, total: int):

@@ -1,7 +1,8 @@
 """sifl-ray: simulate privacy-preserving federated learning with System Immersion coding (SIFL) on Ray.
 
-The coding core (``sifl_ray.coding``, ``sifl_ray.optim``, ``sifl_ray.privacy``) runs without Ray; the
-protocol roles (``sifl_ray.roles``) are plain Python; ``actors`` wraps them in thin Ray shells. From Python,
+The coding core (``sifl_ray.coding``, ``sifl_ray.optim``, ``sifl_ray.privacy``) runs without Ray; each party
+(``sifl_ray.parties``) is plain Python that a backend (``sifl_ray.backends``) hosts in-process or as a Ray
+actor. From Python,
 ``from sifl_ray import simulate`` runs a scenario and returns its history as data (:mod:`sifl_ray.api`).
 """
 

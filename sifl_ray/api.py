@@ -147,7 +147,7 @@ def _run(cfg: DictConfig) -> SimulationResult:
 
     check_data(cfg)
     quiet_ray(cfg)  # before Ray is imported, which reads these switches
-    from sifl_ray.backend import make_backend
+    from sifl_ray.backends import make_backend
     from sifl_ray.data import DatasetError, IDXFormatError
     from sifl_ray.data.preflight import data_problem
     from sifl_ray.runner import run_scenario

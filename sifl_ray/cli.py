@@ -123,8 +123,8 @@ def cmd_run(argv: list[str]) -> int:
     from sifl_ray.ray_output import quiet_ray
 
     quiet_ray(cfg)  # before Ray is imported, which reads these switches
-    from actors.cluster import ClusterUnreachable
-    from sifl_ray.backend import make_backend
+    from sifl_ray.backends import make_backend
+    from sifl_ray.backends.cluster import ClusterUnreachable
 
     imports = _import_in_background(cfg)
     marks = {"backend_start": time.time()}
@@ -175,7 +175,7 @@ def cmd_resume(argv: list[str]) -> int:
             f"--resume takes no other arguments (got {' '.join(rest)}): a resumed run keeps the "
             "configuration it started with"
         )
-    from actors.cluster import ClusterUnreachable
+    from sifl_ray.backends.cluster import ClusterUnreachable
     from sifl_ray.checkpoint import CheckpointError, describe_error
     from sifl_ray.runner import Simulation, summary_table
     from sifl_ray.runner.simulation import run_to_end

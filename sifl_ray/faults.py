@@ -216,7 +216,8 @@ class WorkerFaults:
         return any(ev.kind == "corrupt_upload" for ev in self.events)
 
     def upload_hook(self, arm: str, t: int, client: int, upload: torch.Tensor, key_epoch: int):
-        """``ClientWorkerRole.upload_hook``: what client ``client`` really sends, and its stamps."""
+        """What client ``client`` really sends, and its stamps (the fault tap before a worker checks an
+        upload)."""
         stamped_round, stamped_epoch = t, key_epoch
         for ev in self.events:
             if ev.kind != "corrupt_upload" or ev.client != client or ev.arm != arm or ev.round != t:

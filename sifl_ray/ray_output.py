@@ -27,7 +27,10 @@ from omegaconf import DictConfig
 
 #: The raylet's report of a worker that exited without telling it (what ``os._exit`` looks like to Ray).
 WORKER_DIED = r"A worker died or was killed while executing a task by an unexpected system error"
-PRIVATE = ("", "local")  # ray.address values that start a private instance (actors.cluster.PRIVATE)
+PRIVATE = (
+    "",
+    "local",
+)  # ray.address values that start a private instance (sifl_ray.backends.cluster.PRIVATE)
 
 
 def quiet_ray(cfg: DictConfig, environ: MutableMapping[str, str] | None = None) -> dict[str, str]:

@@ -278,7 +278,8 @@ def describe_scenario(cfg: DictConfig, *, progress: bool | None = None) -> dict[
 
 def _describe(cfg: DictConfig, bar: Progress) -> dict[str, Any]:
     from sifl_ray.models import build_model, count_params, resolve_model_factory
-    from sifl_ray.roles.factories import make_party_aggregator_state, make_party_server_key
+    from sifl_ray.parties.aggregator import make_aggregator_state
+    from sifl_ray.parties.server import make_server
     from sifl_ray.seeding import torch_generator
 
     from .coding import make_aggregator_key
@@ -317,11 +318,11 @@ def _describe(cfg: DictConfig, bar: Progress) -> dict[str, Any]:
     }
     bar.step(f"model ({n:,} parameters) and data set sizes")
     for coding in (Coding.M1, Coding.M2):
-        role, _ = make_party_server_key(arm="describe", coding=coding, n=n, spec=spec, run_seed=cfg.seed)
+        role, _ = make_server(arm="describe", coding=coding, n=n, spec=spec)
         report = predict(cfg, coding=coding, n=n, w_max=w_max, key=role.key)
         agg_norms = agg_roundoff = None
         if coding.aggregator_encodes:
-            state = make_party_aggregator_state(arm="describe", coding=coding, spec=spec, run_seed=cfg.seed)
+            state = make_aggregator_state(arm="describe", coding=coding, spec=spec)
             agg_key = make_aggregator_key(
                 p=cfg.coding.p, gamma=cfg.coding.gamma, eta=cfg.coding.eta, seed=state["seed"]
             )

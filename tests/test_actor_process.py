@@ -1,4 +1,5 @@
-"""Actor processes keep freed heap memory (``actors.process``); the driver and in-process runs are left alone.
+"""A party's own process keeps freed heap memory (:mod:`sifl_ray.parties.process`); the driver and in-process
+runs are left alone.
 
 Observable effect: a freed 20 MiB block stays resident (glibc reuses it) instead of being unmapped. Under
 glibc's defaults it is returned at once, which is what made a SIFL M2 worker fault its training memory back
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.process import in_ray_actor
+from sifl_ray.parties.process import in_ray_actor
 
 ROOT = Path(__file__).resolve().parent.parent
 GLIBC = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
@@ -43,7 +44,7 @@ def make_probe():
 def _probe(keep: bool) -> float:
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]);"
-        "from actors.process import keep_freed_memory; from tests.test_actor_process import "
+        "from sifl_ray.parties.process import keep_freed_memory; from tests.test_actor_process import "
         "make_probe;"
         f"took = keep_freed_memory() if {keep} else True; print(took, make_probe()())"
     )
@@ -64,11 +65,11 @@ def test_keep_freed_memory_keeps_a_freed_block_for_reuse():
 
 @pytest.mark.skipif(not GLIBC, reason="the setting is glibc's")
 def test_real_actors_keep_freed_memory_and_the_driver_does_not(ray_session):
-    from actors.server import ServerActor
+    from sifl_ray.parties.server import ServerHost
 
     ray = ray_session
     assert not in_ray_actor()
-    server = ray.remote(ServerActor).options(num_cpus=0).remote()
+    server = ray.remote(ServerHost).options(num_cpus=0).remote()
     try:
         assert ray.get(server.__ray_call__.remote(lambda actor: in_ray_actor()))
         assert ray.get(server.__ray_call__.remote(make_probe())) >= 15

@@ -12,8 +12,8 @@ from sifl_ray.coding import NoiseSpec, make_aggregator_key, make_server_key
 from sifl_ray.device import HostStaging, SampleStore, resolve_device, tensor_devices
 from sifl_ray.models import build_model, flatten_params
 from sifl_ray.optim import TorchTrainer, loss_values
-from sifl_ray.roles.client import ArmSetup, ClientWorkerRole, LocalTraining
-from sifl_ray.roles.evaluator import EvaluatorRole
+from sifl_ray.parties.evaluator import Evaluator
+from sifl_ray.parties.workers import ArmSetup, ClientWorker, LocalTraining
 from sifl_ray.seeding import torch_generator
 from sifl_ray.specs import Coding
 
@@ -37,7 +37,7 @@ def _net(device=CPU):
 def _role(*, device=CPU, stage_data=None, net=None):
     x, y = _data()
     parts = {c: np.arange(20 * c, 20 * c + 20) for c in (1, 3, 4)}  # the worker owns 3 of 6 clients
-    return ClientWorkerRole(
+    return ClientWorker(
         worker=0,
         x_train=x,
         y_train=y,
@@ -130,7 +130,7 @@ def test_a_worker_told_the_cpu_keeps_everything_there_and_staging_changes_no_bit
         role.set_arm(arm, setup)
         bounds = [(0, 100), (100, broadcast.shape[0])]
         out.append(role.train_round(arm, 2, broadcast, setup.coding, [4, 1, 3], bounds))
-    (host_partials, host_report), (staged_partials, staged_report) = out
+    (host_partials, host_report), (staged_partials, staged_report) = ((o.partials, o.report) for o in out)
     for a, b in zip(host_partials, staged_partials, strict=True):
         assert torch.equal(a.weighted_sum, b.weighted_sum) and a.weight == b.weight
     assert host_report.train_loss_sum == staged_report.train_loss_sum > 0
@@ -152,7 +152,7 @@ def test_tensor_devices_walks_what_a_party_holds():
 def test_the_evaluator_reads_its_figures_once_and_gets_them_right():
     x, y = _data(50)
     net = _net()
-    role = EvaluatorRole(model=net, x_test=x, y_test=y, batch_size=16, device="cpu")
+    role = Evaluator(model=net, x_test=x, y_test=y, batch_size=16, device="cpu")
     role.set_arm("fl", Coding.PLAIN, None, None)
     w = flatten_params(net)
     got = role.evaluate("fl", 0, w, Coding.PLAIN)
@@ -171,4 +171,4 @@ def test_the_evaluator_reads_its_figures_once_and_gets_them_right():
     assert got["test_loss"] == pytest.approx(loss / 50, rel=1e-6)
     assert tensor_devices(role.model, role.x, role.y) == {"cpu"}
     with pytest.raises(ValueError, match="holds no data"):
-        EvaluatorRole(model=net, x_test=x, y_test=y, batch_size=16, device="meta")
+        Evaluator(model=net, x_test=x, y_test=y, batch_size=16, device="meta")

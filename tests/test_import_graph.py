@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("sifl_ray", "actors", "bench")
+PACKAGES = ("sifl_ray", "bench")
 
 
 def _modules() -> dict[str, Path]:

@@ -16,10 +16,11 @@ def test_the_parties_import_cryptography_only_for_a_secure_arm():
     script = textwrap.dedent(
         """
         import sys
-        import actors.aggregator, actors.client_worker, actors.evaluator, actors.server  # noqa: F401
+        import sifl_ray.parties.aggregator, sifl_ray.parties.evaluator, sifl_ray.parties.server  # noqa: F401
+        import sifl_ray.parties.workers, sifl_ray.round  # noqa: F401
         import sifl_ray.arms, sifl_ray.runner  # noqa: F401
         print("cryptography" in sys.modules)
-        from sifl_ray.roles.secure import WorkerSecAgg  # noqa: F401
+        from sifl_ray.parties.secure import WorkerSecAgg  # noqa: F401
         print("cryptography" in sys.modules)
         """
     )

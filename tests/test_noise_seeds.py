@@ -15,14 +15,14 @@ import torch
 from sifl_ray.arms.steps import chain, clip, gaussian
 from sifl_ray.coding import make_server_key
 from sifl_ray.coding.base import NoiseSpec
-from sifl_ray.keys import key_inventory
 from sifl_ray.models import build_model, flatten_params
 from sifl_ray.optim import TorchTrainer
+from sifl_ray.parties.aggregator import aggregator_from_state, make_aggregator_state
+from sifl_ray.parties.key_holdings import key_inventory
+from sifl_ray.parties.messages import Partial
+from sifl_ray.parties.server import Server, make_server
+from sifl_ray.parties.workers import ArmSetup, ClientWorker, LocalTraining
 from sifl_ray.party_seeds import ClientNoiseSeeds, party_seed
-from sifl_ray.roles.client import ArmSetup, ClientWorkerRole, LocalTraining
-from sifl_ray.roles.factories import aggregator_from_state, make_party_aggregator_state, make_party_server_key
-from sifl_ray.roles.messages import Partial
-from sifl_ray.roles.server import Server
 from sifl_ray.seeding import (
     _generator_from_words,
     _mt_init_genrand,
@@ -116,9 +116,7 @@ def test_noise_spec_draws_from_a_numpy_stream(distribution):
 
 
 def _server_r1(key_seed):
-    role, _ = make_party_server_key(
-        arm="sifl_m1", coding=Coding.M1, n=40, spec=replace(CODING, key_seed=key_seed), run_seed=0
-    )
+    role, _ = make_server(arm="sifl_m1", coding=Coding.M1, n=40, spec=replace(CODING, key_seed=key_seed))
     r1 = role._r1(1, None)
     # drawn from the Philox stream keyed by the server's secret noise seed (not a 64-bit torch seed)
     stream = noise_generator(role._noise_seed, "server", "r1", 0, 1)
@@ -128,7 +126,7 @@ def _server_r1(key_seed):
 
 def _aggregator_R2(key_seed):
     coding = replace(CODING, key_seed=key_seed)
-    state = make_party_aggregator_state(arm="sifl_m2", coding=Coding.M2, spec=coding, run_seed=0)
+    state = make_aggregator_state(arm="sifl_m2", coding=Coding.M2, spec=coding)
     agg = aggregator_from_state(coding=Coding.M2, spec=coding, state=state, bounds=(0, 56), shard=0)
     zero = Partial(
         source=0,
@@ -160,7 +158,7 @@ def _nbafl_noise(*, key_seed, run_seed, noise=None, t=2):
     gen = torch_generator(0, "init")
     net = build_model("digits_mlp", input_shape=(1, 8, 8), num_classes=10, generator=gen).double()
     w0 = flatten_params(net).to(torch.float64)
-    role = ClientWorkerRole(
+    role = ClientWorker(
         worker=0,
         x_train=np.zeros((20, 1, 8, 8), dtype=np.float32),
         y_train=np.zeros(20, dtype=np.int64),
@@ -173,7 +171,7 @@ def _nbafl_noise(*, key_seed, run_seed, noise=None, t=2):
     )
     noise = ClientNoiseSeeds(key_seed) if noise is None else noise
     role.set_arm("nbafl", ArmSetup(coding=Coding.PLAIN, step=chain(clip(1e9), gaussian(1.0, noise))))
-    (partial,), _ = role.train_round("nbafl", t, w0, Coding.PLAIN, [0], [(0, w0.numel())])
+    (partial,) = role.train_round("nbafl", t, w0, Coding.PLAIN, [0], [(0, w0.numel())]).partials
     return partial.weighted_sum / 20.0 - w0
 
 

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from sifl_ray.config import load_config
-from sifl_ray.keys import key_inventory
 from sifl_ray.logging import tensorboard_tag
+from sifl_ray.parties.key_holdings import key_inventory
+from sifl_ray.parties.process import Host
 from sifl_ray.party_seeds import party_seed
 from sifl_ray.runner import Simulation
 
@@ -47,7 +48,7 @@ def ray_run(ray_session, tmp_path_factory):
     sim = Simulation(cfg, run_dir=out / "run")
     result = sim.run()
     models = {arm: sim.global_model(arm) for arm in sim.arms}
-    inventory = {name: ray_session.get(h.key_inventory.remote()) for name, h in sim.actors().items()}
+    inventory = {name: sim.backend.get(h.call(Host.key_inventory)) for name, h in sim.actors().items()}
     sim.close()
     return cfg, result, models, inventory
 
@@ -273,24 +274,26 @@ def test_workers_are_pinned_to_declared_gpus(ray_session):
     """Ray accepts declared GPUs on a CPU machine: each worker sees its own GPU ids, fractions share one
     (four quarters on one GPU: ``ray.gpus_per_worker=0.25``), and a worker without CUDA says it computes
     on the CPU, and does, with everything it holds."""
-    from actors.client_worker import ClientWorkerActor
+    from sifl_ray.backends import Placement
+    from sifl_ray.backends.ray import RayBackend
+    from sifl_ray.parties.workers import WorkerHost
     from sifl_ray.specs import ModelSpec, TrainSpec
 
     data = {"x_train": torch.zeros(4, 1, 8, 8).numpy(), "y_train": torch.zeros(4, dtype=torch.long).numpy()}
     model = ModelSpec(name="digits_mlp", input_shape=(1, 8, 8), num_classes=10)
     train = TrainSpec(optimizer="sgd", lr=0.1, batch_size=2)
-    remote = ray_session.remote(ClientWorkerActor)
+    backend = RayBackend()  # the session's Ray, as a run's backend spawns into it
 
     def spawn(k: int, gpus: float):
-        return remote.options(num_cpus=0, num_gpus=gpus).remote(k, data, {k: [k]}, model, train, 0)
+        return backend.spawn(Placement(gpus=gpus), WorkerHost, k, data, {k: [k]}, model, train, 0)
 
     quarters = [spawn(k, 0.25) for k in range(4)]  # first, while every declared GPU is free
-    placed_quarters = ray_session.get([w.placement.remote() for w in quarters])
+    placed_quarters = backend.get_all([w.call(WorkerHost.placement) for w in quarters])
     assert len({tuple(p["gpu_ids"]) for p in placed_quarters}) == 1  # best fit: one GPU, four workers
     assert len({p["pid"] for p in placed_quarters}) == 4
     whole = [spawn(k, 1) for k in range(2)]
     half = [spawn(k, 0.5) for k in range(2)]
-    placed = ray_session.get([w.placement.remote() for w in whole + half])
+    placed = backend.get_all([w.call(WorkerHost.placement) for w in whole + half])
     cuda = torch.cuda.is_available()
     for p in placed + placed_quarters:
         assert len(p["gpu_ids"]) == 1
@@ -302,18 +305,19 @@ def test_workers_are_pinned_to_declared_gpus(ray_session):
         assert cuda or "CUDA is not usable here" in p["fallback"]
     assert placed[0]["gpu_ids"] != placed[1]["gpu_ids"]
     assert placed_quarters[0]["gpu_ids"] not in (placed[0]["gpu_ids"], placed[1]["gpu_ids"])
-    memory = ray_session.get(quarters[0].memory.remote())
+    memory = backend.get(quarters[0].call(WorkerHost.memory))
     assert memory["max_rss_bytes"] > 0 and ("peak_allocated_bytes" in memory) == cuda
     for w in quarters + whole + half:
-        ray_session.kill(w)
+        backend.kill(w)
 
 
 def test_gpus_beyond_the_cluster_are_refused_before_any_worker_waits():
     from sifl_ray.config import ConfigError
+    from sifl_ray.backends import Capabilities
     from sifl_ray.runner.parties import check_gpus, worker_count
 
-    class Cluster:  # what worker_count asks of a backend: its name and the cluster's resources
-        name = "ray"
+    class Cluster:  # what worker_count asks of a backend: what it can do and the cluster's resources
+        capabilities = Capabilities(kill=True, own_processes=True, placement=True)
 
         def __init__(self, cpus: float, gpus: float):
             self.resources = {"CPU": cpus, "GPU": gpus}

@@ -13,7 +13,7 @@ from sifl_ray.coding.base import NoiseSpec
 from sifl_ray.coding.precision import PrecisionError, PrecisionWarning, measure_round_trip_error
 from sifl_ray.config import load_config
 from sifl_ray.data import load_dataset, partition_dataset
-from sifl_ray.roles.factories import make_party_server_key
+from sifl_ray.parties.server import make_server
 from sifl_ray.sizing import arm_precision, dataset_sizes, predict
 from sifl_ray.specs import Coding, CodingSpec
 
@@ -22,9 +22,7 @@ from sifl_ray.specs import Coding, CodingSpec
 def test_prediction_with_the_key_bounds_the_measured_error(backend):
     cfg = load_config([f"coding.backend={backend}", "coding.n_extra=40", "coding.block_size=50"])
     n = 600
-    role, _ = make_party_server_key(
-        arm="t", coding=Coding.M1, n=n, spec=CodingSpec.from_config(cfg), run_seed=0
-    )
+    role, _ = make_server(arm="t", coding=Coding.M1, n=n, spec=CodingSpec.from_config(cfg))
     gen = torch.Generator().manual_seed(1)
     w = 0.05 * torch.randn(n, generator=gen, dtype=torch.float64)
     measured = measure_round_trip_error(

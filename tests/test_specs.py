@@ -10,9 +10,8 @@ import torch
 from sifl_ray.arms import ARMS
 from sifl_ray.coding import make_aggregator_key
 from sifl_ray.errors import SiflError
-from sifl_ray.roles.evaluator import EvaluatorRole
-from sifl_ray.roles.factories import make_party_server_key
-from sifl_ray.roles.server import Server
+from sifl_ray.parties.evaluator import Evaluator
+from sifl_ray.parties.server import Server, make_server
 from sifl_ray.specs import Coding, CodingSpec, UnknownCoding
 
 SPEC = CodingSpec(
@@ -63,7 +62,7 @@ def test_every_registered_arm_declares_a_coding():
 def test_a_server_key_file_stores_the_coding_as_before_and_reads_back():
     """A server's key state keeps ``"mode": "m2"`` (the format of every earlier key file) and a state of
     that format loads back as the same coding and key."""
-    server, _ = make_party_server_key(arm="sifl_m2", coding=Coding.M2, n=24, spec=SPEC, run_seed=0)
+    server, _ = make_server(arm="sifl_m2", coding=Coding.M2, n=24, spec=SPEC)
     state = server.state_dict()
     assert state["mode"] == "m2"
     again = Server.from_state_dict(state)
@@ -74,9 +73,9 @@ def test_the_evaluator_decodes_an_m2_broadcast_in_the_coding_it_is_told():
     """An M2 arm broadcasts the key-1 encoding until a round releases an aggregate (round 0, or a round
     after skipped ones), then W' with code 2 on: told which, the evaluator (as every client) reads the same
     model from both, and strips nothing from the first."""
-    server, view = make_party_server_key(arm="sifl_m2", coding=Coding.M2, n=24, spec=SPEC, run_seed=0)
+    server, view = make_server(arm="sifl_m2", coding=Coding.M2, n=24, spec=SPEC)
     agg = make_aggregator_key(p=2, gamma=SPEC.gamma, eta=SPEC.eta, seed=b"\x07" * 32)
-    reader = EvaluatorRole(
+    reader = Evaluator(
         model=torch.nn.Linear(4, 4, dtype=torch.float64),  # 24 parameters, never run here
         x_test=np.zeros((1, 4)),
         y_test=np.zeros(1, dtype=np.int64),

@@ -29,12 +29,12 @@ from sifl_ray.coding.base import NoiseSpec
 from sifl_ray.coding.identity import IdentityKey
 from sifl_ray.config import load_config
 from sifl_ray.models import MODEL_PARAM_COUNTS
+from sifl_ray.parties.aggregator import Aggregator
+from sifl_ray.parties.messages import Partial
+from sifl_ray.parties.server import Server
 from sifl_ray.party_seeds import ClientNoiseSeeds, party_seed
 from sifl_ray.privacy.dp_fedavg import add_central_noise, add_distributed_noise_, clip_update_
 from sifl_ray.privacy.nbafl import privatize_upload
-from sifl_ray.roles.aggregator import Aggregator
-from sifl_ray.roles.messages import Partial
-from sifl_ray.roles.server import Server
 from sifl_ray.seeding import secret_torch_generator
 from sifl_ray.specs import Coding
 

@@ -8,7 +8,7 @@ broadcast. An arm fills that skeleton in two ways:
 - **its coding** (:attr:`Arm.coding`, a :class:`~sifl_ray.specs.Coding`): ``PLAIN`` (no code), ``M1`` (key 1:
   the server encodes, the clients decode and re-encode) or ``M2`` (key 1 and key 2: the aggregator encodes
   the average again, the server never decodes it). The coded steps are the parties' own
-  (:mod:`sifl_ray.roles`), because they hold the keys.
+  (:mod:`sifl_ray.parties`), because they hold the keys.
 - **its masking** (:attr:`Arm.secure_aggregation`): a plain arm's uploads can travel masked under secure
   aggregation instead of in the clear (the client workers mask, the aggregator unmasks only the sum).
 - **its steps**, small picklable objects each party runs on plain vectors around the coding:
@@ -148,9 +148,9 @@ class PartySteps:
     """An arm's steps for one run, handed to the parties that run them (``None``: nothing to do).
 
     ``secagg``: the public parameters of the secure aggregation the clients and the aggregator run
-    around the steps (:class:`sifl_ray.roles.secure.SecAggSpec`): after its client step each client masks
-    its upload, and the aggregator unmasks only the sum before its step. ``None``: uploads travel as the
-    arm's coding leaves them.
+    around the steps (:class:`~sifl_ray.privacy.secagg.spec.SecAggSpec`): after its client step each client
+    masks its upload, and the aggregator unmasks only the sum before its step. ``None``: uploads travel as
+    the arm's coding leaves them.
     """
 
     client: ClientStep | None = None
@@ -184,8 +184,8 @@ class Arm:
     summary: ClassVar[str] = ""
     paired_with_fl: ClassVar[bool] = False
     uniform_weights: ClassVar[bool] = False
-    #: its uploads travel masked under secure aggregation (:mod:`sifl_ray.roles.secure`): its steps then
-    #: carry a :class:`~sifl_ray.roles.secure.SecAggSpec` (``PartySteps.secagg``); plain coding only
+    #: its uploads travel masked under secure aggregation (:mod:`sifl_ray.parties.secure`): its steps then
+    #: carry a :class:`~sifl_ray.privacy.secagg.spec.SecAggSpec` (``PartySteps.secagg``); plain coding only
     secure_aggregation: ClassVar[bool] = False
     settings: ClassVar[Mapping[str, type]] = MappingProxyType({})
     clips: ClassVar[str] = "models to ‖w_i‖"  # what its clip bounds, as the end-of-run message says it

@@ -1,7 +1,7 @@
 """``secagg`` and ``dp_fedavg_secagg``: FedAvg and DP-FedAvg with the uploads under secure aggregation.
 
 Both are compositions of steps the platform already has (STYLE habit 11), around the masking of
-:mod:`sifl_ray.roles.secure` (Bonawitz et al., CCS 2017; SecAgg+ graph of Bell et al., CCS 2020):
+:mod:`sifl_ray.parties.secure` (Bonawitz et al., CCS 2017; SecAgg+ graph of Bell et al., CCS 2020):
 
 =====================  ====================================  ===================================  ========
 arm                    client step, then mask                the aggregator, on the unmasked sum  server
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from omegaconf import DictConfig
 
     from sifl_ray.privacy.secagg.ring import FixedPointCodec
-    from sifl_ray.roles.secure import SecAggSpec
+    from sifl_ray.privacy.secagg.spec import SecAggSpec
 
 
 @dataclass
@@ -83,7 +83,7 @@ def arm_codec(cfg: Any, clip: float) -> FixedPointCodec:
     Raises:
         ValueError: no precision fits the ring (the message says the ring size that would).
     """
-    from sifl_ray.roles.secure import fit_codec
+    from sifl_ray.privacy.secagg.spec import fit_codec
 
     sa = cfg.secagg
     return fit_codec(
@@ -96,9 +96,9 @@ def arm_codec(cfg: Any, clip: float) -> FixedPointCodec:
 
 
 def secagg_spec(cfg: Any, *, n: int, clip: float, weight_ref: float, min_survivors: int = 0) -> SecAggSpec:
-    """The public parameters every party of a secure arm agrees on (:class:`~sifl_ray.roles.secure.
+    """The public parameters every party of a secure arm agrees on (:class:`~sifl_ray.privacy.secagg.spec.
     SecAggSpec`): a ring sized so that the sum of every client's encoding cannot wrap."""
-    from sifl_ray.roles.secure import SecAggSpec
+    from sifl_ray.privacy.secagg.spec import SecAggSpec
 
     sa = cfg.secagg
     return SecAggSpec(

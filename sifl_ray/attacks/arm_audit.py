@@ -213,7 +213,7 @@ def _masked_upload(spec, cfg: DictConfig, arm: str):
     the ring element decoded as a fixed-point number. The platform's own roles, message by message."""
     from dataclasses import replace as with_
 
-    from sifl_ray.roles.secure import AggregatorSecAgg, WorkerSecAgg
+    from sifl_ray.parties.secure import AggregatorSecAgg, WorkerSecAgg
     from sifl_ray.seeding import derive_seed
 
     def release(x: torch.Tensor, trial: int) -> torch.Tensor:
@@ -239,25 +239,19 @@ def _audit_m2_broadcast(
     every client reads it (the evaluator's decoding: strip code 2, then ``P1L``)."""
     from sifl_ray.arms import arm_of
     from sifl_ray.attacks.audit import audit_release
-    from sifl_ray.roles.factories import (
-        aggregator_from_state,
-        make_party_aggregator_state,
-        make_party_server_key,
-    )
-    from sifl_ray.roles.messages import Partial
-    from sifl_ray.roles.server import Server
+    from sifl_ray.parties.aggregator import aggregator_from_state, make_aggregator_state
+    from sifl_ray.parties.messages import Partial
+    from sifl_ray.parties.server import Server, make_server
 
     design = Design.parse(cfg.primary)
     coded = platform_config(
         cfg, clients=task.clients, rounds=cfg.train.rounds, coding=design_coding(cfg, design)
     )
     spec = CodingSpec.from_config(coded)
-    server, server_view = make_party_server_key(
-        arm=arm, coding=Coding.M2, n=task.n, spec=spec, run_seed=int(cfg.seed)
-    )
+    server, server_view = make_server(arm=arm, coding=Coding.M2, n=task.n, spec=spec)
     # the same server in its M1 role: a fresh M1 encoding of the model each trial (r1 of its own round)
     encoder = Server(coding=Coding.M1, key=server.key, noise=server.noise, noise_seed=server._noise_seed)
-    state = make_party_aggregator_state(arm=arm, coding=Coding.M2, spec=spec, run_seed=int(cfg.seed))
+    state = make_aggregator_state(arm=arm, coding=Coding.M2, spec=spec)
     n_tilde = server.key.n_tilde
     aggregator = aggregator_from_state(coding=Coding.M2, spec=spec, state=state, bounds=(0, n_tilde), shard=0)
     reader = TaskEvaluator(

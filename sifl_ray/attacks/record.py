@@ -3,9 +3,9 @@
 Why here. The attacks need whole encoded vectors over tens of rounds, cheap only for small models (n in
 the hundreds), and the scorer needs the plain models behind them, which no party of a deployment holds.
 So the attack suite does not simulate the protocol: it plays the arm through the platform's own parties
-(:class:`~actors.server.ServerActor`, :class:`~actors.aggregator.AggregatorActor`, the client role
-:class:`~sifl_ray.roles.client.ClientWorkerRole` with a :class:`~sifl_ray.optim.TorchTrainer` on the task's
-loss) and its own round, :func:`~sifl_ray.round.run_round`, on the in-process sequential backend, and
+(:class:`~sifl_ray.parties.server.ServerHost`, :class:`~sifl_ray.parties.aggregator.AggregatorHost`, the
+client worker :class:`~sifl_ray.parties.workers.ClientWorker` with a :class:`~sifl_ray.optim.TorchTrainer`
+on the task's loss) and its own round, :func:`~sifl_ray.round.run_round`, on the in-process backend, and
 records what travelled on each channel into a :class:`TranscriptRecorder`:
 
 * client → aggregator: each upload, as the client worker (the keyless leaf of the aggregator) accepted it,
@@ -13,8 +13,8 @@ records what travelled on each channel into a :class:`TranscriptRecorder`:
 * aggregator → server: what the server's ``finish_round`` received (:class:`RecordingBackend`);
 * server → clients: each round's broadcast, the reference the driver holds (in-process it resolves).
 
-Keys are made by the server and aggregator actors themselves from a ``coding`` section, as the runner has
-them make keys (:func:`sifl_ray.roles.factories.make_party_server_key`); the platform never re-keys,
+Keys are made by the server and aggregator hosts themselves from a ``coding`` section, as the runner has
+them make keys (:func:`sifl_ray.parties.server.make_server`); the platform never re-keys,
 so a design that does (``-rekey<k>``) sets the arm up again every k rounds with a fresh key, from the current
 global model.
 
@@ -25,130 +25,55 @@ adversary look perfect by construction). It comes from simulation-only instrumen
   trained and the model its upload carries (the step's output);
 * the evaluator (simulation only, as in every platform run) decodes each broadcast to the plain model every
   client starts from, with the clients' own view of the keys: the same operation, the same numbers;
-* the keys, read from the server and aggregator actors in this process (no deployment can).
+* the keys, read from the server and aggregator hosts in this process (no deployment can).
 """
 
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
-from torch import nn
 
+from sifl_ray.aggregation import Parties
 from sifl_ray.attacks.config import Design
+from sifl_ray.attacks.task import SmallTask, initial_model, logistic_loss, make_task, task_context
 from sifl_ray.attacks.transcript import TranscriptRecorder
+from sifl_ray.backends import Placement
+from sifl_ray.backends.local import LocalBackend
 from sifl_ray.coding.base import CODING_DTYPE, AggregatorKey, ServerKey
-from sifl_ray.handles import AggregatorHandle, EvaluatorHandle, ServerHandle, WorkerHandle
-from sifl_ray.optim import TorchTrainer
-from sifl_ray.roles.evaluator import EvaluatorRole
-from sifl_ray.seeding import derive_seed, torch_generator
-from sifl_ray.sequential import SequentialBackend
+from sifl_ray.parties.aggregator import AggregatorHost
+from sifl_ray.parties.evaluator import Evaluator
+from sifl_ray.parties.handle import Handle
+from sifl_ray.parties.server import ServerHost
+from sifl_ray.parties.workers import ArmSetup, ClientWorker, LocalTraining
+from sifl_ray.seeding import derive_seed
 from sifl_ray.specs import Coding, CodingSpec
 
 if TYPE_CHECKING:
     from sifl_ray.round import ArmState
 
-# ------------------------------------------------------------------------------------------------------------
-# The small learning task.
+T = TypeVar("T")
 
-
-@dataclass(frozen=True)
-class SmallTask:
-    """Synthetic binary classification split over clients, and a small float64 model for it: logistic
-    regression (``hidden == 0``) or a one-layer tanh MLP. Its parameters, in ``model.parameters()`` order,
-    are the vector w the codes act on."""
-
-    features: int
-    hidden: int
-    X: tuple[torch.Tensor, ...]
-    y: tuple[torch.Tensor, ...]
-
-    @property
-    def n(self) -> int:
-        d, h = self.features, self.hidden
-        return d + 1 if h == 0 else d * h + 2 * h + 1
-
-    @property
-    def clients(self) -> int:
-        return len(self.X)
-
-    @property
-    def sizes(self) -> np.ndarray:
-        """Every client's data set size |D_i| (its FedAvg weight)."""
-        return np.array([x.shape[0] for x in self.X], dtype=np.float64)
-
-    def model(self) -> nn.Module:
-        """A fresh float64 module (its initial weights are overwritten by the broadcast model)."""
-        if self.hidden == 0:
-            layers: list[nn.Module] = [nn.Linear(self.features, 1)]
-        else:
-            layers = [nn.Linear(self.features, self.hidden), nn.Tanh(), nn.Linear(self.hidden, 1)]
-        return nn.Sequential(*layers).to(torch.float64)
-
-    def trainer(self, lr: float) -> TorchTrainer:
-        """The clients' base optimizer: plain SGD on the logistic loss (``sifl_ray.optim``)."""
-        return TorchTrainer(self.model(), "sgd", lr, loss_fn=logistic_loss)
-
-    def pooled(self) -> tuple[np.ndarray, np.ndarray, dict[int, np.ndarray]]:
-        """Every client's samples in one array pair, and client id → its sample indices (what a client
-        worker is given: :class:`~sifl_ray.roles.client.ClientWorkerRole`)."""
-        x = torch.cat(self.X).numpy()
-        y = torch.cat(self.y).numpy()
-        ends = np.cumsum([0, *(int(s) for s in self.sizes)])
-        return x, y, {c: np.arange(ends[c], ends[c + 1]) for c in range(self.clients)}
-
-
-def task_context(task: SmallTask, platform: DictConfig, arm: str, **norms: Any):
-    """The :class:`~sifl_ray.arms.ArmContext` an arm is set up with on ``task`` (``norms``: the keys' public
-    norms, for a coded arm's privacy report)."""
-    from sifl_ray.arms import ArmContext
-
-    sizes = task.sizes
-    return ArmContext(
-        cfg=platform,
-        arm=arm,
-        n=task.n,
-        local_size=int(sizes.min()),
-        total_size=int(sizes.sum()),
-        largest_size=int(sizes.max()),
-        **norms,
-    )
-
-
-def logistic_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """The task's loss: binary cross-entropy on the model's single logit."""
-    return nn.functional.binary_cross_entropy_with_logits(logits.squeeze(-1), y)
-
-
-def make_task(
-    *, features: int, hidden: int, clients: int, samples_per_client: int, teacher_scale: float, seed: int
-) -> SmallTask:
-    """Gaussian features and labels drawn from a random logistic teacher (noisy labels keep the gradients
-    alive, so client updates keep spanning new directions)."""
-    gen = torch_generator(seed, "attack-task", "data")
-    teacher = torch.randn(features, generator=gen, dtype=torch.float64) * (
-        teacher_scale / math.sqrt(features)
-    )
-    Xs, ys = [], []
-    for _ in range(clients):
-        X = torch.randn(samples_per_client, features, generator=gen, dtype=torch.float64)
-        p = torch.sigmoid(X @ teacher)
-        ys.append((torch.rand(samples_per_client, generator=gen, dtype=torch.float64) < p).to(torch.float64))
-        Xs.append(X)
-    return SmallTask(features=features, hidden=hidden, X=tuple(Xs), y=tuple(ys))
-
-
-def initial_model(task: SmallTask, cfg: DictConfig) -> torch.Tensor:
-    """The first global model (the server's first broadcast encodes it)."""
-    gen = torch_generator(cfg.seed, "attack-task", "init")
-    return torch.randn(task.n, generator=gen, dtype=CODING_DTYPE) * cfg.train.init_scale
-
+__all__ = [  # the task's names too: every attack reads the task and the recorder from here
+    "GroundTruth",
+    "ModelTap",
+    "RecordingBackend",
+    "SmallTask",
+    "TaskEvaluator",
+    "TaskParties",
+    "epoch_coding",
+    "initial_model",
+    "logistic_loss",
+    "make_task",
+    "platform_config",
+    "record_arm",
+    "task_context",
+]
 
 # ------------------------------------------------------------------------------------------------------------
 # What the scorer knows.
@@ -222,52 +147,37 @@ class ModelTap:
 # The parties.
 
 
-class RecordingBackend(SequentialBackend):
-    """The sequential backend, which also hands what the server's ``finish_round`` received (the
+class RecordingBackend(LocalBackend):
+    """The in-process backend, which also hands what the server's ``finish_round`` received (the
     aggregator → server channel: M1's ``w~_a``, M2's ``W'_a``) to :attr:`transcript`."""
 
     def __init__(self) -> None:
         self.transcript: TranscriptRecorder | None = None
 
-    def call(self, handle, method: str, *args: Any, num_returns: int = 1, **kwargs: Any):
-        if method == "finish_round" and self.transcript is not None:
-            _arm, t, *shards = self.get(list(args))
+    def call(
+        self, raw: object, method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], n: int
+    ) -> Any:
+        if method is ServerHost.finish_round and self.transcript is not None:
+            _arm, t, *shards = [self.get(a) for a in args]
             self.transcript.record_server_input(t, torch.cat(shards, dim=0))
-        return super().call(handle, method, *args, num_returns=num_returns, **kwargs)
+        return super().call(raw, method, args, kwargs, n)
 
 
-class TaskWorker:
-    """The client-worker shell for the task: :class:`~actors.client_worker.ClientWorkerActor`'s two round
-    methods over a :class:`~sifl_ray.roles.client.ClientWorkerRole` that trains the task's model on its loss
-    (the platform's actor builds one of the platform's models)."""
-
-    def __init__(self, role) -> None:
-        self.role = role
-
-    def set_arm(self, arm: str, setup, server_view=None, aggregator_view=None) -> None:
-        self.role.set_arm(arm, setup, server_view, aggregator_view)
-
-    def train_round(self, arm, t, broadcast, coding, clients, bounds, attempt: int = 0, inboxes=None):
-        partials, report, *tap = self.role.train_round(arm, t, broadcast, coding, clients, bounds, inboxes)
-        return (*partials, *tap, report)
-
-    def secagg_advertise(self, arm, public, clients):
-        return self.role.secagg_advertise(arm, public, clients)
-
-    def secagg_share(self, arm, t, routed):
-        return self.role.secagg_share(arm, t, routed)
-
-    def secagg_unmask(self, arm, t, survivors):
-        return self.role.secagg_unmask(arm, t, survivors)
-
-
-class TaskEvaluator(EvaluatorRole):
+class TaskEvaluator(Evaluator):
     """The platform's evaluator (a simulation device holding both decoding views) on the task's loss, over
     the pooled client data (the task has no test split; nothing reports these metrics). The model is a
     single logit, so accuracy thresholds it at 0."""
 
     @torch.no_grad()
-    def evaluate(self, arm: str, t: int, broadcast: torch.Tensor, coding: Coding) -> dict[str, float]:
+    def evaluate(
+        self,
+        arm: str,
+        t: int,
+        broadcast: torch.Tensor,
+        coding: Coding,
+        previous: torch.Tensor | None = None,
+        previous_coding: Coding | None = None,
+    ) -> dict[str, float]:
         from sifl_ray.models import load_flat_params_
 
         w = self.decode(arm, broadcast, coding)
@@ -345,16 +255,21 @@ class TaskParties:
     evaluator."""
 
     backend: RecordingBackend
-    parties: Any  # sifl_ray.round.Parties
+    parties: Parties
     assignment: list[list[int]]
 
-    @classmethod
-    def spawn(cls, task: SmallTask, cfg: DictConfig, platform: DictConfig, backend: RecordingBackend):
-        from actors.aggregator import AggregatorActor
-        from actors.server import ServerActor
-        from sifl_ray.roles.client import ClientWorkerRole, LocalTraining
-        from sifl_ray.round import Parties
+    @property
+    def server(self) -> Handle[ServerHost]:
+        return self.parties.server
 
+    @property
+    def aggregators(self) -> list[Handle[AggregatorHost]]:
+        return self.parties.aggregators
+
+    @classmethod
+    def spawn(
+        cls, task: SmallTask, cfg: DictConfig, platform: DictConfig, backend: RecordingBackend
+    ) -> TaskParties:
         x, y, partitions = task.pooled()
         training = LocalTraining(
             batch_size=int(cfg.train.batch_size),
@@ -363,22 +278,23 @@ class TaskParties:
             seed=int(cfg.seed),
             vectorise=False,  # one client a worker, and the recorder reads each upload as the loop makes it
         )
+        here = Placement()
         workers = [
             backend.spawn(
-                TaskWorker,
-                ClientWorkerRole(
-                    worker=c,
-                    x_train=x,
-                    y_train=y,
-                    partitions={c: partitions[c]},
-                    trainer=task.trainer(float(cfg.train.lr)),
-                    training=training,
-                    device=torch.device("cpu"),
-                ),
+                here,
+                ClientWorker,
+                worker=c,
+                x_train=x,
+                y_train=y,
+                partitions={c: partitions[c]},
+                trainer=task.trainer(float(cfg.train.lr)),
+                training=training,
+                device=torch.device("cpu"),
             )
             for c in range(task.clients)
         ]
         evaluator = backend.spawn(
+            here,
             TaskEvaluator,
             model=task.model(),
             x_test=x,
@@ -387,47 +303,49 @@ class TaskParties:
             device=torch.device("cpu"),
         )
         parties = Parties(
-            server=backend.spawn(ServerActor),
-            aggregators=[backend.spawn(AggregatorActor, s) for s in range(platform.ray.num_shards)],
+            server=backend.spawn(here, ServerHost),
+            aggregators=[backend.spawn(here, AggregatorHost, s) for s in range(platform.ray.num_shards)],
             workers=workers,
             evaluator=evaluator,
         )
         return cls(backend=backend, parties=parties, assignment=[[c] for c in range(task.clients)])
 
+    def _host(self, handle: Handle[T]) -> T:
+        """The host object behind ``handle`` (in-process: the object itself; simulation only)."""
+        return cast(T, handle.raw)
+
     def set_recorder(self, recorder: TranscriptRecorder | None) -> None:
         """Every channel of the coming rounds goes to ``recorder``."""
         self.backend.transcript = recorder
         for worker in self.parties.workers:
-            worker.role.recorder = recorder
+            self._host(worker).recorder = recorder
 
-    def hand_steps(self, arm: str, steps, *, shards: int) -> list:
+    def hand_steps(self, arm: str, steps: Any, *, shards: int) -> list[Any]:
         """The server and the aggregator shards get the arm's steps (:class:`~sifl_ray.runner.arms.PartyHost`;
         nothing is kept: no party of a task is ever replaced)."""
-        backend, parties = self.backend, self.parties
         done = []
         if steps.server is not None:
-            done.append(ServerHandle(backend, parties.server).set_step(arm, steps.server))
-        for aggregator in [AggregatorHandle(backend, a) for a in parties.aggregators[:shards]]:
+            done.append(self.server.call(ServerHost.set_step, arm, steps.server))
+        for aggregator in self.aggregators[:shards]:
             if steps.aggregator is not None:
-                done.append(aggregator.set_step(arm, steps.aggregator))
+                done.append(aggregator.call(AggregatorHost.set_step, arm, steps.aggregator))
             if steps.secagg is not None:
-                done.append(aggregator.set_secagg(arm, steps.secagg))
+                done.append(aggregator.call(AggregatorHost.set_secagg, arm, steps.secagg))
         return done
 
-    def hand_arm(self, arm: str, *, setup, views: tuple, paired: bool) -> list:
+    def hand_arm(self, arm: str, *, setup: ArmSetup, views: tuple[Any, Any], paired: bool) -> list[Any]:
         """Every worker and the evaluator get their part of ``arm`` (a
         :class:`~sifl_ray.runner.arms.PartyHost`). The evaluator reports no deviation from fl (``paired`` is
         ignored): a task plays one arm at a time."""
-        backend, parties = self.backend, self.parties
-        done = [WorkerHandle(backend, worker).set_arm(arm, setup, *views) for worker in parties.workers]
-        done.append(EvaluatorHandle(backend, parties.evaluator).set_arm(arm, setup.coding, *views))
+        done = [worker.call(ClientWorker.set_arm, arm, setup, *views) for worker in self.parties.workers]
+        done.append(self.parties.evaluator.call(Evaluator.set_arm, arm, setup.coding, *views))
         return done
 
     def setup_arm(
-        self, platform: DictConfig, arm: str, *, spec: CodingSpec, w0: torch.Tensor, epoch: int, steps
-    ):
+        self, platform: DictConfig, arm: str, *, spec: CodingSpec, w0: torch.Tensor, epoch: int, steps: Any
+    ) -> ArmState:
         """Give every party its part of ``arm`` through the runner's own set-up
-        (:func:`sifl_ray.runner.arms.hand_out_arm`: keys made by the server and aggregator actors from
+        (:func:`sifl_ray.runner.arms.hand_out_arm`: keys made by the server and aggregator hosts from
         ``spec``; the arm's steps, its client step wrapped in a :class:`ModelTap`), and return the driver's
         :class:`~sifl_ray.round.ArmState` with the first broadcast (which encodes ``w0``). No key files, no
         precision refusal: the attacks run at scales the platform would refuse."""
@@ -437,16 +355,18 @@ class TaskParties:
         return state
 
     def scorer_keys(self, arm: str) -> tuple[ServerKey | None, AggregatorKey | None]:
-        """Simulation only: the keys the server and aggregator actors made for ``arm``, read in this process
-        (the scorer's; the actors never send them anywhere)."""
-        server_role = self.parties.server.roles[arm]
+        """Simulation only: the keys the server and aggregator hosts made for ``arm``, read in this process
+        (the scorer's; the hosts never send them anywhere)."""
+        server_role = self._host(self.server).roles[arm]
         key = server_role.key if server_role.coding.coded else None
-        return key, self.parties.aggregators[0].roles[arm][0].key
+        return key, self._host(self.aggregators[0]).roles[arm][0].key
 
     def global_model(self, arm: str, state: ArmState) -> torch.Tensor:
         """Simulation only: the evaluator's decoding of the arm's broadcast (what every client decodes)."""
-        evaluator = EvaluatorHandle(self.backend, self.parties.evaluator)
-        return self.backend.get(evaluator.decode(arm, state.broadcast, state.broadcast_coding))
+        evaluator = self.parties.evaluator
+        return self.backend.get(
+            evaluator.call(Evaluator.plain_model, arm, state.broadcast, state.broadcast_coding)
+        )
 
 
 def record_arm(

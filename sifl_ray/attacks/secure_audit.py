@@ -10,9 +10,11 @@ variance counts the clients"). So each trial is a whole round of the platform's 
    ``chain(clipped_update(C), noise_share(z, C, t, seeds))`` (:func:`sifl_ray.arms.dp_fedavg.clipped_update`,
    :func:`sifl_ray.arms.steps.noise_share`: clip, then add its noise share from its own stream) on its
    update, 0 for all but the target;
-3. the SecAgg parties of :mod:`sifl_ray.roles.secure` mask the uploads (keys, shares, masks: a fresh protocol
+3. the SecAgg parties of :mod:`~sifl_ray.parties.secure` mask the uploads (keys, shares, masks: a fresh
+   protocol
    run each round), the aggregator announces the survivors, rebuilds the masks left in the sum and
-   :meth:`~sifl_ray.roles.aggregator.Aggregator.reduce_masked` unmasks, decodes and runs the arm's aggregator
+   :meth:`~sifl_ray.parties.aggregator.Aggregator.reduce_masked` unmasks, decodes and runs the arm's
+   aggregator
    step.
 
 The neighbours are those of the relation the arm's privacy report declares (``neighbour_relation``;
@@ -61,11 +63,11 @@ def secure_round_release(
     DP-FedAvg's), as a client worker weighs its upload before masking."""
     from sifl_ray.coding.base import NoiseSpec
     from sifl_ray.data.sampling import sample_clients
+    from sifl_ray.parties.aggregator import Aggregator
+    from sifl_ray.parties.messages import MaskedPartial
+    from sifl_ray.parties.secure import AggregatorSecAgg, WorkerSecAgg
     from sifl_ray.privacy.secagg import SecAggError
     from sifl_ray.privacy.secagg.ring import ring_reduce_
-    from sifl_ray.roles.aggregator import Aggregator
-    from sifl_ray.roles.messages import MaskedPartial
-    from sifl_ray.roles.secure import AggregatorSecAgg, WorkerSecAgg
 
     if relation not in RELATIONS:
         raise ValueError(f"relation: expected one of {RELATIONS}, got {relation!r}")

@@ -12,7 +12,7 @@ One owner per concern:
 - :mod:`~sifl_ray.runner.summary`: the summary, the table and the RESULT line (functions of data only).
 """
 
-from sifl_ray.backend import make_backend
+from sifl_ray.backends import make_backend
 from sifl_ray.runner.simulation import Simulation, cpu_count, run_scenario
 from sifl_ray.runner.state import default_key_dir
 from sifl_ray.runner.summary import RunResult, result_line, summary_table

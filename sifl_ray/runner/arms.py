@@ -15,14 +15,18 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
+from sifl_ray.aggregation import PlainAggregation, SecureAggregation
 from sifl_ray.arms import ArmContext, arm_of
-from sifl_ray.handles import AggregatorHandle, ServerHandle
-from sifl_ray.roles.client import ArmSetup
+from sifl_ray.backends import Backend
+from sifl_ray.parties.aggregator import AggregatorHost
+from sifl_ray.parties.handle import Handle
+from sifl_ray.parties.server import ServerHost
+from sifl_ray.parties.workers import ArmSetup
 from sifl_ray.round import ArmState
 from sifl_ray.runner.parties import PartyPool, say
 from sifl_ray.runner.state import Checkpoints, arm_shape
 from sifl_ray.sizing import arm_precision, arm_round_bound
-from sifl_ray.specs import CodingSpec
+from sifl_ray.specs import Coding, CodingSpec
 
 
 @dataclass
@@ -48,12 +52,13 @@ class PartyHost(Protocol):
     """Who hands the parties their part of an arm: the runner's :class:`PartyPool` (which keeps each part, to
     set up a replacement) and the attack recorder's task parties."""
 
-    backend: Any
-    parties: Any
+    backend: Backend
+    server: Handle[ServerHost]
+    aggregators: list[Handle[AggregatorHost]]
 
-    def hand_steps(self, arm: str, steps: Any, *, shards: int) -> list: ...
+    def hand_steps(self, arm: str, steps: Any, *, shards: int) -> list[Any]: ...
 
-    def hand_arm(self, arm: str, *, setup: ArmSetup, views: tuple, paired: bool) -> list: ...
+    def hand_arm(self, arm: str, *, setup: ArmSetup, views: tuple[Any, Any], paired: bool) -> list[Any]: ...
 
 
 def hand_out_arm(
@@ -81,12 +86,11 @@ def hand_out_arm(
     Returns:
         The driver's :class:`~sifl_ray.round.ArmState` and the workers' set-up.
     """
-    backend, parties = host.backend, host.parties
-    server = ServerHandle(backend, parties.server)
+    backend, server = host.backend, host.server
     protocol = arm_of(cfg, arm)
     n = int(w0.numel())
     coding, n_tilde, bounds = arm_shape(cfg, arm, n)
-    shards = [AggregatorHandle(backend, a) for a in parties.aggregators[: len(bounds)]]
+    shards = host.aggregators[: len(bounds)]
     if not coding.server_holds_model and steps.server is not None:
         raise ValueError(
             f"arm {arm}: its server step needs a plain model, and an M2 server never holds one (code 2 stays "
@@ -99,30 +103,16 @@ def hand_out_arm(
         bounds,
         key_epoch=epoch,
         server_step=steps.server is not None,
-        secure=steps.secagg is not None,
+        aggregation=PlainAggregation if steps.secagg is None else SecureAggregation,
         every_round=bool(getattr(steps.aggregator, "every_round", False)),
         audit=bool(cfg.audit.canaries),
     )
-    path = key_path or (lambda party: None)
-    seed = int(cfg.seed)
-    if restored is not None:
-        done = []
-    else:
-        server_view = server.setup_arm(
-            arm, coding=coding, n=n, spec=spec, run_seed=seed, key_path=path("server")
-        )
-        agg_state = shards[0].create_key(
-            arm, coding=coding, spec=spec, run_seed=seed, key_path=path("aggregator")
-        )
-        done = [
-            a.setup_arm(arm, coding=coding, spec=spec, state=agg_state, bounds=bounds[s], shard=s)
-            for s, a in enumerate(shards)
-        ]
-    done += host.hand_steps(arm, steps, shards=len(bounds))
-    backend.get(done)
-    if restored is not None:
-        server_view = server.client_view(arm)
-    agg_view = shards[0].client_view(arm)
+    if restored is None:  # fresh keys, each made and kept by its party
+        server_view, done = make_keys(host, arm, coding, n, bounds, spec, key_path or (lambda party: None))
+    else:  # taken back from the parties' own key files (Checkpoints.restore_keys)
+        server_view, done = host.server.call(ServerHost.client_view, arm), []
+    backend.get_all([*done, *host.hand_steps(arm, steps, shards=len(bounds))])
+    agg_view = shards[0].call(AggregatorHost.client_view, arm)
     setup = ArmSetup(
         coding=coding,
         client_form=str(cfg.coding.client_form),
@@ -138,12 +128,41 @@ def hand_out_arm(
     views = (server_view, agg_view)
     done = host.hand_arm(arm, setup=setup, views=views, paired=protocol.paired_with_fl)
     if restored is None:
-        state.broadcast = server.initial_broadcast(arm, backend.put(w0))
+        state.broadcast = server.call(ServerHost.initial_broadcast, arm, backend.put(w0))
     else:
         # from the checkpoint, with its coding (see Checkpoints.load_broadcasts)
         state.broadcast, state.broadcast_coding = restored.broadcast, restored.broadcast_coding
-    backend.get(done)
+    backend.get_all(done)
     return state, setup
+
+
+def make_keys(
+    host: PartyHost,
+    arm: str,
+    coding: Coding,
+    n: int,
+    bounds: list[tuple[int, int]],
+    spec: CodingSpec,
+    key_path: Callable[[str], str | None],
+) -> tuple[Any, list[Any]]:
+    """The server makes key 1 and the host of aggregator shard 0 the aggregator's secrets, each in its own
+    process, from ``spec`` (and keeps them in its key file, ``key_path(party)``); shard 0's secrets reach
+    the other shards by reference, never the driver. Returns the ref of the clients' view of key 1 and the
+    refs of the shards' set-ups."""
+    server_view = host.server.call(
+        ServerHost.setup_arm, arm, coding=coding, n=n, spec=spec, key_path=key_path("server")
+    )
+    shards = host.aggregators[: len(bounds)]
+    secrets = shards[0].call(
+        AggregatorHost.create_key, arm, coding=coding, spec=spec, key_path=key_path("aggregator")
+    )
+    done = [
+        a.call(
+            AggregatorHost.setup_arm, arm, coding=coding, spec=spec, state=secrets, bounds=bounds[s], shard=s
+        )
+        for s, a in enumerate(shards)
+    ]
+    return server_view, done
 
 
 def setup_arm(
@@ -169,7 +188,7 @@ def setup_arm(
     Raises:
         PrecisionError: float64 cannot carry this configuration (before any party is asked anything).
     """
-    backend, parties = pool.backend, pool.parties
+    backend = pool.backend
     n = int(w0.numel())
     protocol = arm_of(cfg, arm)
     coding = protocol.coding
@@ -193,12 +212,11 @@ def setup_arm(
     )
     out = PreparedArm(state=state, setup=setup, precision=precision)
     if coding.coded:
-        server, aggregator = (
-            ServerHandle(backend, parties.server),
-            AggregatorHandle(backend, parties.aggregators[0]),
-        )
-        key_norms, agg_norms = backend.get([server.key_norms(arm), aggregator.key_norms(arm)])
-        key_ro, agg_ro = backend.get([server.roundoff(arm), aggregator.roundoff(arm)])
+        server, aggregator = pool.server, pool.aggregators[0]
+        norms = server.call(ServerHost.key_norms, arm), aggregator.call(AggregatorHost.key_norms, arm)
+        roundoffs = server.call(ServerHost.roundoff, arm), aggregator.call(AggregatorHost.roundoff, arm)
+        key_norms, agg_norms = backend.get(norms[0]), backend.get(norms[1])
+        key_ro, agg_ro = backend.get(roundoffs[0]), backend.get(roundoffs[1])
         bound = arm_round_bound(
             cfg,
             coding=coding,
@@ -206,7 +224,7 @@ def setup_arm(
             key_roundoff=key_ro,
             aggregator_roundoff=agg_ro,
             clients_per_worker=clients_per_worker,
-            workers=len(parties.workers),
+            workers=len(pool.workers),
             initial_norm=float(torch.linalg.vector_norm(w0)),
         )
         out.precision.update(bound or {"round_bound": None})

@@ -18,15 +18,16 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from actors.aggregator import AggregatorActor
-from actors.client_worker import ClientWorkerActor
-from actors.evaluator import EvaluatorActor
-from actors.server import ServerActor
-from sifl_ray.backend import Backend
+from sifl_ray.aggregation import Parties
+from sifl_ray.backends import Backend, Placement
 from sifl_ray.config import ConfigError
 from sifl_ray.faults import FaultJournal, FaultPlan
-from sifl_ray.handles import AggregatorHandle, EvaluatorHandle, PartyHandle, ServerHandle, WorkerHandle
-from sifl_ray.round import Parties
+from sifl_ray.parties.aggregator import AggregatorHost
+from sifl_ray.parties.evaluator import Evaluator, EvaluatorHost
+from sifl_ray.parties.handle import Handle
+from sifl_ray.parties.process import Host
+from sifl_ray.parties.server import ServerHost
+from sifl_ray.parties.workers import ArmSetup, ClientWorker, WorkerHost
 from sifl_ray.specs import ModelSpec, TrainSpec
 
 
@@ -57,10 +58,11 @@ def worker_count(cfg: DictConfig, backend: Backend) -> int:
         ConfigError: the workers and the evaluator ask Ray for more GPUs than the cluster has (they would
             wait for them for ever).
     """
+    fixed = backend.capabilities.default_workers
     if cfg.ray.num_workers:
         workers = min(cfg.ray.num_workers, cfg.clients.num_clients)
-    elif backend.name == "sequential":
-        workers = min(2, cfg.clients.num_clients)
+    elif fixed is not None:
+        workers = min(fixed, cfg.clients.num_clients)
     else:
         cpus = backend.cluster().get("CPU", 1.0)
         per = cfg.ray.cpus_per_worker or 1.0
@@ -68,7 +70,7 @@ def worker_count(cfg: DictConfig, backend: Backend) -> int:
         if cfg.ray.gpus_per_worker:
             gpus = backend.cluster().get("GPU", 0.0) - cfg.ray.evaluator_gpus
             workers = max(1, min(workers, math.floor(round(gpus / cfg.ray.gpus_per_worker, 6))))
-    if backend.name == "ray":
+    if backend.capabilities.placement:
         check_gpus(cfg, workers, backend.cluster().get("GPU", 0.0))
     return workers
 
@@ -95,74 +97,105 @@ class PartyPool:
     the other aggregator actors with :meth:`host_shards` once the model's size is known, the client workers
     and the evaluator with :meth:`spawn_clients`.
 
-    ``parties.aggregators`` has one handle per shard; an actor may host several shards (then its handle is
-    there several times): :attr:`aggregator_actors` lists each actor once.
+    :attr:`aggregators` has one handle per shard; a host may host several shards (then its handle is there
+    several times): :attr:`aggregator_actors` lists each host once.
     """
 
-    def __init__(self, cfg: DictConfig, backend, *, plan: FaultPlan, journal: FaultJournal, fired_once: set):
+    def __init__(
+        self,
+        cfg: DictConfig,
+        backend: Backend,
+        *,
+        plan: FaultPlan,
+        journal: FaultJournal,
+        fired_once: set[int],
+    ):
         self.cfg, self.backend = cfg, backend
         self.plan, self.journal, self.fired_once = plan, journal, fired_once
         # The server and the aggregator need nothing of the data: spawned first, their processes boot
-        # (each imports torch, ~1-1.5 s of CPU) while this driver loads the data set.
-        self.parties = Parties(server=backend.spawn(ServerActor), aggregators=[], workers=[], evaluator=None)
-        self.aggregator_actors: list[Any] = []
+        # (each imports torch) while this driver loads the data set.
+        self.server = backend.spawn(Placement(), ServerHost)
+        self.aggregator_actors: list[Handle[AggregatorHost]] = []
+        self._aggregators: list[Handle[AggregatorHost]] = []
         self._spawn_aggregators(min(cfg.ray.aggregator_actors, cfg.ray.num_shards) or 1)
-        self.setups: dict[str, Any] = {}  # arm → its workers' ArmSetup (to set up a replacement)
+        self.workers: list[Handle[ClientWorker]] = []
+        self.evaluator: Handle[Evaluator] | None = None
+        self.setups: dict[str, ArmSetup] = {}  # arm → its workers' ArmSetup (to set up a replacement)
         self.steps: dict[str, Any] = {}  # arm → its PartySteps (the server's and aggregator's, for respawns)
-        self.views: dict[str, tuple] = {}  # arm → refs of the clients' key views (made by their owners)
+        self.views: dict[
+            str, tuple[Any, Any]
+        ] = {}  # arm → refs of the clients' key views (made by their owners)
         # in-run audit (simulation only): the auditor's seed, each worker's canaries, their weight, sizes
         self.audit: dict[str, Any] | None = None
         self.paired: dict[str, bool] = {}
 
+    @property
+    def parties(self) -> Parties:
+        """Every party's handle, as a round calls them (the workers' list is shared: a worker replaced
+        during a round is called anew)."""
+        assert self.evaluator is not None, "spawn_clients comes first"
+        return Parties(
+            server=self.server, aggregators=self.aggregators, workers=self.workers, evaluator=self.evaluator
+        )
+
     def _spawn_aggregators(self, count: int) -> None:
-        """``count`` aggregator actors (missing ones spawned); shard ``s`` on actor ``s·count // shards``."""
+        """``count`` aggregator hosts (missing ones spawned); shard ``s`` on host ``s·count // shards``."""
         shards = self.cfg.ray.num_shards
         host = [s * count // shards for s in range(shards)]
         while len(self.aggregator_actors) < count:
             j = len(self.aggregator_actors)
-            self.aggregator_actors.append(self.backend.spawn(AggregatorActor, host.index(j)))
-        self.parties.aggregators = [self.aggregator_actors[j] for j in host]
+            self.aggregator_actors.append(self.backend.spawn(Placement(), AggregatorHost, host.index(j)))
+        self.aggregators = [self.aggregator_actors[j] for j in host]
 
     def host_shards(self, n_tilde: int) -> None:
-        """Spawn the aggregator actors an ``n_tilde``-row vector needs (``ray.aggregator_actors``, or auto:
+        """Spawn the aggregator hosts an ``n_tilde``-row vector needs (``ray.aggregator_actors``, or auto:
         :func:`aggregator_actor_count`), before any arm is set up."""
         self._spawn_aggregators(aggregator_actor_count(self.cfg, n_tilde))
 
     def shards_of(self, shard: int) -> list[int]:
-        """The shards hosted by the actor that hosts ``shard``."""
-        handle = self.parties.aggregators[shard]
-        return [s for s, h in enumerate(self.parties.aggregators) if h is handle]
+        """The shards hosted by the host of ``shard``."""
+        handle = self.aggregators[shard]
+        return [s for s, h in enumerate(self.aggregators) if h is handle]
 
     def aggregator_name(self, shard: int) -> str:
-        """``aggregator<j>``: the name of the actor that hosts ``shard`` (as in :meth:`actors`)."""
-        handle = self.parties.aggregators[shard]
+        """``aggregator<j>``: the name of the host of ``shard`` (as in :meth:`actors`)."""
+        handle = self.aggregators[shard]
         return f"aggregator{next(j for j, h in enumerate(self.aggregator_actors) if h is handle)}"
 
-    def spawn_clients(self, *, data_ref, test_ref, partitions: list[dict], model_spec: ModelSpec) -> None:
+    def spawn_clients(
+        self, *, data_ref: Any, test_ref: Any, partitions: list[dict[int, Any]], model_spec: ModelSpec
+    ) -> None:
         """The client workers (worker ``k`` owns ``partitions[k]``) and the evaluator."""
         self._data_ref, self._test_ref = data_ref, test_ref
         self._partitions, self._model_spec = partitions, model_spec
         self._train = TrainSpec.from_config(self.cfg)
-        self._threads = max(1, int(self.cfg.ray.cpus_per_worker)) if self.backend.name == "ray" else 1
-        self.parties.workers = [self._spawn_worker(k) for k in range(len(partitions))]
-        self.parties.evaluator = self._spawn_evaluator()
-        if self.backend.name == "ray" and (self.cfg.ray.gpus_per_worker or self.cfg.ray.evaluator_gpus):
+        own = self.backend.capabilities.own_processes
+        self._threads = max(1, int(self.cfg.ray.cpus_per_worker)) if own else 1
+        self.workers = [self._spawn_worker(k) for k in range(len(partitions))]
+        self.evaluator = self._spawn_evaluator()
+        if self.backend.capabilities.placement and (
+            self.cfg.ray.gpus_per_worker or self.cfg.ray.evaluator_gpus
+        ):
             self._say_fallbacks()
 
     def _say_fallbacks(self) -> None:
         """Say which parties Ray gave a GPU that CUDA cannot use there (they compute on the CPU)."""
-        parties = {f"worker {k}": w for k, w in enumerate(self.parties.workers)}
-        parties["evaluator"] = self.parties.evaluator
-        placed = self.backend.get([PartyHandle(self.backend, h).placement() for h in parties.values()])
-        fell = [(name, p["fallback"]) for name, p in zip(parties, placed, strict=True) if p["fallback"]]
+        hosts: dict[str, Handle[Any]] = {f"worker {k}": w for k, w in enumerate(self.workers)}
+        hosts["evaluator"] = self.parties.evaluator
+        placed = self.backend.get_all([h.call(WorkerHost.placement) for h in hosts.values()])
+        fell = [(name, p["fallback"]) for name, p in zip(hosts, placed, strict=True) if p["fallback"]]
         if fell:
             names = ", ".join(name for name, _ in fell)
             say(f"{names}: {fell[0][1]}; computing on the CPU")
 
-    def _spawn_worker(self, k: int):
+    def _spawn_worker(self, k: int) -> Handle[ClientWorker]:
         cfg = self.cfg
-        handle = self.backend.spawn(
-            ClientWorkerActor,
+        where = Placement(
+            cpus=cfg.ray.cpus_per_worker, gpus=cfg.ray.gpus_per_worker, spread=cfg.ray.spread_workers
+        )
+        worker = self.backend.spawn(
+            where,
+            WorkerHost,
             k,
             self._data_ref,
             self._partitions[k],
@@ -171,88 +204,79 @@ class PartyPool:
             cfg.seed,
             self._threads,
             cfg.ray.materialize_uploads,
-            num_cpus=cfg.ray.cpus_per_worker,
-            num_gpus=cfg.ray.gpus_per_worker,
-            spread=cfg.ray.spread_workers,
         )
-        worker = WorkerHandle(self.backend, handle)
         events = self.plan.for_worker(k, sorted(self._partitions[k]))
         if events:
-            worker.set_faults(events)
+            worker.call(WorkerHost.set_faults, events)
         if self.audit is not None:  # every worker scores the aggregator's view; some host canaries too
             a = self.audit
             directions = a["canaries"] + a["nulls"]
-            worker.set_canaries(a["seed"], a["hosted"].get(k, {}), a["weight"], directions)
-        return handle
+            worker.call(WorkerHost.set_canaries, a["seed"], a["hosted"].get(k, {}), a["weight"], directions)
+        return worker
 
-    def _spawn_evaluator(self):
-        handle = self.backend.spawn(
-            EvaluatorActor,
+    def _spawn_evaluator(self) -> Handle[Evaluator]:
+        where = Placement(gpus=self.cfg.ray.evaluator_gpus)
+        evaluator = self.backend.spawn(
+            where,
+            EvaluatorHost,
             self._test_ref,
             self._model_spec,
             self.cfg.seed,
             self.cfg.train.eval_batch_size,
-            num_gpus=self.cfg.ray.evaluator_gpus,
         )
         if self.audit is not None:
             a = self.audit
-            EvaluatorHandle(self.backend, handle).set_audit(a["seed"], a["canaries"], a["nulls"], a["n"])
-        return handle
+            evaluator.call(EvaluatorHost.set_audit, a["seed"], a["canaries"], a["nulls"], a["n"])
+        return evaluator
 
-    def hand_arm(self, arm: str, *, setup, views: tuple, paired: bool) -> list:
+    def hand_arm(self, arm: str, *, setup: ArmSetup, views: tuple[Any, Any], paired: bool) -> list[Any]:
         """Give every client worker and the evaluator their part of ``arm`` (kept, to set up a replacement);
         return the calls' references. ``paired``: the evaluator reports the arm's deviation from fl."""
         self.setups[arm], self.views[arm] = setup, views
         self.paired[arm] = paired
-        backend, parties = self.backend, self.parties
-        done = [WorkerHandle(backend, w).set_arm(arm, setup, *views) for w in parties.workers]
-        evaluator = EvaluatorHandle(backend, parties.evaluator)
-        done.append(evaluator.set_arm(arm, setup.coding, *views, paired=paired))
+        done = [w.call(ClientWorker.set_arm, arm, setup, *views) for w in self.workers]
+        done.append(self.parties.evaluator.call(Evaluator.set_arm, arm, setup.coding, *views, paired=paired))
         return done
 
-    def hand_steps(self, arm: str, steps, *, shards: int) -> list:
+    def hand_steps(self, arm: str, steps: Any, *, shards: int) -> list[Any]:
         """Give the server and the aggregator shards the arm's steps (kept, to set up a replacement); return
         the calls' references. The client step travels with the workers' set-up (:meth:`hand_arm`)."""
         self.steps[arm] = steps
-        backend, parties = self.backend, self.parties
         done = []
         if steps.server is not None:
-            done.append(ServerHandle(backend, parties.server).set_step(arm, steps.server))
-        hosts = [
-            AggregatorHandle(backend, a) for a in {id(a): a for a in parties.aggregators[:shards]}.values()
-        ]
-        if steps.aggregator is not None:  # each actor once
-            done += [a.set_step(arm, steps.aggregator) for a in hosts]
+            done.append(self.server.call(ServerHost.set_step, arm, steps.server))
+        hosts = list({id(a): a for a in self.aggregators[:shards]}.values())  # each host once
+        if steps.aggregator is not None:
+            done += [a.call(AggregatorHost.set_step, arm, steps.aggregator) for a in hosts]
         if steps.secagg is not None:
-            done += [a.set_secagg(arm, steps.secagg) for a in hosts]
+            done += [a.call(AggregatorHost.set_secagg, arm, steps.secagg) for a in hosts]
         return done
 
     # ---------------------------------------------------------------- Supervisor
     def replace_worker(self, k: int, *, arm: str, t: int, reason: str) -> float:
-        """:class:`~sifl_ray.round.Supervisor`: a fresh worker ``k`` (same clients, every arm set up)."""
+        """The round's supervisor: a fresh worker ``k`` (same clients, every arm set up)."""
         with contextlib.suppress(Exception):  # already gone
-            self.backend.kill(self.parties.workers[k])
+            self.backend.kill(self.workers[k])
         tic = time.perf_counter()
-        handle = self._spawn_worker(k)
-        worker = WorkerHandle(self.backend, handle)
-        ready = [worker.set_arm(a, self.setups[a], *self.views[a]) for a in self.setups]
-        self.backend.get(ready)
-        self.parties.workers[k] = handle
+        worker = self._spawn_worker(k)
+        ready = [worker.call(ClientWorker.set_arm, a, self.setups[a], *self.views[a]) for a in self.setups]
+        self.backend.get_all(ready)
+        self.workers[k] = worker
         took = time.perf_counter() - tic
         say(f"round {t} {arm}: worker {k} {reason}; replaced it ({took:.1f} s)")
         return took
 
     def after_submit(self, stage: str, *, arm: str, t: int) -> None:
-        """:class:`~sifl_ray.round.Supervisor`: the faults the driver injects itself (``ray.kill``)."""
+        """The round's supervisor: the faults the driver injects itself (killing a party)."""
         if stage == "train":
             for ev in self.plan.at("worker_kill", arm, t):
                 self._fired(ev, arm, t)
-                self.backend.kill(self.parties.workers[ev.worker])
+                self.backend.kill(self.workers[ev.worker])
             return
-        targets = {
-            "server_kill": lambda ev: self.parties.server,
-            "aggregator_kill": lambda ev: self.parties.aggregators[ev.shard],
-            "evaluator_kill": lambda ev: self.parties.evaluator,
+        targets: dict[str, Any] = {
+            "server_kill": lambda ev: self.server,
+            "aggregator_kill": lambda ev: self.aggregators[ev.shard],
+            "evaluator_kill": lambda ev: self.evaluator,
         }
         for kind, handle in targets.items():
             for ev in self.plan.at(kind, arm, t):
@@ -271,75 +295,76 @@ class PartyPool:
             say(f"round {t} {arm}: injected fault: the driver SIGKILLs itself (resume with --resume)")
             os.kill(os.getpid(), signal.SIGKILL)
 
-    def _fired(self, ev, arm: str, t: int) -> None:
+    def _fired(self, ev: Any, arm: str, t: int) -> None:
         self.journal.append({"event": "fired", "fault": ev.index, "kind": ev.kind, "round": t, "arm": arm})
 
     # ---------------------------------------------------------------- failures
     def respawn(self, party: str, index: int) -> tuple[str, ...]:
-        """A fresh ``party`` (``server``, the ``aggregator`` actor hosting shard ``index``, ``evaluator``) in
-        place of the old one. The evaluator gets every arm again here; a server or aggregator still has to
-        take its keys back (:meth:`~sifl_ray.runner.state.Checkpoints.restore_keys`): returns who
-        (``("server",)``, or ``aggregator<s>`` for every shard the new actor hosts; ``()``: nobody)."""
-        backend, parties = self.backend, self.parties
-        restore: tuple[str, ...] = ()
+        """A fresh ``party`` (``server``, the ``aggregator`` host of shard ``index``, ``evaluator``) in place
+        of the old one, with the arms' steps and set-ups it held; a server or aggregator still has to take
+        its keys back (:meth:`~sifl_ray.runner.state.Checkpoints.restore_keys`): returns who (``("server",)``,
+        or ``aggregator<s>`` for every shard the new host hosts; ``()``: nobody)."""
         if party == "server":
-            old, parties.server = parties.server, backend.spawn(ServerActor)
-            restore = ("server",)
+            old: Handle[Any] = self.server
+            self.server = self.backend.spawn(Placement(), ServerHost)
+            calls = [
+                self.server.call(ServerHost.set_step, a, s.server) for a, s in self.steps.items() if s.server
+            ]
+            restore: tuple[str, ...] = ("server",)
         elif party == "aggregator":
-            shards = self.shards_of(index)
-            old = parties.aggregators[index]
-            new = backend.spawn(AggregatorActor, shards[0])
-            j = next(j for j, h in enumerate(self.aggregator_actors) if h is old)
-            self.aggregator_actors[j] = new
+            shards, old = self.shards_of(index), self.aggregators[index]
+            new = self.backend.spawn(Placement(), AggregatorHost, shards[0])
+            self.aggregator_actors[next(j for j, h in enumerate(self.aggregator_actors) if h is old)] = new
             for s in shards:
-                parties.aggregators[s] = new
+                self.aggregators[s] = new
+            calls = [
+                new.call(AggregatorHost.set_step, a, s.aggregator)
+                for a, s in self.steps.items()
+                if s.aggregator
+            ]
+            calls += [
+                new.call(AggregatorHost.set_secagg, a, s.secagg) for a, s in self.steps.items() if s.secagg
+            ]
             restore = tuple(f"aggregator{s}" for s in shards)
         else:
-            old, parties.evaluator = parties.evaluator, self._spawn_evaluator()
-        with contextlib.suppress(Exception):  # already gone
-            backend.kill(old)
-        if party == "server":  # the arms' steps are kept apart from the keys: hand them over again
-            server = ServerHandle(backend, parties.server)
-            backend.get([server.set_step(a, s.server) for a, s in self.steps.items() if s.server is not None])
-        elif party == "aggregator":
-            shard = AggregatorHandle(backend, parties.aggregators[index])
+            assert self.evaluator is not None
+            old, self.evaluator = self.evaluator, self._spawn_evaluator()
             calls = [
-                shard.set_step(a, s.aggregator) for a, s in self.steps.items() if s.aggregator is not None
+                self.evaluator.call(
+                    Evaluator.set_arm, a, self.setups[a].coding, *self.views[a], paired=self.paired[a]
+                )
+                for a in self.setups
             ]
-            calls += [shard.set_secagg(a, s.secagg) for a, s in self.steps.items() if s.secagg is not None]
-            backend.get(calls)
-        else:
-            evaluator = EvaluatorHandle(backend, parties.evaluator)
-            backend.get(
-                [
-                    evaluator.set_arm(a, self.setups[a].coding, *self.views[a], paired=self.paired[a])
-                    for a in self.setups
-                ]
-            )
+            restore = ()
+        with contextlib.suppress(Exception):  # already gone
+            self.backend.kill(old)
+        self.backend.get_all(calls)
         return restore
 
-    def actors(self) -> dict[str, Any]:
-        p = self.parties
-        out = {"server": p.server} if p.evaluator is None else {"server": p.server, "evaluator": p.evaluator}
+    def actors(self) -> dict[str, Handle[Any]]:
+        """Every host by name (``server``, ``evaluator``, ``aggregator<j>``, ``worker<k>``)."""
+        out: dict[str, Handle[Any]] = {"server": self.server}
+        if self.evaluator is not None:
+            out["evaluator"] = self.evaluator
         out.update({f"aggregator{j}": a for j, a in enumerate(self.aggregator_actors)})
-        out.update({f"worker{i}": w for i, w in enumerate(p.workers)})
+        out.update({f"worker{i}": w for i, w in enumerate(self.workers)})
         return out
 
     def placement(self) -> dict[str, Any] | None:
-        """Where every party runs: ``{"nodes": [node ids], "parties": {party: node id}}`` (Ray only; ``None``
-        in-process). A cluster run reports it in ``summary.json``, so that a user sees which nodes hosted
-        the client workers (``ray.spread_workers``)."""
-        if self.backend.name != "ray":
+        """Where every party runs: ``{"nodes": [node ids], "parties": {party: node id}}`` (``None`` where
+        the backend places nothing). A cluster run reports it in ``summary.json``, so that a user sees
+        which nodes hosted the client workers (``ray.spread_workers``)."""
+        if not self.backend.capabilities.placement:
             return None
         actors = self.actors()
-        nodes = self.backend.get([PartyHandle(self.backend, h).node() for h in actors.values()])
+        nodes = self.backend.get_all([h.call(Host.node) for h in actors.values()])
         parties = dict(zip(actors, nodes, strict=True))
         return {"nodes": sorted({n for n in nodes if n}), "parties": parties}
 
     def stop(self, *, quiet: bool = False) -> None:
-        """Kill every actor (their CPUs go back to Ray; nothing to do in-process). ``quiet``: ignore
-        failures (undoing a set-up that failed half-way)."""
-        if self.backend.name != "ray":
+        """Stop every host (their CPUs go back to Ray; in-process there is nothing to stop). ``quiet``:
+        ignore failures (undoing a set-up that failed half-way)."""
+        if not self.backend.capabilities.kill:
             return
         for handle in self.actors().values():
             if quiet:

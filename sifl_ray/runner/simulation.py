@@ -24,13 +24,14 @@ import torch
 from omegaconf import DictConfig
 
 from sifl_ray.arms import arm_of
-from sifl_ray.backend import Backend, make_backend
+from sifl_ray.backends import Backend, make_backend
 from sifl_ray.checkpoint import CheckpointError, CheckpointStore, describe_error
 from sifl_ray.config import ConfigError, arm_names
 from sifl_ray.data import sample_clients
 from sifl_ray.faults import FaultJournal, FaultPlan
-from sifl_ray.handles import EvaluatorHandle, PartyLost
 from sifl_ray.logging import write_summary
+from sifl_ray.parties.evaluator import Evaluator
+from sifl_ray.parties.handle import PartyLost
 from sifl_ray.privacy.canaries import CanaryAudit
 from sifl_ray.privacy.one_run import inclusion_draws
 from sifl_ray.round import ArmState, Parties, RoundPolicy, RoundResult, run_round
@@ -158,7 +159,7 @@ class Simulation:
         # From here the driver reads the stored arrays (on Ray: the object store's shared, read-only pages)
         # and lets its own copy go: it held the whole data set a second time for the run's length (219 MiB
         # of the 60,000-sample reference workload).
-        train, test = backend.get([data_ref, test_ref])
+        train, test = backend.get(data_ref), backend.get(test_ref)
         self.dataset = work.dataset = dataclasses.replace(self.dataset, **train, **test)
         self.checkpoints.make_key_dir()
         self._sampler_seed = self.checkpoints.sampler_seed()  # the sampling party's secret (the server's)
@@ -171,9 +172,10 @@ class Simulation:
         # damaged files) before any worker is started or anything is written.
         if self._resume is not None:
             try:
-                self.checkpoints.restore_keys(backend, self.parties, self.n)
+                pool = self.pool
+                self.checkpoints.restore_keys(backend, pool.server, pool.aggregators, self.n)
                 self.checkpoints.load_broadcasts(
-                    backend, self.parties.server, self.states, self.w0, self._resume.checkpoint
+                    backend, pool.server, self.states, self.w0, self._resume.checkpoint
                 )
             except Exception as err:
                 if not is_checkpoint_error(err):
@@ -322,9 +324,8 @@ class Simulation:
 
     def global_model(self, arm: str) -> torch.Tensor:
         """The decoded global model of ``arm`` (simulation only: the evaluator decodes it for the driver)."""
-        evaluator = EvaluatorHandle(self.backend, self.pool.parties.evaluator)
         state = self.states[arm]
-        ref = evaluator.decode(arm, state.broadcast, state.broadcast_coding)
+        ref = self.parties.evaluator.call(Evaluator.plain_model, arm, state.broadcast, state.broadcast_coding)
         return self.backend.get(ref)
 
     def set_start(self, arm: str, w: torch.Tensor) -> None:
@@ -382,7 +383,7 @@ class Simulation:
                 progress.update(t, {arm: latest[arm] for arm in self.arms})
                 # 3. A checkpoint every checkpoint.every rounds, and after the last.
                 if self.checkpoints.due(t):
-                    self.checkpoints.save(t, self.backend, self.parties.server, self.states, self.driver)
+                    self.checkpoints.save(t, self.backend, self.pool.server, self.states, self.driver)
             except PartyLost as lost:
                 # 4. A party died: respawn it, restore the last checkpoint and replay the rounds since.
                 t = self._recover(lost)
@@ -446,9 +447,11 @@ class Simulation:
         try:
             which = self.pool.respawn(lost.party, lost.index)
             if which:
-                self.checkpoints.restore_keys(self.backend, self.parties, self.n, which)
+                self.checkpoints.restore_keys(
+                    self.backend, self.pool.server, self.pool.aggregators, self.n, which
+                )
             ckpt = self.checkpoints.store.latest()
-            self.checkpoints.load_broadcasts(self.backend, self.parties.server, self.states, self.w0, ckpt)
+            self.checkpoints.load_broadcasts(self.backend, self.pool.server, self.states, self.w0, ckpt)
             self.driver.load(self.checkpoints.driver_state(ckpt))
         except PartyLost:
             raise

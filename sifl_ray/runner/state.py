@@ -22,6 +22,7 @@ import torch
 from omegaconf import DictConfig
 
 from sifl_ray.arms import arm_names, arm_of
+from sifl_ray.backends import Backend
 from sifl_ray.checkpoint import (
     DRIVER_FILE,
     MANIFEST,
@@ -36,11 +37,13 @@ from sifl_ray.checkpoint import (
     write_checkpoint_file,
 )
 from sifl_ray.config import load_run_config, to_yaml
-from sifl_ray.handles import AggregatorHandle, PartyLost, ServerHandle, collect
+from sifl_ray.parties.aggregator import AggregatorHost
+from sifl_ray.parties.checks import shard_bounds
+from sifl_ray.parties.handle import Handle, PartyLost, collect
+from sifl_ray.parties.server import ServerHost
 from sifl_ray.privacy.accountant import SiflAccountant
 from sifl_ray.privacy.canaries import CanaryAudit
-from sifl_ray.roles.aggregator import shard_bounds
-from sifl_ray.round import ArmState, Parties
+from sifl_ray.round import ArmState
 from sifl_ray.runner.parties import say
 from sifl_ray.specs import Coding, CodingSpec
 
@@ -280,30 +283,35 @@ class Checkpoints:
         return str(key_file(self.key_dir, party, arm)) if self.cfg.checkpoint.every else None
 
     def restore_keys(
-        self, backend, parties: Parties, n: int, which: tuple[str, ...] = ("server", "aggregator")
+        self,
+        backend: Backend,
+        server: Handle[ServerHost],
+        aggregators: list[Handle[AggregatorHost]],
+        n: int,
+        which: tuple[str, ...] = ("server", "aggregator"),
     ) -> None:
         """The server and the aggregator shards (``which``: ``server``, ``aggregator`` for every shard, or
         ``aggregator<s>``) take their keys back from their own key files, which only they read."""
         cfg = self.cfg
-        server = ServerHandle(backend, parties.server)
         done = []
         for arm in self.arms:
             coding, _, bounds = arm_shape(cfg, arm, n)
             if "server" in which:
                 done.append(
-                    server.restore_arm(
+                    server.call(
+                        ServerHost.restore_arm,
                         arm,
                         coding=coding,
                         n=n,
                         spec=self.coding_spec,
-                        run_seed=cfg.seed,
                         key_path=self.key_path("server", arm),
                     )
                 )
-            for s, a in enumerate(parties.aggregators[: len(bounds)]):
+            for s, a in enumerate(aggregators[: len(bounds)]):
                 if "aggregator" in which or f"aggregator{s}" in which:
                     done.append(
-                        AggregatorHandle(backend, a).restore_arm(
+                        a.call(
+                            AggregatorHost.restore_arm,
                             arm,
                             coding=coding,
                             spec=self.coding_spec,
@@ -312,10 +320,15 @@ class Checkpoints:
                             shard=s,
                         )
                     )
-        backend.get(done)
+        backend.get_all(done)
 
     def load_broadcasts(
-        self, backend, server, states: dict[str, ArmState], w0: torch.Tensor, ckpt: CheckpointRef | None
+        self,
+        backend: Backend,
+        server: Handle[ServerHost],
+        states: dict[str, ArmState],
+        w0: torch.Tensor,
+        ckpt: CheckpointRef | None,
     ) -> None:
         """Every arm's broadcast from checkpoint ``ckpt`` (read and verified by the server, which keeps it
         until asked for it by reference), or the initial broadcast when there is no checkpoint yet."""
@@ -323,18 +336,18 @@ class Checkpoints:
             if arm not in states:
                 coding, n_tilde, bounds = arm_shape(self.cfg, arm, int(w0.numel()))
                 states[arm] = ArmState(name=arm, coding=coding, n_tilde=n_tilde, bounds=bounds)
-        handle = ServerHandle(backend, server)
         if ckpt is None:
             for arm in self.arms:
-                states[arm].broadcast = handle.initial_broadcast(arm, backend.put(w0))
+                states[arm].broadcast = server.call(ServerHost.initial_broadcast, arm, backend.put(w0))
                 states[arm].broadcast_coding = states[arm].coding.first_broadcast
             return
         sha = ckpt.manifest.get("files", {}).get(SERVER_FILE)
-        status = handle.load_broadcasts(str(ckpt.server_file), sha, self.arms)
+        status = server.call(ServerHost.load_broadcasts, str(ckpt.server_file), sha, self.arms)
         collect(backend, status, "server", 0, arm=self.arms[0], t=ckpt.round)  # raises if the file is bad
         codings = broadcast_codings(self.driver_state(ckpt) or {}, states)
         for arm in self.arms:
-            states[arm].broadcast, states[arm].broadcast_coding = handle.loaded_broadcast(arm), codings[arm]
+            loaded = server.call(ServerHost.loaded_broadcast, arm)
+            states[arm].broadcast, states[arm].broadcast_coding = loaded, codings[arm]
 
     def driver_state(self, ckpt: CheckpointRef | None) -> dict | None:
         """The driver's file of ``ckpt``, verified (``None`` when there is no checkpoint yet)."""
@@ -342,7 +355,14 @@ class Checkpoints:
             return None
         return read_checkpoint_file(ckpt.driver_file, expect_sha256=ckpt.manifest["files"][DRIVER_FILE])
 
-    def save(self, t: int, backend, server, states: dict[str, ArmState], driver: DriverState) -> None:
+    def save(
+        self,
+        t: int,
+        backend: Backend,
+        server: Handle[ServerHost],
+        states: dict[str, ArmState],
+        driver: DriverState,
+    ) -> None:
         """End of round ``t``: the server saves the broadcasts, the driver its state, then the manifest.
 
         A checkpoint that cannot be written (disk full, a folder gone) does not stop the run: it says so,
@@ -365,11 +385,18 @@ class Checkpoints:
                 f"complete checkpoint is {last[-1] if last else 'none'}"
             )
 
-    def _write(self, t: int, backend, server, states: dict[str, ArmState], driver: DriverState) -> None:
+    def _write(
+        self,
+        t: int,
+        backend: Backend,
+        server: Handle[ServerHost],
+        states: dict[str, ArmState],
+        driver: DriverState,
+    ) -> None:
         tic = time.perf_counter()
         staging = self.store.begin(t)
         refs = [states[arm].broadcast for arm in self.arms]
-        sha = ServerHandle(backend, server).save_broadcasts(str(staging / SERVER_FILE), t, self.arms, refs)
+        sha = server.call(ServerHost.save_broadcasts, str(staging / SERVER_FILE), t, self.arms, *refs)
         server_sha = collect(backend, sha, "server", 0, arm=self.arms[0], t=t)
         driver.checkpoint_s.append(0.0)  # this checkpoint's own time is known only once it is written
         payload = driver.payload(t, self.cfg)

@@ -45,11 +45,11 @@ def _record(arm: str, out) -> tuple[TranscriptRecorder, object, object]:
     recorder = TranscriptRecorder()
     for name, worker in sim.actors().items():
         if name.startswith("worker"):
-            worker.role.recorder = recorder  # what each upload looks like as the aggregator receives it
+            worker.raw.recorder = recorder  # what each upload looks like as the aggregator receives it
     try:
         sim.run()
         view = sim.backend.get(sim.views[arm][0])
-        key = sim.actors()["server"].roles[arm].key
+        key = sim.actors()["server"].raw.roles[arm].key
     finally:
         sim.close()
     return recorder, view, key

@@ -28,6 +28,7 @@ from sifl_ray.attacks.record import (
     record_arm,
 )
 from sifl_ray.attacks.transcript import TranscriptRecorder
+from sifl_ray.parties.aggregator import AggregatorHost
 from sifl_ray.specs import Coding
 
 SMALL = [
@@ -50,11 +51,11 @@ class ReduceTap(RecordingBackend):
         super().__init__()
         self.partials: dict[int, list] = {}
 
-    def call(self, handle, method, *args, num_returns=1, **kwargs):
-        if method == "reduce":
-            _arm, t, _epoch, *partials = self.get(list(args))
+    def call(self, raw, method, args, kwargs, n):
+        if method is AggregatorHost.reduce:
+            _arm, t, _epoch, *partials = [self.get(a) for a in args]
             self.partials.setdefault(t, []).append(partials)
-        return super().call(handle, method, *args, num_returns=num_returns, **kwargs)
+        return super().call(raw, method, args, kwargs, n)
 
 
 def _task(cfg, *, m2: bool = False):
@@ -144,7 +145,7 @@ def test_truth_comes_from_the_clients_not_from_a_decoder():
 def test_keys_are_the_server_actors_and_rekeying_starts_a_new_epoch():
     """A re-keyed design sets the arm up again: the server actor makes an independent key (announced in the
     transcript) and the clients' stamps follow (a partial of the wrong epoch would be refused)."""
-    from actors.server import ServerActor
+    from sifl_ray.parties.server import ServerHost
 
     cfg = load_attack_config(SMALL)
     design = Design.parse("fast-oblique-rekey2")
@@ -155,10 +156,8 @@ def test_keys_are_the_server_actors_and_rekeying_starts_a_new_epoch():
     # The keys are reproducible from the key seed, by the server actor alone, epoch by epoch.
     platform = platform_config(cfg, clients=4, rounds=5, coding=design_coding(cfg, design))
     for epoch in range(3):
-        server = ServerActor()
-        server.setup_arm(
-            "sifl_m1", coding=Coding.M1, n=12, spec=epoch_coding(platform, epoch), run_seed=cfg.seed
-        )
+        server = ServerHost()
+        server.setup_arm("sifl_m1", coding=Coding.M1, n=12, spec=epoch_coding(platform, epoch))
         assert torch.equal(server.roles["sifl_m1"].key.dense()[0], P1[epoch])
 
 

@@ -150,16 +150,16 @@ def test_known_plaintext_pairs_needed_per_block(suite):
 
 def _block_rows(suite):
     """Rows of the largest block of the block-pinv key, as the server actor makes it from the design."""
-    from actors.server import ServerActor
     from sifl_ray.attacks.adversaries import BlockLayout
     from sifl_ray.attacks.design import design_coding
     from sifl_ray.attacks.record import epoch_coding, platform_config
+    from sifl_ray.parties.server import ServerHost
 
     cfg = load_attack_config([*SMALL, DESIGNS, "primary=fast-oblique"])
     coding = design_coding(cfg, Design.parse("block-pinv"))
-    server = ServerActor()
+    server = ServerHost()
     platform = platform_config(cfg, clients=7, rounds=20, coding=coding)
-    server.setup_arm("sifl_m1", coding=Coding.M1, n=48, spec=epoch_coding(platform, 0), run_seed=cfg.seed)
+    server.setup_arm("sifl_m1", coding=Coding.M1, n=48, spec=epoch_coding(platform, 0))
     P1, _, N1 = (m.numpy() for m in server.roles["sifl_m1"].key.dense())
     return BlockLayout.from_dense(P1, N1).largest_block[0]
 

@@ -77,7 +77,7 @@ def test_memory_bench(ray_session, tmp_path, capsys):
         run = data["runs"][n][0]
         # The sampled processes are the driver and the Ray session's processes, workers among them.
         assert run["peak_bytes"] >= run["peak_rounds_bytes"] > 100 * 2**20
-        assert "driver" in run["peak_by_process"] and "ClientWorkerActor" in run["peak_by_process"]
+        assert "driver" in run["peak_by_process"] and "WorkerHost" in run["peak_by_process"]
 
 
 def test_startup_bench(tmp_path, capsys):

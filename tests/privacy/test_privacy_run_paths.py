@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-from actors.aggregator import AggregatorActor
 from sifl_ray.arms import arm_of
 from sifl_ray.arms.dp_fedavg import CentralNoise
 from sifl_ray.config import load_config
 from sifl_ray.data import sample_clients
+from sifl_ray.parties.aggregator import AggregatorHost
+from sifl_ray.parties.messages import Partial
 from sifl_ray.party_seeds import ClientNoiseSeeds, party_seed
-from sifl_ray.roles.messages import Partial
 from sifl_ray.runner import Simulation
 from sifl_ray.runner.state import Checkpoints
 from sifl_ray.specs import Coding, CodingSpec
@@ -135,22 +135,22 @@ def test_a_respawned_aggregator_replays_the_central_noise_it_drew_before(tmp_pat
     step = CentralNoise(noise_multiplier=1.0, clip=1.0, expected_clients=2.0)
     x = torch.linspace(-1, 1, 50, dtype=torch.float64)
 
-    def release(actor: AggregatorActor) -> torch.Tensor:
+    def release(actor: AggregatorHost) -> torch.Tensor:
         actor.set_step("dp", step)
         out, _ = actor.reduce("dp", 4, 0, _partial(x, 4))
         return out
 
-    first = AggregatorActor(0)
-    first.create_key("dp", coding=Coding.PLAIN, spec=coding, run_seed=0, key_path=path)
+    first = AggregatorHost(0)
+    first.create_key("dp", coding=Coding.PLAIN, spec=coding, key_path=path)
     first.setup_arm("dp", coding=Coding.PLAIN, spec=coding, state=None, bounds=(0, 50))
     # set up from the state it made (what the runner hands every shard): read it back from the file
     first.restore_arm("dp", coding=Coding.PLAIN, spec=coding, key_path=path, bounds=(0, 50))
     before = release(first)
-    respawned = AggregatorActor(0)
+    respawned = AggregatorHost(0)
     respawned.restore_arm("dp", coding=Coding.PLAIN, spec=coding, key_path=path, bounds=(0, 50))
     assert torch.equal(release(respawned), before)
-    stranger = AggregatorActor(0)  # another aggregator's secret: other noise (the check can fail)
-    stranger.create_key("dp", coding=Coding.PLAIN, spec=coding, run_seed=0, key_path=str(tmp_path / "x.key"))
+    stranger = AggregatorHost(0)  # another aggregator's secret: other noise (the check can fail)
+    stranger.create_key("dp", coding=Coding.PLAIN, spec=coding, key_path=str(tmp_path / "x.key"))
     stranger.restore_arm(
         "dp", coding=Coding.PLAIN, spec=coding, key_path=str(tmp_path / "x.key"), bounds=(0, 50)
     )

@@ -16,10 +16,15 @@ import torch
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from scipy import stats
 
-from actors.aggregator import AggregatorActor
-from actors.server import ServerActor
+from sifl_ray.aggregation import Parties, SecureAggregation
+from sifl_ray.backends import Placement
+from sifl_ray.backends.local import LocalBackend, LocalRef
 from sifl_ray.config import load_config
-from sifl_ray.handles import AggregatorHandle, Parties, ServerHandle
+from sifl_ray.parties.aggregator import AggregatorHost
+from sifl_ray.parties.messages import MaskedTrained, UnmaskCosts, Unmasked, WorkerReport
+from sifl_ray.parties.secure import AggregatorSecAgg, WorkerSecAgg
+from sifl_ray.parties.server import ServerHost
+from sifl_ray.parties.upload import Local
 from sifl_ray.party_seeds import party_seed
 from sifl_ray.privacy.secagg import (
     FixedPointCodec,
@@ -37,10 +42,8 @@ from sifl_ray.privacy.secagg import (
 )
 from sifl_ray.privacy.secagg.graph import NeighbourGraph
 from sifl_ray.privacy.secagg.protocol import ID_BYTES
-from sifl_ray.roles.messages import WorkerReport
-from sifl_ray.roles.secure import AggregatorSecAgg, SecAggSpec, WorkerSecAgg
+from sifl_ray.privacy.secagg.spec import SecAggSpec
 from sifl_ray.round import ArmState, RoundResult, run_round
-from sifl_ray.sequential import LocalRef, SequentialBackend
 from sifl_ray.specs import Coding, CodingSpec
 
 P_MIN = 1e-3  # a uniformity test passes above this p-value, a negative control must fall far below it
@@ -117,20 +120,22 @@ class _Lost:
         self.error = error
 
 
-class _DyingBackend(SequentialBackend):
-    """The sequential backend, where a worker can die: its call returns refs that raise when read."""
+class _DyingBackend(LocalBackend):
+    """The in-process backend, where a worker can die: its call returns refs that raise when read."""
 
-    def call(self, handle, method, *args, num_returns=1, **kwargs):
+    def call(self, raw, method, args, kwargs, n):
         try:
-            return super().call(handle, method, *args, num_returns=num_returns, **kwargs)
+            return super().call(raw, method, args, kwargs, n)
         except _Gone as err:
-            return _Lost(err) if num_returns == 1 else [_Lost(err)] * num_returns
+            return _Lost(err) if n == 1 else [_Lost(err)] * n
 
-    def get(self, refs):
-        for ref in refs if isinstance(refs, list) else [refs]:
-            if isinstance(ref, _Lost):
-                raise ref.error
-        return super().get(refs)
+    def get(self, ref):
+        if isinstance(ref, _Lost):
+            raise ref.error
+        return super().get(ref)
+
+    def get_all(self, refs):
+        return [self.get(r) for r in refs]
 
     def is_lost(self, err: BaseException) -> bool:
         return isinstance(err, _Gone)
@@ -162,24 +167,24 @@ class _ClientHost:
         self._step("shares")
         return self.secure.share(t, routed)
 
-    def train_round(self, arm, t, broadcast, coding, clients, bounds, inboxes=None):
+    def train_masked(self, arm, t, broadcast, coding, clients, bounds, inboxes, attempt=0):
         self._step("upload")
         report = WorkerReport(worker=self.client, round=t)
         total = self.secure.round_sum(t, len(self.update), inboxes)
         for c in clients:
-            reason = total.add(c, torch.from_numpy(self.update), 1.0, report)
+            reason = total.add(Local(c, 1.0, 0.0, None, torch.from_numpy(self.update)), report)
             if reason is None:
                 report.accepted.append(c)
                 report.weight += 1.0
             else:
                 report.rejected[c] = reason
         partials, exact = total.partials(self.client, bounds, key_epoch=0, weight=report.weight)
-        return (*partials, exact, report)
+        return MaskedTrained.of(partials, exact, report)
 
     def secagg_unmask(self, arm, t, survivors):
         self._step("unmask")
         responses, costs = self.secure.unmask(t, survivors)
-        return responses, vars(costs)
+        return Unmasked(responses, UnmaskCosts(**vars(costs)))
 
 
 class _Evaluator:
@@ -188,7 +193,7 @@ class _Evaluator:
     def __init__(self) -> None:
         self.sums: list[np.ndarray] = []
 
-    def evaluate(self, arm, t, broadcast, coding):
+    def evaluate(self, arm, t, broadcast, coding, previous=None, previous_coding=None):
         return {}
 
     def sum_error(self, arm, t, num_shards, *vectors):
@@ -219,26 +224,35 @@ def _play(
     ``updates[i]``; ``dies``: client → the step its worker dies before)."""
     backend, dies = _DyingBackend(), dies or {}
     n, length = len(updates), len(updates[0])
-    workers = [backend.spawn(_ClientHost, spec, i, updates[i], dies.get(i)) for i in range(n)]
-    evaluator = _Evaluator()
+    here = Placement()
+    workers = [backend.spawn(here, _ClientHost, spec, i, updates[i], dies.get(i)) for i in range(n)]
+    evaluator = backend.spawn(here, _Evaluator)
     parties = Parties(
-        server=backend.spawn(ServerActor),
-        aggregators=[backend.spawn(AggregatorActor, 0)],
+        server=backend.spawn(here, ServerHost),
+        aggregators=[backend.spawn(here, AggregatorHost, 0)],
         workers=workers,
         evaluator=evaluator,
     )
-    server, aggregator = (
-        ServerHandle(backend, parties.server),
-        AggregatorHandle(backend, parties.aggregators[0]),
+    server, aggregator = parties.server, parties.aggregators[0]
+    server.call(ServerHost.setup_arm, ARM, coding=Coding.PLAIN, n=length, spec=coding, key_path=None)
+    aggregator.call(
+        AggregatorHost.setup_arm,
+        ARM,
+        coding=Coding.PLAIN,
+        spec=coding,
+        state=None,
+        bounds=(0, length),
+        shard=0,
     )
-    server.setup_arm(ARM, coding=Coding.PLAIN, n=length, spec=coding, run_seed=0, key_path=None)
-    aggregator.setup_arm(ARM, coding=Coding.PLAIN, spec=coding, state=None, bounds=(0, length), shard=0)
-    aggregator.set_secagg(ARM, spec)
-    arm = ArmState(ARM, Coding.PLAIN, length, [(0, length)], secure=True)
-    arm.broadcast = server.initial_broadcast(ARM, LocalRef(torch.zeros(length, dtype=torch.float64)))
+    aggregator.call(AggregatorHost.set_secagg, ARM, spec)
+    arm = ArmState(ARM, Coding.PLAIN, length, [(0, length)], aggregation=SecureAggregation)
+    arm.broadcast = server.call(
+        ServerHost.initial_broadcast, ARM, LocalRef(torch.zeros(length, dtype=torch.float64))
+    )
     result = run_round(backend, parties, arm, 0, [[i] for i in range(n)], supervisor=_Supervisor())
     public = AggregatorSecAgg(spec, ARM).open(0, range(n))  # the graph the aggregator drew for the round
-    summed = evaluator.sums[0] if evaluator.sums else None
+    sums = evaluator.raw.sums
+    summed = sums[0] if sums else None
     return _Played(result=result, sum=summed, graph=public.graph, t=public.params.t)
 
 

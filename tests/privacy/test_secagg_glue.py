@@ -1,4 +1,4 @@
-"""Secure aggregation as the platform's parties run it (:mod:`sifl_ray.roles.secure`, with the public
+"""Secure aggregation as the platform's parties run it (:mod:`sifl_ray.parties.secure`, with the public
 parameters a secure arm's ``steps(ctx)`` hands them): the client side refuses what the protocol forbids,
 forgets its secrets when a round ends, reveals one secret per neighbour, and each round has a fresh graph
 and the documented threshold. Each test fails with one realistic single bug that left every other test
@@ -15,8 +15,8 @@ import pytest
 
 from sifl_ray.arms import ArmContext, arm_of
 from sifl_ray.config import load_config
+from sifl_ray.parties.secure import AggregatorSecAgg, SecAggSpec, WorkerSecAgg, unmask_rows
 from sifl_ray.privacy.secagg import SecAggClient, SecAggError, default_threshold, ring_sum
-from sifl_ray.roles.secure import AggregatorSecAgg, SecAggSpec, WorkerSecAgg, unmask_rows
 
 ARM = "secagg"
 LEN = 8

@@ -1,5 +1,5 @@
-"""Secure aggregation as the platform plays it (:mod:`sifl_ray.roles.secure`): client workers hosting several
-clients each pre-sum their masked inputs, aggregator shards unmask their own rows with a mask plan.
+"""Secure aggregation as the platform plays it (:mod:`~sifl_ray.parties.secure`): client workers hosting
+several clients each pre-sum their masked inputs, aggregator shards unmask their own rows with a mask plan.
 
 The ring sum must be exact, bit for bit, against the plain integer sum of the survivors' encodings, for any
 dropout pattern the threshold tolerates (at any step), any sharding of the vector and any grouping of the
@@ -11,10 +11,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from sifl_ray.parties.checks import shard_bounds
+from sifl_ray.parties.secure import AggregatorSecAgg, WorkerSecAgg, unmask_rows
 from sifl_ray.party_seeds import party_seed
 from sifl_ray.privacy.secagg import FixedPointCodec, SecAggError, crypto, ring_sum
-from sifl_ray.roles.aggregator import shard_bounds
-from sifl_ray.roles.secure import AggregatorSecAgg, SecAggSpec, WorkerSecAgg, fit_codec, unmask_rows
+from sifl_ray.privacy.secagg.spec import SecAggSpec, fit_codec
 
 
 def test_a_shard_expands_only_its_rows_of_a_mask():

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from sifl_ray.config import load_config
+from sifl_ray.parties.process import Host
 from sifl_ray.runner import Simulation
 
 # 6 clients on 2 workers, 5 rounds, every arm SIFL has; fixed keys so that runs can be compared exactly.
@@ -38,12 +39,10 @@ class Run:
 
 def finish(sim: Simulation) -> Run:
     """Run ``sim`` to the end; keep its final models (decoded by the evaluator) and key inventory."""
-    import ray
-
     try:
         result = sim.run()
         models = {arm: sim.global_model(arm) for arm in sim.arms}
-        inventory = {name: ray.get(h.key_inventory.remote()) for name, h in sim.actors().items()}
+        inventory = {name: sim.backend.get(h.call(Host.key_inventory)) for name, h in sim.actors().items()}
     finally:
         sim.close()
     return Run(result.run_dir, result.summary, result.history, models, inventory)

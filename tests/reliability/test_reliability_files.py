@@ -24,8 +24,9 @@ from sifl_ray.checkpoint import (
 )
 from sifl_ray.coding.base import NoiseSpec
 from sifl_ray.faults import WorkerFaults
-from sifl_ray.roles.aggregator import Aggregator, check_upload
-from sifl_ray.roles.messages import Partial
+from sifl_ray.parties.aggregator import Aggregator
+from sifl_ray.parties.checks import check_upload
+from sifl_ray.parties.messages import Partial
 from sifl_ray.specs import Coding
 
 
@@ -165,5 +166,5 @@ def test_aggregator_refuses_bad_partials_and_renormalises_over_the_rest():
     assert "non-finite" in info["rejected"][2] and "wrong shape" in info["rejected"][3]
     assert "2 partial sums" in info["rejected"][7]
     assert info["accepted"] == 2 and info["weight"] == 4.0
-    empty, info = agg.reduce(0, 0, bad, allow_empty=True)
+    empty, info = agg.reduce(0, 0, bad)
     assert empty is None and info["weight"] == 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from bench.reliability import leak, ray_processes
 from sifl_ray.config import load_config
+from sifl_ray.parties.process import Host
 from sifl_ray.runner import Simulation
 
 
@@ -40,7 +41,7 @@ def test_thousand_clients_twenty_rounds_without_memory_growth(ray_session, tmp_p
     def after(sim, t):
         if t >= 1:  # after round 2, 3, …, 20
             snapshots[t] = ray_processes()
-            actor_pids[t] = {name: ray_session.get(h.pid.remote()) for name, h in sim.actors().items()}
+            actor_pids[t] = {name: sim.backend.get(h.call(Host.pid)) for name, h in sim.actors().items()}
 
     try:
         result = sim.run(on_round_end=after)

@@ -8,10 +8,12 @@ import pytest
 import torch
 
 from sifl_ray.arms.steps import chain, clip, gaussian
+from sifl_ray.faults import WorkerFaults
 from sifl_ray.models import build_model, flatten_params
 from sifl_ray.optim import TorchTrainer
+from sifl_ray.parties.upload import all_finite
+from sifl_ray.parties.workers import ArmSetup, ClientWorker, LocalTraining
 from sifl_ray.party_seeds import ClientNoiseSeeds
-from sifl_ray.roles.client import ArmSetup, ClientWorkerRole, LocalTraining, all_finite
 from sifl_ray.seeding import torch_generator
 from sifl_ray.specs import Coding
 
@@ -35,7 +37,7 @@ def test_all_finite_decides_like_isfinite_all(values, dtype):
     assert all_finite(x) == bool(torch.isfinite(x).all())
 
 
-def _worker(poisoned: int | None = None, skip: bool = False) -> tuple[ClientWorkerRole, torch.Tensor]:
+def _worker(poisoned: int | None = None, skip: bool = False) -> tuple[ClientWorker, torch.Tensor]:
     rng = np.random.default_rng(0)
     x = rng.standard_normal((120, 1, 8, 8)).astype(np.float32)
     y = rng.integers(0, 10, 120).astype(np.int64)
@@ -45,7 +47,7 @@ def _worker(poisoned: int | None = None, skip: bool = False) -> tuple[ClientWork
     gen = torch_generator(0, "init")
     net = build_model("digits_mlp", input_shape=(1, 8, 8), num_classes=10, generator=gen)
     w0 = flatten_params(net)
-    role = ClientWorkerRole(
+    role = ClientWorker(
         worker=0,
         x_train=x,
         y_train=y,
@@ -61,9 +63,13 @@ def _worker(poisoned: int | None = None, skip: bool = False) -> tuple[ClientWork
 
 
 def _run(role, w0, arm, hook):
-    role.upload_hook = (lambda arm, t, c, upload, epoch: (upload, t, epoch)) if hook else None
+    # hook: a drill's fault tap that corrupts a client of another round, so every upload of this one goes
+    # through the tap and the full check unchanged (the validated path)
+    other = {"index": 0, "kind": "corrupt_upload", "round": 99, "arm": arm, "client": 0}
+    role.faults = WorkerFaults([other] if hook else [])
     bounds = [(0, 1000), (1000, w0.numel())]
-    return role.train_round(arm, 2, w0, Coding.PLAIN, [5, 0, 3, 1], bounds)
+    out = role.train_round(arm, 2, w0, Coding.PLAIN, [5, 0, 3, 1], bounds)
+    return out.partials, out.report
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
+from typing import Any
 
 import ray
 
@@ -36,7 +37,7 @@ def recorded_address() -> tuple[Path | None, str]:
     """The file where Ray reads the address ``ray start`` recorded (``$RAY_TMPDIR/ray/ray_current_cluster``,
     else under ``$TMPDIR`` or ``/tmp``) and the address in it (``""``: none)."""
     try:
-        from ray._private.utils import get_ray_address_file
+        from ray._private.utils import get_ray_address_file  # type: ignore[attr-defined]
     except ImportError:  # a private helper: if it moves, say nothing rather than guess
         return None, ""
     path = Path(get_ray_address_file(None))
@@ -77,7 +78,7 @@ def _answers(address: str, timeout: float) -> bool:
 
 def resources() -> str:
     """``'2 CPUs, 0 GPUs'``: what the connected Ray has in all."""
-    res = ray.cluster_resources()
+    res = ray.cluster_resources()  # type: ignore[no-untyped-call]
     cpus, gpus = res.get("CPU", 0), res.get("GPU", 0)
     return f"{cpus:g} CPU{'s' if cpus != 1 else ''}, {gpus:g} GPU{'s' if gpus != 1 else ''}"
 
@@ -120,7 +121,7 @@ def _join_target(address: str, name: str) -> str:
 
 
 def connect(
-    address: str | None, *, num_cpus: int | None = None, num_gpus: int | None = None, **init_kwargs
+    address: str | None, *, num_cpus: int | None = None, num_gpus: int | None = None, **init_kwargs: Any
 ) -> str:
     """Start a private local Ray instance (``address`` unset or ``local``) or join the cluster at
     ``address``; returns the line that says which, with the resources the run got.
@@ -134,7 +135,7 @@ def connect(
     Raises:
         ClusterUnreachable: a cluster was asked for and cannot be joined.
     """
-    if (address or "") in PRIVATE:
+    if address is None or address in PRIVATE:
         # Probe before starting: the private instance's own ports (random) could answer on a stale record.
         running = recorded_cluster()
         ray.init(address="local", num_cpus=num_cpus or os.cpu_count(), num_gpus=num_gpus, **init_kwargs)

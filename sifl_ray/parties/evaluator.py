@@ -6,7 +6,9 @@ arm and the deviation of each SIFL arm from the paired plain FedAvg run. It neve
 any other party, and its reports contain metrics only.
 
 It computes where the configuration puts it (``ray.evaluator_gpus``: on the CPU by default); on a GPU the
-test set is copied there once, and an evaluation reads its figures back once.
+test set is copied there once, and an evaluation reads its figures back once. Its host
+(:class:`EvaluatorHost`) keeps the test set and a model in a process of its own, so that evaluating one arm
+overlaps the next arm's training.
 """
 
 from __future__ import annotations
@@ -20,14 +22,16 @@ import torch.nn.functional as F
 
 from sifl_ray.coding.base import CODING_DTYPE, AggregatorKey, ClientServerKey
 from sifl_ray.device import on_device, resolve_device
-from sifl_ray.models import load_flat_params_
+from sifl_ray.models import build_model, load_flat_params_
 from sifl_ray.optim.trainer import loss_values
-from sifl_ray.specs import Coding
+from sifl_ray.parties.process import Host, memory, pick_device, placement, prepare_process
+from sifl_ray.seeding import torch_generator
+from sifl_ray.specs import Coding, ModelSpec
 
 SIMULATION_ONLY = "evaluator: simulation device holding both decoding keys; no real deployment has it"
 
 
-class EvaluatorRole:
+class Evaluator(Host):
     """Tests the global model of each arm on the held-out set; under M2 it holds key 2's decoder, the party
     the paper lets see the model."""
 
@@ -79,6 +83,11 @@ class EvaluatorRole:
         """``paired``: report the deviation of this arm's model from fl's (default: coded arms)."""
         self.views[arm] = (on_device(server_view, self.device), on_device(aggregator_view, self.device))
         self.paired[arm] = coding.coded if paired is None else paired
+
+    def plain_model(self, arm: str, broadcast: torch.Tensor, coding: Coding) -> torch.Tensor:
+        """The plain global model behind ``broadcast`` (simulation only), on the host: what leaves a party
+        is never a device tensor (unpickled in the driver, it would land on the driver's GPU)."""
+        return self.decode(arm, broadcast.to(self.device), coding).cpu()
 
     def decode(self, arm: str, broadcast: torch.Tensor, coding: Coding) -> torch.Tensor:
         """The plain global model behind a broadcast of ``arm`` in ``coding`` (the broadcast's own: an M2
@@ -141,8 +150,7 @@ class EvaluatorRole:
             out["max_deviation"] = float((w - self.reference[t]).abs().max())
         return out
 
-    @staticmethod
-    def sum_error(arm: str, t: int, num_shards: int, *vectors: torch.Tensor) -> float:
+    def sum_error(self, arm: str, t: int, num_shards: int, *vectors: torch.Tensor) -> float:
         """Secure aggregation, simulation only: ``max_j |decoded sum − exact sum|`` of round ``t``.
 
         ``vectors``: first the ``num_shards`` aggregator shards' decoded rows (in order), then each worker's
@@ -154,3 +162,34 @@ class EvaluatorRole:
         decoded = torch.cat([v.to(CODING_DTYPE) for v in vectors[:num_shards]])
         exact = torch.stack([v.to(CODING_DTYPE) for v in vectors[num_shards:]]).sum(0)
         return float((decoded - exact).abs().max())
+
+
+class EvaluatorHost(Evaluator):
+    """The evaluator's process: the test set, and the configured model built from the run's seed."""
+
+    def __init__(self, data: dict[str, Any], model: ModelSpec, seed: int, batch_size: int, threads: int = 1):
+        prepare_process(threads)
+        net = build_model(
+            model.name,
+            input_shape=model.input_shape,
+            num_classes=model.num_classes,
+            generator=torch_generator(seed, "init"),
+            args=model.args,
+            factory=model.factory,
+        )
+        net = net.to(getattr(torch, model.dtype))
+        device, self.fallback = pick_device()
+        super().__init__(
+            model=net,
+            x_test=np.asarray(data["x_test"]),
+            y_test=np.asarray(data["y_test"]),
+            batch_size=batch_size,
+            device=device,
+        )
+
+    def placement(self) -> dict[str, Any]:
+        """Where the evaluator runs and computes (:func:`~sifl_ray.parties.process.placement`)."""
+        return placement(self.device, self.model, self.x, self.views, fallback=self.fallback)
+
+    def memory(self) -> dict[str, Any]:
+        return memory(self.device)

@@ -1,22 +1,24 @@
-"""The backend interface (:class:`sifl_ray.backend.Backend`): both backends have every member, with a
-signature that accepts every call the interface allows, and the sequential backend's ``wait`` and
-``is_lost`` do what the interface says (nothing is late in-process, nothing is lost). No Ray is started:
-``RayBackend`` is checked on an instance made without its constructor, which would start Ray."""
+"""The backend interface (:class:`sifl_ray.backends.Backend`): every registered backend has every member,
+with a signature that accepts every call the interface allows, declares what it can do, and the in-process
+backend's ``wait`` and ``is_lost`` do what the interface says (nothing is late in-process, nothing is lost).
+No Ray is started: ``RayBackend`` is checked on an instance made without its constructor, which would
+start Ray."""
 
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 
 import pytest
 import ray
 
-from actors.backend import RayBackend
-from sifl_ray.backend import Backend
-from sifl_ray.handles import collect
-from sifl_ray.sequential import SequentialBackend
+from sifl_ray.backends import BACKENDS, Backend, Capabilities, Placement, backend_class
+from sifl_ray.backends.local import LocalBackend
+from sifl_ray.backends.ray import RayBackend
+from sifl_ray.parties.handle import collect
 
-BACKENDS = {"ray": RayBackend, "sequential": SequentialBackend}
 P = inspect.Parameter
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def without_constructor(cls: type) -> object:
@@ -44,8 +46,13 @@ def incompatibilities(impl: inspect.Signature, proto: inspect.Signature) -> list
             problems.append(f"{p.name!r} is {q.kind.description}, expected {p.kind.description}")
         elif p.default is not P.empty and q.default is P.empty:
             problems.append(f"{p.name!r} has no default")
-    positional = [p.name for p in proto.parameters.values() if p.kind is P.POSITIONAL_OR_KEYWORD]
-    if [p.name for p in have.values() if p.kind is P.POSITIONAL_OR_KEYWORD][: len(positional)] != positional:
+    positional = [
+        p.name for p in proto.parameters.values() if p.kind in (P.POSITIONAL_OR_KEYWORD, P.POSITIONAL_ONLY)
+    ]
+    have_positional = [
+        p.name for p in have.values() if p.kind in (P.POSITIONAL_OR_KEYWORD, P.POSITIONAL_ONLY)
+    ]
+    if have_positional[: len(positional)] != positional:
         problems.append(f"positional parameters are not {positional} in this order")
     extra = [
         q.name
@@ -63,11 +70,14 @@ def unbound(sig: inspect.Signature) -> inspect.Signature:
 
 
 @pytest.mark.parametrize("name", sorted(BACKENDS))
-def test_backend_implements_the_protocol(name):
-    backend = without_constructor(BACKENDS[name])
+def test_every_registered_backend_implements_the_protocol(name):
+    cls = backend_class(name)
+    backend = without_constructor(cls)
     assert isinstance(backend, Backend)
-    assert isinstance(backend.name, str) and backend.name == name  # the value of ray.backend
+    assert backend.name == name  # the value of the configuration that chose it
     assert backend.description == ""  # before (or without) connecting, there is nothing to say
+    assert isinstance(backend.capabilities, Capabilities)
+    assert callable(getattr(cls, "from_config", None))
     for method in protocol_methods():
         impl = inspect.signature(getattr(backend, method))
         proto = unbound(inspect.signature(getattr(Backend, method)))
@@ -77,13 +87,25 @@ def test_backend_implements_the_protocol(name):
 def test_protocol_names_what_the_platform_calls():
     """Every method the round and the runner call, and only methods: a member lost from the protocol
     would stop being checked above."""
-    expected = {"available", "call", "cluster", "get", "is_lost", "kill", "put", "shutdown", "spawn", "wait"}
+    expected = {
+        "available",
+        "call",
+        "cluster",
+        "get",
+        "get_all",
+        "is_lost",
+        "kill",
+        "put",
+        "shutdown",
+        "spawn",
+        "wait",
+    }
     assert set(protocol_methods()) == expected
-    assert set(Backend.__annotations__) == {"name", "description"}
+    assert set(Backend.__annotations__) == {"name", "description", "capabilities"}
 
 
 def test_the_check_catches_a_missing_member_and_a_wrong_signature():
-    members = {k: v for k, v in vars(SequentialBackend).items() if k != "wait"}
+    members = {k: v for k, v in vars(LocalBackend).items() if k != "wait"}
     assert not isinstance(type("NoWait", (), members)(), Backend)
 
     class Narrow:
@@ -93,22 +115,40 @@ def test_the_check_catches_a_missing_member_and_a_wrong_signature():
     assert "no parameter 'timeout'" in narrow and "extra parameter 'deadline' has no default" in narrow
 
 
-def test_sequential_wait_returns_everything_ready():
-    backend = SequentialBackend()
-    refs = [backend.put(1), backend.call([3, 1, 2], "copy"), backend.put(None)]
+def test_nothing_outside_the_backends_asks_a_backend_its_name():
+    """What differs between backends is read from their capabilities: a branch on ``backend.name`` (or on
+    the name of a backend class) anywhere else is the smell this package removes."""
+    offenders = []
+    for path in sorted((ROOT / "sifl_ray").rglob("*.py")):
+        if "backends" in path.parts:
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if (
+                "backend.name ==" in line
+                or "backend.name !=" in line
+                or "isinstance(backend, RayBackend" in line
+            ):
+                offenders.append(f"{path.relative_to(ROOT)}:{n}")
+    assert not offenders
+
+
+def test_local_wait_returns_everything_ready():
+    backend = LocalBackend()
+    handle = backend.spawn(Placement(), list, [3, 1, 2])
+    refs = [backend.put(1), handle.call(list.copy), backend.put(None)]
     for timeout in (None, 0.0):
         ready, late = backend.wait(refs, timeout)
         assert ready == refs and late == []
     assert backend.wait([], 0.0) == ([], [])
-    assert backend.get(refs) == [1, [3, 1, 2], None]
+    assert backend.get_all(refs) == [1, [3, 1, 2], None]
 
 
-def test_sequential_is_lost_is_false_so_errors_surface_as_themselves():
+def test_local_is_lost_is_false_so_errors_surface_as_themselves():
     for err in (RuntimeError("boom"), ray.exceptions.RayActorError(), KeyboardInterrupt()):
-        assert SequentialBackend().is_lost(err) is False
+        assert LocalBackend().is_lost(err) is False
 
-    class FailedCall(SequentialBackend):
-        def get(self, refs):
+    class FailedCall(LocalBackend):
+        def get(self, ref):
             raise ValueError("a bug in the party")
 
     backend = FailedCall()
@@ -116,6 +156,14 @@ def test_sequential_is_lost_is_false_so_errors_surface_as_themselves():
         collect(backend, backend.put(1), "server", 0, arm="fl", t=0)
 
 
+def test_the_local_backend_cannot_kill_and_says_so():
+    backend = LocalBackend()
+    assert not backend.capabilities.kill and not backend.capabilities.own_processes
+    with pytest.raises(RuntimeError, match="cannot kill"):
+        backend.kill(backend.spawn(Placement(), dict))
+
+
 def test_ray_is_lost_tells_a_dead_actor_from_a_bug():
     assert RayBackend.is_lost(ray.exceptions.RayActorError())
     assert not RayBackend.is_lost(ValueError("a bug in the party"))
+    assert RayBackend.capabilities.kill and RayBackend.capabilities.placement

@@ -1,4 +1,5 @@
-"""Settings of an actor's own process (it owns its process; a library must not touch the driver's)."""
+"""A party's host and its own process: what every host answers (its process, its node, the key material it
+holds), and the settings of its process (it owns its process; a library must not touch the driver's)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ import ctypes.util
 import os
 import resource
 import sys
+from typing import Any
 
 import torch
+
+from sifl_ray.parties.key_holdings import key_inventory
 
 # glibc's mallopt parameters (malloc.h).
 _M_TRIM_THRESHOLD = -1
@@ -48,9 +52,31 @@ def keep_freed_memory() -> bool:
     )
 
 
+class Host:
+    """What every party's host answers, whatever else it does: where it runs and what key material it holds
+    (the tests' proof that no party holds another's)."""
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def node(self) -> str | None:
+        """The Ray node this party runs on (:func:`node_id`)."""
+        return node_id()
+
+    def key_inventory(self) -> list[str]:
+        """Which kinds of key material this host holds
+        (:func:`~sifl_ray.parties.key_holdings.key_inventory`)."""
+        return sorted(key_inventory(self))
+
+    def placement(self) -> dict[str, Any]:
+        """Where this host runs and computes, and the devices of what it holds (:func:`placement`); each
+        host says what it holds."""
+        return placement(torch.device("cpu"))
+
+
 def in_ray_actor() -> bool:
-    """Whether this code runs inside a Ray actor's own process (not the driver, not the sequential
-    backend, which builds the same actor classes in the caller's process)."""
+    """Whether this code runs inside a Ray actor's own process (not the driver, not the in-process
+    backend, which builds the same hosts in the caller's process)."""
     ray = sys.modules.get("ray")
     return bool(ray is not None and ray.is_initialized() and ray.get_runtime_context().get_actor_id())
 
@@ -74,7 +100,7 @@ def prepare_process(threads: int | None = None) -> None:
 
 
 def assigned_gpu_ids() -> list[str]:
-    """The GPU ids Ray assigned to this actor ([] outside a Ray actor: the driver, the sequential backend;
+    """The GPU ids Ray assigned to this actor ([] outside a Ray actor: the driver, the in-process backend;
     or when it asked for none)."""
     if not in_ray_actor():
         return []
@@ -99,7 +125,7 @@ def pick_device() -> tuple[torch.device, str | None]:
     return torch.device("cuda", 0), None
 
 
-def placement(device: torch.device, *holdings: object, fallback: str | None = None) -> dict:
+def placement(device: torch.device, *holdings: object, fallback: str | None = None) -> dict[str, Any]:
     """Where an actor runs and computes: its GPU ids as Ray assigned them, what CUDA sees, its device, the
     devices of every tensor it holds (``holdings``: model, keys, staged data), and why it fell back to the
     CPU if it did."""
@@ -118,7 +144,7 @@ def placement(device: torch.device, *holdings: object, fallback: str | None = No
     }
 
 
-def memory(device: torch.device) -> dict:
+def memory(device: torch.device) -> dict[str, Any]:
     """This actor's peak memory: on a CUDA device what torch's allocator allocated and reserved (its peak
     since the process started or :func:`reset_peak_memory`), and the process's peak resident set."""
     out = {"device": str(device), "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}

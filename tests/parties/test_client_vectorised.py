@@ -1,6 +1,6 @@
 """A client worker that trains its clients together gives what its loop gives, for every kind of arm.
 
-Two :class:`~sifl_ray.roles.client.ClientWorkerRole` s on the same data, keys and noise seeds, one with
+Two :class:`~sifl_ray.parties.workers.ClientWorker` s on the same data, keys and noise seeds, one with
 ``vectorise=True``, one with ``False``, play the same round of: plain FedAvg, NbAFL's client step
 (clip and add noise), DP-FedAvg's (clip the update, equal weights), SIFL M1 fused (the worker's shortcut,
 and with every upload materialised), stepwise, and M2. Clients of unequal sizes (several minibatch counts,
@@ -33,8 +33,8 @@ from sifl_ray.arms.steps import chain, clip, gaussian
 from sifl_ray.coding import NoiseSpec, make_aggregator_key, make_server_key
 from sifl_ray.models import MLP, flatten_params
 from sifl_ray.optim import TorchTrainer, vectorised
+from sifl_ray.parties.workers import ArmSetup, ClientWorker, LocalTraining
 from sifl_ray.party_seeds import ClientNoiseSeeds
-from sifl_ray.roles.client import ArmSetup, ClientWorkerRole, LocalTraining
 from sifl_ray.seeding import torch_generator
 from sifl_ray.specs import Coding
 
@@ -101,11 +101,11 @@ class Setting:
         }
         self.roles = {on: self._role(on) for on in (True, False)}
 
-    def _role(self, vectorise: bool, stage_data: bool | None = None) -> ClientWorkerRole:
+    def _role(self, vectorise: bool, stage_data: bool | None = None) -> ClientWorker:
         training = LocalTraining(
             batch_size=BATCH, local_epochs=1, local_steps=self.steps, seed=3, vectorise=vectorise
         )
-        role = ClientWorkerRole(
+        role = ClientWorker(
             worker=0,
             x_train=self.x,
             y_train=self.y,
@@ -127,8 +127,9 @@ class Setting:
         role.materialize = arm == "m1_materialised"
         b = self.broadcast(arm)
         coding = self.setups[arm].coding  # each arm's broadcast here is in its own coding (M2: W')
-        (partial,), report = role.train_round(arm, ROUND, b, coding, list(self.parts), [(0, b.shape[0])])
-        return partial, report
+        out = role.train_round(arm, ROUND, b, coding, list(self.parts), [(0, b.shape[0])])
+        (partial,) = out.partials
+        return partial, out.report
 
     def references(self, accepted: list[int], stepwise: bool = False) -> dict:
         """Each accepted client's float64 reference run and its bound (a stepwise client's trajectory is

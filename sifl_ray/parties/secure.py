@@ -29,7 +29,6 @@ ids ``0..N-1``. Each round is a fresh protocol run: keys, graph and masks are ne
 
 from __future__ import annotations
 
-import math
 import time
 from bisect import bisect_left
 from collections.abc import Collection, Mapping, Sequence
@@ -38,6 +37,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from sifl_ray.parties.messages import MaskedPartial, WorkerReport
+from sifl_ray.parties.upload import Local
 from sifl_ray.privacy.secagg import (
     FixedPointCodec,
     MaskPlan,
@@ -52,72 +53,7 @@ from sifl_ray.privacy.secagg import (
 )
 from sifl_ray.privacy.secagg.graph import NeighbourGraph
 from sifl_ray.privacy.secagg.ring import ring_reduce_
-from sifl_ray.roles.messages import MaskedPartial, WorkerReport
-
-
-@dataclass(frozen=True)
-class SecAggSpec:
-    """What every party of a secure-aggregation arm agrees on (public: no secret in it).
-
-    Attributes:
-        codec: the fixed-point ring; its ``num_summands`` is the most clients one round can hold.
-        vector_len: the length of every upload (the model's n).
-        degree: neighbours per client (SecAgg+); ``None``: every pair, the original protocol.
-        threshold: Shamir's t per closed neighbourhood; ``None``: :func:`~sifl_ray.privacy.secagg.
-            default_threshold` of the round's neighbourhoods.
-        min_survivors: a floor under t. Distributed DP needs it: each client adds ``1/min_survivors`` of the
-            noise variance, so a round must never be unmasked with fewer survivors than that (t responders
-            imply at least t survivors). A round whose neighbourhoods are smaller than the floor is refused.
-        weight_ref: a client encodes ``(weight_i / weight_ref)·u_i`` (``u_i`` its upload, ``weight_i`` its
-            FedAvg weight), so that every coordinate stays within the codec's clip whatever its weight; the
-            aggregator multiplies the decoded sum back by ``weight_ref / Σ weight_i``.
-        key_seed: ``coding.key_seed``; ``None`` draws every secret from ``secrets`` (see
-            :func:`sifl_ray.party_seeds.party_seed`).
-    """
-
-    codec: FixedPointCodec
-    vector_len: int
-    degree: int | None = None
-    threshold: int | None = None
-    weight_ref: float = 1.0
-    key_seed: int | None = None
-    min_survivors: int = 0
-
-    def params(self, num_clients: int, t: int) -> SecAggParams:
-        """Round ``t``'s public parameters for ``num_clients`` clients.
-
-        Raises:
-            SecAggError: the round cannot run: fewer than 2 clients, or neighbourhoods too small for the
-                threshold (the configured t, or the arm's floor).
-        """
-        from sifl_ray.privacy.secagg import default_threshold
-
-        if num_clients < 2:
-            raise SecAggError(f"round {t} has {num_clients} client(s); secure aggregation needs at least 2")
-        full = num_clients - 1
-        closed = (full if self.degree is None else min(self.degree, full)) + 1
-        threshold = default_threshold(closed) if self.threshold is None else self.threshold
-        threshold = max(threshold, self.min_survivors)
-        if threshold > closed:
-            raise SecAggError(
-                f"round {t} has {num_clients} clients (neighbourhoods of {closed}), fewer than the threshold "
-                f"t = {threshold} this arm needs: the round is not run"
-            )
-        try:
-            return SecAggParams(
-                num_clients=num_clients,
-                vector_len=self.vector_len,
-                codec=self.codec,
-                degree=self.degree,
-                threshold=threshold,
-                round_index=t,
-            )
-        except ValueError as err:
-            raise SecAggError(f"round {t}: {err}") from None
-
-    def sum_bound(self, summands: int) -> float:
-        """Per-coordinate bound on the decoded ring sum's quantisation error (see :mod:`.ring`)."""
-        return self.codec.sum_error_bound(summands)
+from sifl_ray.privacy.secagg.spec import SecAggSpec
 
 
 @dataclass(frozen=True)
@@ -255,11 +191,14 @@ class MaskedSum:
         self.ids: list[int] = []
         self._last: np.ndarray | None = None
 
-    def add(self, client: int, upload: torch.Tensor, size: float, report: WorkerReport) -> str | None:
-        """Mask ``client``'s upload (FedAvg weight ``size``) and add it to the ring sum; return why the
+    shortcut = False  # every upload is masked on its own
+
+    def add(self, local: Local, report: WorkerReport) -> str | None:
+        """Mask the client's upload (times its FedAvg weight) and add it to the ring sum; return why the
         protocol refused it (``None``: added). Its compute goes to ``report``'s encoding time."""
+        client = local.client
         t0 = time.perf_counter()
-        x = upload.detach().cpu().numpy() * (size / self.secure.spec.weight_ref)
+        x = local.upload.detach().cpu().numpy() * (local.size / self.secure.spec.weight_ref)
         try:
             masked = self.secure.mask(self.t, client, x, self.inboxes)
         except SecAggError as err:
@@ -272,8 +211,8 @@ class MaskedSum:
         self._last = masked
         return None
 
-    def reading(self) -> torch.Tensor:
-        """The last masked input as the aggregator would read it: ring elements decoded as numbers."""
+    def sent(self, local: Local) -> torch.Tensor:
+        """The client's masked input as the aggregator reads it: ring elements decoded as numbers."""
         assert self._last is not None, "no input was masked yet"
         return torch.from_numpy(self.codec.decode(self._last))
 
@@ -389,20 +328,3 @@ def unmask_rows(
     total = ring_sum(masked_sums, codec.ring_bits)
     plan.apply_(total, offset=offset)
     return codec.decode(total)
-
-
-def fit_codec(*, clip: float, num_summands: int, ring_bits: int, frac_bits: int | None) -> FixedPointCodec:
-    """The codec of an arm: ``frac_bits`` as configured, or (``None``) the largest that keeps a sum of
-    ``num_summands`` encodings of values in ``[-clip, clip]`` from wrapping in ``ring_bits`` bits.
-
-    Raises:
-        ValueError: no precision fits (the ring is too small for that many clients at that clip), with the
-            ring size that would.
-    """
-    if frac_bits is not None:
-        return FixedPointCodec(ring_bits=ring_bits, frac_bits=frac_bits, clip=clip, num_summands=num_summands)
-    # N·rint(B·2^f) must fit in k − 1 bits: start at the real-valued answer, then step down past rounding.
-    f = max(0, math.floor((ring_bits - 1) - math.log2(num_summands * clip)))
-    while f > 0 and (num_summands * int(np.rint(clip * 2.0**f))).bit_length() + 1 > ring_bits:
-        f -= 1
-    return FixedPointCodec(ring_bits=ring_bits, frac_bits=f, clip=clip, num_summands=num_summands)
