@@ -1,10 +1,10 @@
 """Checkpoints: atomic, checksummed files; each party's key in its own private file, apart from the model.
 
 Why this shape: a run must survive a SIGKILL of the driver and the death of any party without losing a
-round, and the driver must still never hold a key or a parameter vector (SPEC "Parties"). So every party
-writes and reads its own state, the driver passes paths only, and a checkpoint is complete only once the
-driver has written its manifest and then ``LATEST`` (both atomically): a crash at any point leaves the
-previous checkpoint intact and readable.
+round, and the driver must still never hold a key or a parameter vector (docs/method.md "Parties"). So
+every party writes and reads its own state, the driver passes paths only, and a checkpoint is complete
+only once the driver has written its manifest and then ``LATEST`` (both atomically): a crash at any point
+leaves the previous checkpoint intact and readable.
 
 Layout::
 

@@ -23,7 +23,7 @@ class UnknownCoding(SiflError, ValueError):
 
 
 class Coding(enum.Enum):
-    """How an arm's vectors travel (SPEC "SIFL M1", "SIFL M2"): what each party encodes and decodes.
+    """How an arm's vectors travel (docs/method.md "SIFL M1", "SIFL M2"): what each party encodes and decodes.
 
     Why a value and not a name: every party branches on what the coding *does* (does the server hold a
     plain model? does the aggregator add key 2?), and a property answers that once, here, where a string

@@ -1,7 +1,8 @@
-"""Which key material an object holds: the check that no party holds another's (SPEC "Parties").
+"""Which key material an object holds: the check that no party holds another's (docs/method.md "Parties").
 
-The seeds themselves are made by :mod:`sifl_ray.party_seeds`, the roles from them by
-:mod:`sifl_ray.roles.factories`; this module only looks.
+The seeds themselves are made by :mod:`sifl_ray.party_seeds`, each party's secrets from them in its own
+module (:func:`~sifl_ray.parties.server.make_server`,
+:func:`~sifl_ray.parties.aggregator.make_aggregator_state`); this module only looks.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ def key_inventory(
     containing "seed": a key or noise seed reproduces the key or the noise), ``client-noise-seed`` (the
     NbAFL noise seeds a worker made for its own clients, :class:`ClientNoiseSeeds`), ``key-internals`` (a
     coding object that is not a key, e.g. a backend core holding matrices, outside any key). Used by tests
-    to prove that no actor holds another party's key.
+    to prove that no party's host holds another party's key.
     """
     from sifl_ray.coding import IdentityKey
     from sifl_ray.coding.base import AggregatorKey, ClientServerKey, ServerKey

@@ -99,7 +99,7 @@ class MaskedPartial:
     :class:`Partial`): ``Σ_i y_i mod 2^k`` over the clients in ``clients``, still masked.
 
     Its content cannot be checked by anyone (it is uniform in the ring until the masks are removed); its
-    stamps and shape can, and are (:func:`sifl_ray.roles.aggregator.check_masked_partial`).
+    stamps and shape can, and are (:func:`sifl_ray.parties.checks.check_masked_partial`).
     """
 
     source: int

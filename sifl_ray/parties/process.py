@@ -25,15 +25,15 @@ _TRIM_THRESHOLD = 1 << 30
 def keep_freed_memory() -> bool:
     """Make glibc keep freed heap memory for reuse instead of handing it back to the OS at every free.
 
-    Why: measured on the 2-core CPU (CNN2, 10 clients, 2 workers, ``fl`` and ``sifl_m2`` taking turns), a
-    worker took 64,000–140,000 minor page faults in a SIFL M2 round against ~50 in an fl round, and
-    trained ~8 % slower (2.95–3.57 s against 2.76–2.96 s), although the training is the same arithmetic;
-    with fixed thresholds, 20–600 faults and the same training time in both arms. By default glibc adapts
-    its mmap and trim thresholds to the blocks it has seen freed and trims the top of the heap when more
-    than the trim threshold is free there, so an actor that alternates coding (a few vector-sized blocks
-    per round) with training (many activation-sized blocks per step) keeps handing pages back and
-    faulting them in again; that adaptation is the likely mechanism, and fixing the thresholds removes
-    it, so the behaviour no longer depends on what ran before.
+    Why: a client worker that alternates coding (a few vector-sized blocks per round) with training (many
+    activation-sized blocks per step) took three orders of magnitude more minor page faults in a SIFL M2
+    round than in an fl round, and trained measurably slower, although the training is the same
+    arithmetic; with fixed thresholds the faults and the training time are the same in both arms. By
+    default glibc adapts its mmap and trim thresholds to the blocks it has seen freed and trims the top of
+    the heap when more than the trim threshold is free there, so such a process keeps handing pages back
+    and faulting them in again; that adaptation is the likely mechanism, and fixing the thresholds removes
+    it, so the behaviour no longer depends on what ran before (``tests/test_actor_process.py`` shows the
+    effect on a freed block; ``python -m bench coding-overhead`` times an M2 round against fl's).
 
     Cost: a process keeps its peak heap (up to the blocks below 32 MiB) instead of returning the top of
     it; blocks of 32 MiB and more are still mapped and unmapped on their own. Returns whether the
@@ -91,7 +91,7 @@ def node_id() -> str | None:
 
 
 def prepare_process(threads: int | None = None) -> None:
-    """What every actor does first: its torch thread count (if given) and, in its own process only,
+    """What every host does first: its torch thread count (if given) and, in its own process only,
     :func:`keep_freed_memory`."""
     if threads is not None:
         torch.set_num_threads(max(1, threads))
@@ -110,7 +110,7 @@ def assigned_gpu_ids() -> list[str]:
 
 
 def pick_device() -> tuple[torch.device, str | None]:
-    """Where this actor computes: the GPU Ray assigned to it if CUDA works here, else the CPU; and why it
+    """Where this host computes: the GPU Ray assigned to it if CUDA works here, else the CPU; and why it
     is the CPU when Ray assigned a GPU (``None`` otherwise).
 
     Ray sets ``CUDA_VISIBLE_DEVICES`` to the assigned GPU(s), so the first one this process sees is
@@ -126,7 +126,7 @@ def pick_device() -> tuple[torch.device, str | None]:
 
 
 def placement(device: torch.device, *holdings: object, fallback: str | None = None) -> dict[str, Any]:
-    """Where an actor runs and computes: its GPU ids as Ray assigned them, what CUDA sees, its device, the
+    """Where a host runs and computes: its GPU ids as Ray assigned them, what CUDA sees, its device, the
     devices of every tensor it holds (``holdings``: model, keys, staged data), and why it fell back to the
     CPU if it did."""
     from sifl_ray.device import tensor_devices
@@ -145,7 +145,7 @@ def placement(device: torch.device, *holdings: object, fallback: str | None = No
 
 
 def memory(device: torch.device) -> dict[str, Any]:
-    """This actor's peak memory: on a CUDA device what torch's allocator allocated and reserved (its peak
+    """This host's peak memory: on a CUDA device what torch's allocator allocated and reserved (its peak
     since the process started or :func:`reset_peak_memory`), and the process's peak resident set."""
     out = {"device": str(device), "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
     if device.type == "cuda":

@@ -3,7 +3,7 @@
 The protocol itself (Bonawitz et al., CCS 2017; SecAgg+ graph of Bell et al., CCS 2020) is
 :mod:`sifl_ray.privacy.secagg`; this module fits its two halves to the platform's parties, so that an arm
 whose uploads are masked (:attr:`sifl_ray.arms.Arm.secure_aggregation`) runs on the same round, the same
-actors and the same faults as every other arm:
+hosts and the same faults as every other arm:
 
 * :class:`SecAggSpec`: the public parameters an arm hands every party (the fixed-point ring, the graph
   degree, the threshold, the weight scale).

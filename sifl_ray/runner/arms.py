@@ -198,7 +198,8 @@ def setup_arm(
     steps = protocol.steps(ctx)
     precision = None
     if coding.coded:
-        # Refuse (or warn) before any work if float64 cannot carry this configuration (SPEC "Precision").
+        # Refuse (or warn) before any work if float64 cannot carry this configuration
+        # (docs/method.md "Precision").
         precision = arm_precision(cfg, coding=coding, n=n, w_max=float(w0.abs().max()))
     state, setup = hand_out_arm(
         pool,

@@ -37,8 +37,9 @@ def say(text: str) -> None:
 
 
 #: With ``ray.aggregator_actors=0`` (auto), one aggregator actor per this many rows of the encoded vector (at
-#: most one per shard): a shard's reduce takes milliseconds below it, less than a process costs (~1.5 s of
-#: CPU to start, ~180 MiB), while the paper's CNNs (582,539 and 1,200,011 rows) keep an actor per shard.
+#: most one per shard): below it a shard's reduce costs far less than a process of its own (a second or more
+#: of CPU to start and a torch import's memory: ``python -m bench startup``), while the paper's CNNs (582,539
+#: and 1,200,011 rows) keep a host per shard.
 ROWS_PER_AGGREGATOR_ACTOR = 1 << 19
 
 
