@@ -312,8 +312,8 @@ def test_workers_are_pinned_to_declared_gpus(ray_session):
 
 
 def test_gpus_beyond_the_cluster_are_refused_before_any_worker_waits():
-    from sifl_ray.config import ConfigError
     from sifl_ray.backends import Capabilities
+    from sifl_ray.config import ConfigError
     from sifl_ray.runner.parties import check_gpus, worker_count
 
     class Cluster:  # what worker_count asks of a backend: what it can do and the cluster's resources
