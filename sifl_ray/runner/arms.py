@@ -16,12 +16,12 @@ import torch
 from omegaconf import DictConfig
 
 from sifl_ray.arms import ArmContext, arm_of
+from sifl_ray.arms.sifl_figures import arm_precision, arm_round_bound
 from sifl_ray.handles import AggregatorHandle, ServerHandle
 from sifl_ray.roles.client import ArmSetup
 from sifl_ray.round import ArmState
 from sifl_ray.runner.parties import PartyPool, say
 from sifl_ray.runner.state import Checkpoints, arm_shape
-from sifl_ray.sizing import arm_precision, arm_round_bound
 from sifl_ray.specs import CodingSpec
 
 
