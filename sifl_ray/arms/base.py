@@ -167,8 +167,10 @@ class Arm:
         coding: :class:`~sifl_ray.specs.Coding` ``PLAIN``, ``M1`` or ``M2`` (see the module docstring).
         clip_key: the configuration key of the clip radius C its figures assume (``None``: no clipping).
         summary: one line for ``sifl describe`` and the README.
-        paired_with_fl: its global model should equal fl's up to round-off (the SIFL arms): the evaluator
-            reports ``max_deviation`` from fl's model each round, and the run checks it against the bounds.
+        paired_with: the arm whose global model this one's must equal up to round-off, by its name in
+            ``arms`` (the SIFL arms and ``secagg``: ``fl``; ``None``: none): the runner plays that arm
+            first in each round, the evaluator reports ``max_deviation`` from its model each round, and the
+            run checks it against the bounds (:mod:`sifl_ray.arms.pairing`).
         uniform_weights: average the uploads with equal weights instead of FedAvg's |D_i| (a DP mean: the
             weights then reveal nothing and one client moves the sum by at most its clip).
         secure_aggregation: the uploads are masked so that the aggregator learns only their sum.
@@ -182,7 +184,7 @@ class Arm:
     coding: ClassVar[Coding] = Coding.PLAIN
     clip_key: ClassVar[str | None] = None
     summary: ClassVar[str] = ""
-    paired_with_fl: ClassVar[bool] = False
+    paired_with: ClassVar[str | None] = None
     uniform_weights: ClassVar[bool] = False
     #: its uploads travel masked under secure aggregation (:mod:`sifl_ray.roles.secure`): its steps then
     #: carry a :class:`~sifl_ray.roles.secure.SecAggSpec` (``PartySteps.secagg``); plain coding only

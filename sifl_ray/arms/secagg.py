@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from sifl_ray.arms.base import Arm, ArmContext, PartySteps, Release
 from sifl_ray.arms.dp_fedavg import DpFedAvg, DpFedAvgConfig, clipped_update
+from sifl_ray.arms.fedavg import FedAvg
 from sifl_ray.arms.steps import add_update, chain, fixed_denominator, noise_share
 from sifl_ray.specs import Coding
 from sifl_ray.validation import AT_LEAST_1, NONNEG, POSITIVE, Range, setting
@@ -149,7 +150,7 @@ class SecAgg(Arm):
     kind: ClassVar[str] = "secagg"
     coding: ClassVar[Coding] = Coding.PLAIN
     secure_aggregation: ClassVar[bool] = True
-    paired_with_fl: ClassVar[bool] = True  # equal to fl within the fixed-point quantisation
+    paired_with: ClassVar[str | None] = FedAvg.kind  # equal to it within the fixed-point quantisation
     clip_key: ClassVar[str | None] = "secagg.clip"
     clips: ClassVar[str] = "updates to ‖w_i − w^t‖"
     uploads: ClassVar[str] = "update"

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from sifl_ray.arms.base import Arm, ArmContext, PartySteps, Release
+from sifl_ray.arms.fedavg import FedAvg
 from sifl_ray.arms.steps import clip
 from sifl_ray.specs import Coding
 
@@ -21,7 +22,7 @@ class Sifl(Arm):
 
     coding: ClassVar[Coding] = Coding.M1
     clip_key: ClassVar[str | None] = "privacy.clip"
-    paired_with_fl: ClassVar[bool] = True  # the coding must not change the model beyond round-off
+    paired_with: ClassVar[str | None] = FedAvg.kind  # the coding must not change the model beyond round-off
 
     def steps(self, ctx: ArmContext) -> PartySteps:
         return PartySteps(client=clip(ctx.cfg.privacy.clip))

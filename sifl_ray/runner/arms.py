@@ -136,7 +136,7 @@ def hand_out_arm(
         canary_zero_out=protocol.zero_out,
     )
     views = (server_view, agg_view)
-    done = host.hand_arm(arm, setup=setup, views=views, paired=protocol.paired_with_fl)
+    done = host.hand_arm(arm, setup=setup, views=views, paired=protocol.paired_with is not None)
     if restored is None:
         state.broadcast = server.initial_broadcast(arm, backend.put(w0))
     else:
