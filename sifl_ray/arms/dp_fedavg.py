@@ -141,6 +141,7 @@ class DpFedAvg(Arm):
     kind: ClassVar[str] = "dp_fedavg"
     coding: ClassVar[Coding] = Coding.PLAIN
     clip_key: ClassVar[str | None] = "dp_fedavg.clip"
+    colormap: ClassVar[str | None] = "Blues"
     uniform_weights: ClassVar[bool] = True
     clips: ClassVar[str] = "updates to ‖w_i − w^t‖"
     uploads: ClassVar[str] = "update"

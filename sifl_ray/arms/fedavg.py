@@ -20,6 +20,7 @@ class FedAvg(Arm):
     kind: ClassVar[str] = "fl"
     coding: ClassVar[Coding] = Coding.PLAIN
     clip_key: ClassVar[str | None] = "privacy.clip"
+    colormap: ClassVar[str | None] = "Greys"
     summary: ClassVar[str] = "plain FedAvg: the reference every other arm is compared with"
 
     def steps(self, ctx: ArmContext) -> PartySteps:

@@ -64,8 +64,10 @@ class NbAFL(Arm):
     kind: ClassVar[str] = "nbafl"
     coding: ClassVar[Coding] = Coding.PLAIN
     clip_key: ClassVar[str | None] = "nbafl.clip"
+    colormap: ClassVar[str | None] = "YlOrBr"
     summary: ClassVar[str] = "NbAFL: clients clip and add Gaussian noise before upload, one arm per ε"
     settings: ClassVar[Mapping[str, type]] = MappingProxyType({"nbafl": NbaflConfig})
+    noise_stream: ClassVar[str] = "nbafl"  # its clients' Gaussian noise
 
     def instances(self, cfg: DictConfig) -> list[str]:
         return [f"nbafl_eps{eps_label(e)}" for e in cfg.nbafl.epsilons]
@@ -94,10 +96,8 @@ class NbAFL(Arm):
         )
 
     def steps(self, ctx: ArmContext) -> PartySteps:
-        from sifl_ray.party_seeds import ClientNoiseSeeds
-
         # Each client's noise seed is made in its worker (secure random, or from coding.key_seed).
-        seeds = ClientNoiseSeeds(key_seed=ctx.cfg.coding.key_seed, key_dir=ctx.key_dir)
+        seeds = self.client_noise_seeds(ctx)
         return PartySteps(client=chain(clip(ctx.cfg.nbafl.clip), gaussian(self.sigma(ctx), seeds)))
 
     def releases(self) -> tuple[Release, ...]:

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from sifl_ray.arms.base import Arm, ArmContext, PartySteps, Release
 from sifl_ray.arms.dp_fedavg import DpFedAvg, DpFedAvgConfig, clipped_update
 from sifl_ray.arms.fedavg import FedAvg
+from sifl_ray.arms.nbafl import NbAFL
 from sifl_ray.arms.steps import add_update, chain, fixed_denominator, noise_share
 from sifl_ray.specs import Coding
 from sifl_ray.validation import AT_LEAST_1, NONNEG, POSITIVE, Range, setting
@@ -152,6 +153,7 @@ class SecAgg(Arm):
     secure_aggregation: ClassVar[bool] = True
     paired_with: ClassVar[str | None] = FedAvg.kind  # equal to it within the fixed-point quantisation
     clip_key: ClassVar[str | None] = "secagg.clip"
+    colormap: ClassVar[str | None] = "Purples"
     clips: ClassVar[str] = "updates to ‖w_i − w^t‖"
     uploads: ClassVar[str] = "update"
     settings: ClassVar[Mapping[str, type]] = MappingProxyType({"secagg": SecAggConfig})
@@ -188,6 +190,10 @@ class DpFedAvgSecAgg(DpFedAvg):
     secure_aggregation: ClassVar[bool] = True
     amplified: ClassVar[bool] = False  # zero-out, participation public: the accountant's q is 1
     zero_out: ClassVar[bool] = True
+    #: its clients' Gaussian noise shares are drawn under the label of NbAFL's client noise: each client's
+    #: seed depends on the arm's name, so the two arms' streams are apart all the same
+    noise_stream: ClassVar[str] = NbAFL.noise_stream
+    colormap: ClassVar[str | None] = "RdPu"
     settings: ClassVar[Mapping[str, type]] = MappingProxyType(
         {"dp_fedavg": DpFedAvgConfig, "secagg": SecAggConfig}
     )
@@ -213,7 +219,6 @@ class DpFedAvgSecAgg(DpFedAvg):
         return int(sa.threshold) if sa.threshold is not None else default_threshold(closed)
 
     def steps(self, ctx: ArmContext) -> PartySteps:
-        from sifl_ray.party_seeds import ClientNoiseSeeds
         from sifl_ray.privacy.dp_fedavg import distributed_noise_std
 
         cfg, clip = ctx.cfg, float(ctx.cfg.dp_fedavg.clip)
@@ -222,7 +227,7 @@ class DpFedAvgSecAgg(DpFedAvg):
         sigma = distributed_noise_std(noise_multiplier=z, clip=clip, num_noisers=t)
         bound = clip + float(cfg.secagg.noise_margin) * sigma
         spec = secagg_spec(cfg, n=ctx.n, clip=bound, weight_ref=1.0, min_survivors=t)
-        seeds = ClientNoiseSeeds(key_seed=cfg.coding.key_seed, key_dir=ctx.key_dir)
+        seeds = self.client_noise_seeds(ctx)
         expected = float(cfg.clients.fraction) * int(cfg.clients.num_clients)
         return PartySteps(
             # clip the update to C, then add this client's share N(0, (zC)²/t) of the round's noise

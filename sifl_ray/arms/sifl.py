@@ -22,6 +22,7 @@ class Sifl(Arm):
 
     coding: ClassVar[Coding] = Coding.M1
     clip_key: ClassVar[str | None] = "privacy.clip"
+    colormap: ClassVar[str | None] = "Greens"
     paired_with: ClassVar[str | None] = FedAvg.kind  # the coding must not change the model beyond round-off
 
     def steps(self, ctx: ArmContext) -> PartySteps:
