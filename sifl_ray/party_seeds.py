@@ -1,8 +1,8 @@
 """Each party's secret seed, the one rule for every party secret (keys, noise, the sample, the canaries).
 
-Why one module: a seed made two ways is two rules to audit; every secret of the platform (a party's key,
-its noise, the sampler's draw, the auditor's canaries, secure aggregation's keys and masks) comes from
-here, inside the party that owns it: SPEC "Parties", no actor may receive another party's key material,
+Why one module: a seed made two ways is two rules to audit; every secret of the platform (a party's key, its
+noise, the sampler's draw, the auditor's canaries, secure aggregation's keys and masks) comes from here,
+inside the party that owns it: docs/method.md "Parties", no actor may receive another party's key material,
 and the driver orchestrates every party, so it must never hold a key either. One rule, :func:`party_seed`, for
 every party secret: with ``coding.key_seed`` unset a party draws 256 bits from the operating system's secure
 source (``secrets``); with an integer it derives its seed from it and its own name: reproducible (Ray vs

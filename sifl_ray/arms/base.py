@@ -76,11 +76,11 @@ class AggregatorStep(Protocol):
 
     ``seed`` is the aggregator's secret for its step (256 bits from the aggregator's key file, ``None`` when
     called outside an aggregator): noise drawn from it is the same when a respawned aggregator replays the
-    round, as SPEC "A replay reproduces, never redraws" requires.
+    round, as docs/method.md "A replay reproduces, never redraws" requires.
 
     A step with a true ``every_round`` attribute runs in every round, on a zero average (``weight`` 0) when
     no update was accepted: central noise must be released even then, or the unchanged model tells
-    everyone that nobody took part (SPEC "Every round releases a noised output")."""
+    everyone that nobody took part (docs/method.md "Every round releases a noised output")."""
 
     def __call__(
         self,

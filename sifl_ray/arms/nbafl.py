@@ -1,4 +1,5 @@
-"""``nbafl``: noising before aggregation (Wei et al., 2020), the paper's DP baseline (SPEC "Baselines").
+"""``nbafl``: noising before aggregation (Wei et al., 2020), the paper's DP baseline (docs/method.md
+"Baselines").
 
 Each client clips its model to ``nbafl.clip`` and adds Gaussian noise of the σ that gives (ε, δ) for the
 uploads ``nbafl.exposures`` covers; one arm per ε of ``nbafl.epsilons`` (``nbafl_eps1``, ``nbafl_eps5``).
@@ -23,7 +24,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class NbaflConfig:
-    """The NbAFL baseline (SPEC "Baselines"): σ from ε, δ, C, the exposures L and the Gaussian formula."""
+    """The NbAFL baseline (docs/method.md "Baselines"): σ from ε, δ, C, the exposures L and the Gaussian
+    formula."""
 
     # one nbafl arm per ε
     epsilons: list[float] = setting(

@@ -1,6 +1,6 @@
 """``secagg`` and ``dp_fedavg_secagg``: FedAvg and DP-FedAvg with the uploads under secure aggregation.
 
-Both are compositions of steps the platform already has (STYLE habit 11), around the masking of
+Both are compositions of steps the platform already has, registered once, around the masking of
 :mod:`sifl_ray.roles.secure` (Bonawitz et al., CCS 2017; SecAgg+ graph of Bell et al., CCS 2020):
 
 =====================  ====================================  ===================================  ========
@@ -21,14 +21,14 @@ holds an update with less noise than the accountant's. Its accountant and calibr
 (:func:`sifl_ray.privacy.dp_fedavg.distributed_noise_std`): at least t clients add their share in a round,
 and the rounding of each noised update to the ring is not accounted.
 
-Its neighbour relation is zero-out, not add/remove (SPEC "What a DP guarantee must say"): the noise in the
-sum grows with the clients in it (k shares of (zC)²/t), so a client that is absent takes its share away and
-the variance of the release tells whether it took part; the aggregator also receives the roster. So the
+Its neighbour relation is zero-out, not add/remove (docs/method.md "What a DP guarantee must say"): the noise
+in the sum grows with the clients in it (k shares of (zC)²/t), so a client that is absent takes its share away
+and the variance of the release tells whether it took part; the aggregator also receives the roster. So the
 guarantee is stated for a client that takes part and adds its share, its update replaced by 0, with
 participation public; there is then no amplification by sampling, and the accountant composes T unsampled
 Gaussian mechanisms (the worst case: a client sampled in every round). A round refused below the threshold t
-releases nothing new, and what it tells (that fewer than t clients took part) is participation, public
-under this relation.
+releases nothing new, and what it tells (that fewer than t clients took part) is participation, public under
+this relation.
 """
 
 from __future__ import annotations
@@ -56,8 +56,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class SecAggConfig:
-    """Secure aggregation (SPEC "Baselines"; Bonawitz et al. 2017, SecAgg+ of Bell et al. 2020): the arms
-    ``secagg`` and ``dp_fedavg_secagg``. Each client's upload is encoded in fixed point into Z_(2^k) and
+    """Secure aggregation (docs/method.md "Baselines"; Bonawitz et al. 2017, SecAgg+ of Bell et al. 2020): the
+    arms ``secagg`` and ``dp_fedavg_secagg``. Each client's upload is encoded in fixed point into Z_(2^k) and
     masked; the aggregator can unmask only the sum of the survivors' uploads."""
 
     # C of the secagg arm: each update is clipped to ‖w_i − w^t‖₂ ≤ C (its coordinates too)

@@ -1,9 +1,10 @@
-"""``sifl_m1`` and ``sifl_m2``: System Immersion coding (SPEC "SIFL M1", "SIFL M2").
+"""``sifl_m1`` and ``sifl_m2``: System Immersion coding (docs/method.md "SIFL M1", "SIFL M2").
 
 The coding is the parties' own (they hold the keys): the server encodes with key 1, the clients decode,
 train and re-encode (the target optimizer), the aggregator averages encoded vectors and, in M2, encodes the
 average with key 2. The arm adds the clients' clipping (every ε assumes ‖w_i‖ ≤ C) and the privacy figures
-of SPEC "Differential privacy", which the accountant also records round by round.
+of docs/method.md "Differential privacy" (:mod:`sifl_ray.arms.sifl_figures`), which the accountant also
+records round by round. Both modes are paired with ``fl``, whose model theirs must equal up to round-off.
 """
 
 from __future__ import annotations
