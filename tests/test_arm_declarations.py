@@ -17,6 +17,7 @@ from sifl_ray.arms import (
     Arm,
     ArmContext,
     arm_kinds,
+    baseline_arm,
     get_arm,
     play_order,
     reference_of,
@@ -79,6 +80,15 @@ def test_a_paired_arm_plays_after_the_arm_it_declares_whatever_the_order_listed(
         "fl": None,
         "sifl_m2": "fl",
     }
+
+
+def test_the_baseline_every_arms_accuracy_is_compared_with_is_the_arm_that_declares_it():
+    cfg = _cfg("nbafl", "update_fedavg_decl_test", "fl", "sifl_m1")
+    # a subclass of FedAvg inherits the declaration: the first listed one is the run's baseline
+    assert baseline_arm(cfg, arm_names(cfg)) == "update_fedavg_decl_test"
+    assert baseline_arm(cfg, ["nbafl_eps1", "sifl_m1"]) is None
+    built_in = [k for k in arm_kinds() if type(get_arm(k)).__module__.startswith("sifl_ray.")]
+    assert [k for k in built_in if get_arm(k).baseline] == ["fl"]
 
 
 def test_a_paired_arm_without_its_reference_is_named_with_the_reference_it_lacks():
@@ -156,9 +166,9 @@ def test_a_plug_in_arms_noise_is_drawn_under_its_own_label():
 PENDING = {
     # the evaluator keeps the reference's model: Arm.paired_with (arms.reference_of), handed by the runner
     "sifl_ray/roles/evaluator.py": {"fl"},
-    # delta_vs_fl_pp: the reference of each arm (arms.reference_of), or one the summary declares
+    # delta_vs_fl_pp: the run's baseline (arms.baseline_arm)
     "sifl_ray/runner/summary.py": {"fl"},
-    # the M2 attack's prefix for its default arm
+    # the file name of the M2 attack's transcripts: the arm's name, whichever arm
     "sifl_ray/attacks/m2.py": {"sifl_m2"},
 }
 

@@ -203,6 +203,9 @@ class Arm:
     #: :data:`UPLOADS`): the releases inherited from :class:`Arm` say it, and the attack suite scores the
     #: aggregator's reading of an upload against the one or the other
     uploads: ClassVar[str] = "model"
+    #: the arm every other arm's final accuracy is compared with (the summary's ``delta_vs_fl_pp``): plain
+    #: FedAvg; the first listed arm that declares it is the run's (:func:`sifl_ray.arms.pairing.baseline_arm`)
+    baseline: ClassVar[bool] = False
     #: the matplotlib colour map of its family in the run's figures (:mod:`sifl_ray.plots`): arms that declare
     #: the same map are one family, shaded in the order of their ε (the SIFL modes); ``None``: a spare map of
     #: its own

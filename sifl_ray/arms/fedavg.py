@@ -21,6 +21,7 @@ class FedAvg(Arm):
     coding: ClassVar[Coding] = Coding.PLAIN
     clip_key: ClassVar[str | None] = "privacy.clip"
     colormap: ClassVar[str | None] = "Greys"
+    baseline: ClassVar[bool] = True
     summary: ClassVar[str] = "plain FedAvg: the reference every other arm is compared with"
 
     def steps(self, ctx: ArmContext) -> PartySteps:

@@ -3,7 +3,7 @@
 A SIFL arm's model must equal plain FedAvg's up to round-off, and a secure aggregation arm's within the
 fixed-point quantisation: the evaluator measures each round how far a paired arm's model is from its
 reference's (``max_deviation``), which is the platform's precision check. The runner reads the pairs here,
-so that no other module names the reference arm.
+and the summary the baseline every arm's accuracy is compared with, so that no other module names an arm.
 """
 
 from __future__ import annotations
@@ -43,3 +43,9 @@ def unpaired_arms(cfg: DictConfig, arms: list[str]) -> dict[str, str]:
         if reference is not None and reference not in arms:
             out[arm] = reference
     return out
+
+
+def baseline_arm(cfg: DictConfig, arms: list[str]) -> str | None:
+    """The arm of ``arms`` every other one's final accuracy is compared with: the first whose arm declares
+    itself the baseline (:attr:`Arm.baseline`: plain FedAvg), ``None`` when none runs."""
+    return next((a for a in arms if arm_of(cfg, a).baseline), None)
