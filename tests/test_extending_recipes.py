@@ -105,10 +105,11 @@ def test_the_arm_recipe_runs_beside_fl_and_uploads_the_top_k(run_recipe):
         with pytest.raises(ConfigError) as err:
             load_config(["arms=[fl,topk]", bad])
         assert any(said in problem for problem in err.value.problems), err.value.problems
-    assert (Arm.paired_with, Arm.colormap, Arm.noise_stream, Arm.coding) == (
+    assert (Arm.paired_with, Arm.colormap, Arm.noise_stream, Arm.baseline, Arm.coding) == (
         None,
         None,
         "client-noise",
+        False,
         Coding.PLAIN,
     )
 
