@@ -49,8 +49,9 @@ class TopK:
         return update, {"sparsity": dropped.numel() / update.numel()}
 
 
-# 3. The arm: its name, its settings, its steps (a chain: the built-in clipped update, then top-k), and the
-#    server adding the average update to the global model. Coding and releases are plain FedAvg's.
+# 3. The arm: its name, its settings, what its clients upload, its steps (a chain: the built-in clipped
+#    update, then top-k), and the server adding the average update to the global model. Its coding and its
+#    channels are plain FedAvg's; the upload they name is the update, as ``uploads`` declares.
 class TopKArm(Arm):
     """Top-k sparsified updates: each client clips its update, keeps the ``topk.fraction`` largest entries and
     uploads them; the server adds the average update to the model."""

@@ -208,7 +208,7 @@ def cmd_resume(argv: list[str]) -> int:
 
 def cmd_describe(argv: list[str]) -> int:
     """``sifl describe``: the sizes, bounds and ε of a scenario without training (seconds, not a run)."""
-    from sifl_ray.sizing import describe_needs_data, describe_scenario, format_description
+    from sifl_ray.describe import describe_needs_data, describe_scenario, format_description
 
     as_json = "--json" in argv
     frontier = "--frontier" in argv

@@ -1,8 +1,8 @@
 """Each party's secret seed, the one rule for every party secret (keys, noise, the sample, the canaries).
 
-Why one module: a seed made two ways is two rules to audit; every secret of the platform (a party's key,
-its noise, the sampler's draw, the auditor's canaries, secure aggregation's keys and masks) comes from
-here, inside the party that owns it: SPEC "Parties", no actor may receive another party's key material,
+Why one module: a seed made two ways is two rules to audit; every secret of the platform (a party's key, its
+noise, the sampler's draw, the auditor's canaries, secure aggregation's keys and masks) comes from here,
+inside the party that owns it: docs/method.md "Parties", no actor may receive another party's key material,
 and the driver orchestrates every party, so it must never hold a key either. One rule, :func:`party_seed`, for
 every party secret: with ``coding.key_seed`` unset a party draws 256 bits from the operating system's secure
 source (``secrets``); with an integer it derives its seed from it and its own name: reproducible (Ray vs
@@ -27,6 +27,9 @@ from sifl_ray.seeding import derive_bytes, secret_torch_generator
 if TYPE_CHECKING:
     import torch
 
+#: The label of a client's noise streams when its arm declares none (:attr:`sifl_ray.arms.Arm.noise_stream`).
+CLIENT_NOISE_STREAM = "client-noise"
+
 
 def party_seed(key_seed: int | None, arm: str, party: str) -> bytes:
     """A party's 256-bit secret seed (its key, its noise): 256 bits from ``secrets`` when ``key_seed``
@@ -42,22 +45,28 @@ class ClientNoiseSeeds:
     one :func:`party_seed` per client (party ``client-<id>``), made on first use in the worker's process and
     never sent anywhere.
 
-    Round t's noise of client i comes from ``secret_torch_generator(seed_i, "noise", "nbafl", t)``: with
-    ``key_seed`` unset no other party, and not the run seed, determines it. Each client keeps its seed in its
-    own key file in ``key_dir`` (when the run checkpoints), as the server and the aggregator keep theirs: a
-    replaced worker, or every worker after a resume, reads it back, so a replayed round draws the noise it
-    drew the first time (two independent draws on one upload would let the aggregator average the noise
-    down: SPEC "A replay reproduces, never redraws"). Pickling keeps only ``key_seed`` and ``key_dir``: the
-    seeds themselves never travel.
+    Round t's noise of client i comes from ``secret_torch_generator(seed_i, "noise", stream, t)``, where
+    ``stream`` is the label the arm declares (:attr:`sifl_ray.arms.Arm.noise_stream`): with ``key_seed``
+    unset no other party, and not the run seed, determines it. Each client keeps its seed in its own key
+    file in ``key_dir`` (when the run checkpoints), as the server and the aggregator keep theirs: a replaced
+    worker, or every worker after a resume, reads it back, so a replayed round draws the noise it drew the
+    first time (two independent draws on one upload would let the aggregator average the noise down:
+    docs/method.md "A replay reproduces, never redraws"). Pickling keeps only ``key_seed``, ``key_dir`` and
+    ``stream``: the seeds themselves never travel.
 
     Args:
         key_seed: ``coding.key_seed`` (``None``: secure random seeds).
         key_dir: the run's key folder (``None``: checkpointing is off, the seeds live in memory only).
+        stream: the label of the noise streams (the arm's :attr:`~sifl_ray.arms.Arm.noise_stream`); it
+            separates the noise from anything else drawn from the client's seed.
     """
 
-    def __init__(self, key_seed: int | None = None, key_dir: str | None = None):
+    def __init__(
+        self, key_seed: int | None = None, key_dir: str | None = None, *, stream: str = CLIENT_NOISE_STREAM
+    ):
         self.key_seed = key_seed
         self.key_dir = key_dir
+        self.stream = stream
         self.client_seeds: dict[tuple[str, int], bytes] = {}
 
     def generator(self, arm: str, client: int, t: int) -> torch.Generator:
@@ -65,7 +74,7 @@ class ClientNoiseSeeds:
         seed = self.client_seeds.get((arm, client))
         if seed is None:
             seed = self.client_seeds[(arm, client)] = self._seed(arm, client)
-        return secret_torch_generator(seed, "noise", "nbafl", t)
+        return secret_torch_generator(seed, "noise", self.stream, t)
 
     def _seed(self, arm: str, client: int) -> bytes:
         """The client's seed: from its key file if it made one before, else a new one (saved there)."""
@@ -82,13 +91,14 @@ class ClientNoiseSeeds:
         return seed
 
     def __getstate__(self) -> dict:
-        return {"key_seed": self.key_seed, "key_dir": self.key_dir}
+        return {"key_seed": self.key_seed, "key_dir": self.key_dir, "stream": self.stream}
 
     def __setstate__(self, state: dict) -> None:
         self.key_seed = state["key_seed"]
         self.key_dir = state.get("key_dir")
+        self.stream = state["stream"]
         self.client_seeds = {}
 
     def __repr__(self) -> str:
         kind = "secure random" if self.key_seed is None else "derived from coding.key_seed"
-        return f"ClientNoiseSeeds({kind}, {len(self.client_seeds)} made)"
+        return f"ClientNoiseSeeds({kind}, stream {self.stream!r}, {len(self.client_seeds)} made)"

@@ -1,11 +1,11 @@
 """The run's figures (PNG): accuracy per round, final accuracy against ε, the in-run audit.
 
-Up to fifteen arms and more must stay readable: one colour map per mechanism family (fl, secagg, sifl,
-nbafl, dp_fedavg, dp_fedavg_secagg, then spare maps for plug-in arms), one shade per arm of a family in the
-order of its ε (light: strong privacy), line style and marker cycling within the family so that no two arms
-share a (colour, style); the legend outside the axes; integer rounds; curves that coincide said in the
-caption, since one hides the other. Per-element ε (SIFL) and whole-model ε (NbAFL, DP-FedAvg) are different
-figures and get different panels.
+Up to fifteen arms and more must stay readable: one colour map per mechanism family, the one its arms
+declare (:attr:`~sifl_ray.arms.Arm.colormap`: the SIFL modes share one; an arm that declares none gets a
+spare map of its own), one shade per arm of a family in the order of its ε (light: strong privacy), line
+style and marker cycling within the family so that no two arms share a (colour, style); the legend outside
+the axes; integer rounds; curves that coincide said in the caption, since one hides the other. Per-element ε
+(SIFL) and whole-model ε (NbAFL, DP-FedAvg) are different figures and get different panels.
 """
 
 from __future__ import annotations
@@ -14,15 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-#: A colour map per mechanism family (a family's arms differ in shade).
-FAMILY_COLORMAPS: dict[str, str] = {
-    "fl": "Greys",
-    "secagg": "Purples",
-    "sifl": "Greens",
-    "nbafl": "YlOrBr",
-    "dp_fedavg": "Blues",
-    "dp_fedavg_secagg": "RdPu",
-}
+from sifl_ray.arms import ARMS
+
 _SPARE_COLORMAPS = ("Reds", "BuGn", "Oranges", "GnBu", "YlGn", "PuBu")
 _LINESTYLES = ("-", "--", "-.", ":")
 _MARKERS = ("o", "s", "^", "D", "v", "P")
@@ -39,28 +32,37 @@ class ArmStyle:
     marker: str
 
 
-def family(kind: str) -> str:
-    """An arm kind's mechanism family: the SIFL modes are one family (``sifl_m1``, ``sifl_m2``)."""
-    return "sifl" if kind.startswith("sifl") else kind
+def family(kind: str) -> str | None:
+    """The colour map of arm kind ``kind``'s family, as its arm declares it (``None``: it declares none, or
+    it is not registered in this process)."""
+    arm = ARMS.get(kind)
+    return None if arm is None else arm.colormap
 
 
-def arm_styles(arms: dict[str, tuple[str, float | None]]) -> dict[str, ArmStyle]:
+def arm_styles(arms: dict[str, tuple[str | None, str, float | None]]) -> dict[str, ArmStyle]:
     """A distinct (colour, line style, marker) per arm.
 
     Args:
-        arms: arm → (its family, its ε or ``None`` for none); the arms of a family are shaded in the order
-            of their ε, light to dark (no ε: darkest), and take the line styles and markers in turn.
+        arms: arm → (its family's colour map, ``None`` for a spare one; its kind; its ε or ``None`` for
+            none). The arms of one colour map are a family, and so are the arms of one kind without one; the
+            arms of a family are shaded in the order of their ε, light to dark (no ε: darkest), and take the
+            line styles and markers in turn.
     """
     from matplotlib import colormaps
 
     families: dict[str, list[str]] = {}
-    for arm, (fam, _) in arms.items():
+    declared: dict[str, str | None] = {}
+    for arm, (cmap_name, kind, _) in arms.items():
+        fam = cmap_name or kind
         families.setdefault(fam, []).append(arm)
-    spare = iter(_SPARE_COLORMAPS * (1 + len(families) // len(_SPARE_COLORMAPS)))
+        declared[fam] = cmap_name
+    taken = {name for name in declared.values() if name}
+    spares = [name for name in _SPARE_COLORMAPS if name not in taken]
+    spare = iter(spares * (1 + len(families) // max(1, len(spares))))
     styles = {}
     for fam, members in families.items():
-        cmap = colormaps[FAMILY_COLORMAPS.get(fam) or next(spare)]
-        eps = {a: arms[a][1] for a in members}
+        cmap = colormaps[declared[fam] or next(spare)]
+        eps = {a: arms[a][2] for a in members}
         members = sorted(members, key=lambda a: (eps[a] is None, eps[a] or 0.0, a))
         k = len(members)
         shades = [0.7] if k == 1 else [0.4 + 0.55 * i / (k - 1) for i in range(k)]
@@ -78,7 +80,8 @@ def summary_styles(
     for arm, a in summary["arms"].items():
         e = epsilons.get(arm, {})
         eps = e.get("whole") if e.get("whole") is not None else e.get("per_element")
-        arms[arm] = (family(str(a.get("kind", arm))), eps)
+        kind = str(a.get("kind", arm))
+        arms[arm] = (family(kind), kind, eps)
     return arm_styles(arms)
 
 

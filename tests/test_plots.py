@@ -9,8 +9,8 @@ import colorsys
 import pytest
 from matplotlib import colormaps
 
+from sifl_ray.arms import get_arm
 from sifl_ray.plots import (
-    FAMILY_COLORMAPS,
     accuracy_figure,
     accuracy_vs_epsilon_figure,
     arm_styles,
@@ -69,10 +69,11 @@ def test_fifteen_arms_each_get_their_own_look_and_each_family_its_own_colour():
         r, g, b, _ = styles[arm].color
         return colorsys.rgb_to_hls(r, g, b)[1]
 
-    for arm, kind in ARMS.items():  # each arm in its family's colour map, and in no other family's
-        fam = "sifl" if kind.startswith("sifl") else kind
-        assert shade_in(FAMILY_COLORMAPS[fam], styles[arm].color) is not None, arm
-        others = [m for f, m in FAMILY_COLORMAPS.items() if f != fam]
+    declared = {kind: get_arm(kind).colormap for kind in set(ARMS.values())}
+    assert None not in declared.values() and len(set(declared.values())) == len(declared)
+    for arm, kind in ARMS.items():  # each arm in the colour map its arm declares, and in no other arm's
+        assert shade_in(declared[kind], styles[arm].color) is not None, arm
+        others = [m for m in declared.values() if m != declared[kind]]
         assert all(shade_in(m, styles[arm].color) is None for m in others), arm
     for kind in KINDS:  # a family: darker as ε grows (weaker privacy), and a dash of its own each
         members = [f"{kind}_eps{e:g}" for e in EPSILONS]
@@ -150,5 +151,40 @@ def test_coinciding_groups_curves_within_the_tolerance(curves, groups):
 
 
 def test_a_family_of_one_and_an_unknown_family_still_get_distinct_colours():
-    styles = arm_styles({"fl": ("fl", None), "my_arm": ("plugin", 2.0), "other": ("plugin2", None)})
+    styles = arm_styles(
+        {"fl": ("Greys", "fl", None), "my_arm": (None, "plugin", 2.0), "other": (None, "plugin2", None)}
+    )
     assert len({s.color for s in styles.values()}) == 3
+
+
+def test_the_sifl_modes_are_one_family_because_they_declare_one_colour_map():
+    assert get_arm("sifl_m1").colormap == get_arm("sifl_m2").colormap
+    summary = {"arms": {"sifl_m1": {"kind": "sifl_m1"}, "sifl_m2": {"kind": "sifl_m2"}}}
+    styles = summary_styles(summary, {"sifl_m1": {"per_element": 1e-3}, "sifl_m2": {"per_element": 1e-6}})
+    # one family: two shades of one map, and two dashes
+    assert styles["sifl_m1"].linestyle != styles["sifl_m2"].linestyle
+
+
+def test_a_plug_in_arm_is_drawn_in_the_colour_map_it_declares_and_a_spare_map_is_nobody_elses():
+    from sifl_ray.arms import Arm, register_arm, unregister_arm
+
+    class Teal(Arm):
+        kind = "teal_plot_test"
+        colormap = "Reds"  # also the first spare map: a spare must then not be Reds
+
+    class Plain(Arm):
+        kind = "plain_plot_test"
+
+    register_arm(Teal())
+    register_arm(Plain())
+    try:
+        summary = {"arms": {a: {"kind": a} for a in ("teal_plot_test", "plain_plot_test", "unknown_kind")}}
+        styles = summary_styles(summary, {})
+    finally:
+        unregister_arm("teal_plot_test")
+        unregister_arm("plain_plot_test")
+    assert styles["teal_plot_test"].color == tuple(float(c) for c in colormaps["Reds"](0.7))
+    reds = [colormaps["Reds"](k / 1000) for k in range(1001)]
+    for arm in ("plain_plot_test", "unknown_kind"):  # declared none, or not registered: a spare, not Reds
+        assert all(max(abs(a - b) for a, b in zip(c, styles[arm].color, strict=True)) > 2e-3 for c in reds)
+    assert styles["plain_plot_test"].color != styles["unknown_kind"].color

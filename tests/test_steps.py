@@ -104,7 +104,7 @@ class SparseNoisy(Arm):
     clip_key: ClassVar[str | None] = "privacy.clip"
 
     def steps(self, ctx: ArmContext) -> PartySteps:
-        seeds = ClientNoiseSeeds(key_seed=ctx.cfg.coding.key_seed, key_dir=ctx.key_dir)
+        seeds = self.client_noise_seeds(ctx)
         return PartySteps(client=chain(clip(ctx.cfg.privacy.clip), TopK(0.25), gaussian(1e-3, seeds)))
 
 

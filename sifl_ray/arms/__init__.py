@@ -20,6 +20,7 @@ from sifl_ray.arms.base import (
     ServerStep,
     plain_releases,
 )
+from sifl_ray.arms.pairing import baseline_arm, play_order, reference_of, unpaired_arms
 from sifl_ray.arms.registry import (
     ARMS,
     arm_instances,
@@ -44,8 +45,12 @@ __all__ = [
     "arm_kinds",
     "arm_names",
     "arm_of",
+    "baseline_arm",
     "get_arm",
     "plain_releases",
+    "play_order",
+    "reference_of",
     "register_arm",
+    "unpaired_arms",
     "unregister_arm",
 ]

@@ -47,6 +47,8 @@ if TYPE_CHECKING:
     import torch
     from omegaconf import DictConfig
 
+    from sifl_ray.party_seeds import ClientNoiseSeeds
+
 
 class ClientStep(Protocol):
     """The client's step on its local model ``w`` (float64, on the worker's device) before upload.
@@ -74,11 +76,11 @@ class AggregatorStep(Protocol):
 
     ``seed`` is the aggregator's secret for its step (256 bits from the aggregator's key file, ``None`` when
     called outside an aggregator): noise drawn from it is the same when a respawned aggregator replays the
-    round, as SPEC "A replay reproduces, never redraws" requires.
+    round, as docs/method.md "A replay reproduces, never redraws" requires.
 
     A step with a true ``every_round`` attribute runs in every round, on a zero average (``weight`` 0) when
     no update was accepted: central noise must be released even then, or the unchanged model tells
-    everyone that nobody took part (SPEC "Every round releases a noised output")."""
+    everyone that nobody took part (docs/method.md "Every round releases a noised output")."""
 
     def __call__(
         self,
@@ -105,6 +107,12 @@ class ServerStep(Protocol):
     def __call__(
         self, average: torch.Tensor, /, *, previous: torch.Tensor, arm: str, t: int
     ) -> tuple[torch.Tensor, Mapping[str, float]]: ...
+
+
+#: What a plain upload carries, by :attr:`Arm.uploads`, in the words of an arm's releases.
+UPLOADS: Mapping[str, str] = MappingProxyType(
+    {"model": "the local model w_i", "update": "the update w_i - w^t"}
+)
 
 
 @dataclass(frozen=True)
@@ -167,8 +175,10 @@ class Arm:
         coding: :class:`~sifl_ray.specs.Coding` ``PLAIN``, ``M1`` or ``M2`` (see the module docstring).
         clip_key: the configuration key of the clip radius C its figures assume (``None``: no clipping).
         summary: one line for ``sifl describe`` and the README.
-        paired_with_fl: its global model should equal fl's up to round-off (the SIFL arms): the evaluator
-            reports ``max_deviation`` from fl's model each round, and the run checks it against the bounds.
+        paired_with: the arm whose global model this one's must equal up to round-off, by its name in
+            ``arms`` (the SIFL arms and ``secagg``: ``fl``; ``None``: none): the runner plays that arm
+            first in each round, the evaluator reports ``max_deviation`` from its model each round, and the
+            run checks it against the bounds (:mod:`sifl_ray.arms.pairing`).
         uniform_weights: average the uploads with equal weights instead of FedAvg's |D_i| (a DP mean: the
             weights then reveal nothing and one client moves the sum by at most its clip).
         secure_aggregation: the uploads are masked so that the aggregator learns only their sum.
@@ -182,16 +192,28 @@ class Arm:
     coding: ClassVar[Coding] = Coding.PLAIN
     clip_key: ClassVar[str | None] = None
     summary: ClassVar[str] = ""
-    paired_with_fl: ClassVar[bool] = False
+    paired_with: ClassVar[str | None] = None
     uniform_weights: ClassVar[bool] = False
     #: its uploads travel masked under secure aggregation (:mod:`sifl_ray.parties.secure`): its steps then
     #: carry a :class:`~sifl_ray.privacy.secagg.spec.SecAggSpec` (``PartySteps.secagg``); plain coding only
     secure_aggregation: ClassVar[bool] = False
     settings: ClassVar[Mapping[str, type]] = MappingProxyType({})
     clips: ClassVar[str] = "models to ‖w_i‖"  # what its clip bounds, as the end-of-run message says it
-    #: what a client's (plain) upload carries: its ``model`` w_i, or its ``update`` w_i − w^t (the attack
-    #: suite scores the aggregator's reading of an upload against the one or the other)
+    #: what a client's (plain) upload carries: its ``model`` w_i, or its ``update`` w_i − w^t (a key of
+    #: :data:`UPLOADS`): the releases inherited from :class:`Arm` say it, and the attack suite scores the
+    #: aggregator's reading of an upload against the one or the other
     uploads: ClassVar[str] = "model"
+    #: the arm every other arm's final accuracy is compared with (the summary's ``delta_vs_fl_pp``): plain
+    #: FedAvg; the first listed arm that declares it is the run's (:func:`sifl_ray.arms.pairing.baseline_arm`)
+    baseline: ClassVar[bool] = False
+    #: the matplotlib colour map of its family in the run's figures (:mod:`sifl_ray.plots`): arms that declare
+    #: the same map are one family, shaded in the order of their ε (the SIFL modes); ``None``: a spare map of
+    #: its own
+    colormap: ClassVar[str | None] = None
+    #: the label of its clients' noise streams (:class:`~sifl_ray.party_seeds.ClientNoiseSeeds`): with each
+    #: client's secret seed, which already depends on the arm's name, it derives the noise a client step
+    #: draws from :meth:`client_noise_seeds`; changing it changes every draw
+    noise_stream: ClassVar[str] = "client-noise"
     #: its guarantee is stated under the zero-out relation (a client's update replaced by 0, participation
     #: public) rather than add/remove: the in-run audit then gives a left-out canary a zero update
     zero_out: ClassVar[bool] = False
@@ -209,13 +231,24 @@ class Arm:
         return PartySteps()
 
     def releases(self) -> tuple[Release, ...]:
-        """What each party releases to whom in one round."""
-        return plain_releases()
+        """What each party releases to whom in one round: plain FedAvg's channels, the upload what the arm
+        declares it uploads (:attr:`uploads`). An arm whose steps change what travels says so here."""
+        return plain_releases(UPLOADS[self.uploads])
 
     def privacy(self, ctx: ArmContext) -> dict[str, Any] | None:
         """The privacy figures as the mechanism states them (``None``: it claims none). JSON-safe; keys
         ``epsilon_local`` / ``epsilon_broadcast`` / ``epsilon_global`` become TensorBoard metrics."""
         return None
+
+    def client_noise_seeds(self, ctx: ArmContext) -> ClientNoiseSeeds:
+        """Its clients' secret noise seeds for a run (under :attr:`noise_stream`), for a client step that adds
+        noise (:func:`~sifl_ray.arms.steps.gaussian`, :func:`~sifl_ray.arms.steps.noise_share`): made in each
+        client's worker, kept in ``ctx.key_dir``, never sent by the driver."""
+        from sifl_ray.party_seeds import ClientNoiseSeeds  # numpy: the validator reads this module
+
+        return ClientNoiseSeeds(
+            key_seed=ctx.cfg.coding.key_seed, key_dir=ctx.key_dir, stream=self.noise_stream
+        )
 
     def clip(self, cfg: DictConfig) -> float | None:
         """The clip radius C of ``clip_key`` (``None``: the arm does not clip)."""
@@ -228,7 +261,7 @@ class Arm:
         return f"{type(self).__name__}(kind={self.kind!r}, coding={self.coding.value!r})"
 
 
-def plain_releases(upload: str = "the local model w_i") -> tuple[Release, ...]:
+def plain_releases(upload: str) -> tuple[Release, ...]:
     """Plain FedAvg's channels (``upload`` says what a client's upload is under the arm's client step)."""
     return (
         Release("client", "aggregator", "upload", upload),

@@ -1,4 +1,4 @@
-"""``dp_fedavg``: DP-FedAvg with central noise (McMahan et al., ICLR 2018; SPEC "Baselines").
+"""``dp_fedavg``: DP-FedAvg with central noise (McMahan et al., ICLR 2018; docs/method.md "Baselines").
 
 A round, as Algorithm 1 there has it: each client is sampled with probability q (``clients.sampling=poisson``,
 ``clients.fraction=q``), clips its update ``Δ_i = w_i − w^t`` to ``‖Δ_i‖ ≤ C`` and uploads it; the aggregator
@@ -12,13 +12,14 @@ target: ``dp_fedavg_eps5``, ...).
 
 Trust: the noise is central, so the aggregator and the server see the clipped updates in the clear; the
 guarantee is about what the released models reveal (to the clients, to anyone downstream), not about what the
-aggregator sees. Hiding the updates from it as well is secure aggregation's job (SPEC "Baselines").
+aggregator sees. Hiding the updates from it as well is secure aggregation's job (docs/method.md "Baselines").
 
-What the ε says (SPEC "What a DP guarantee must say"): the relation is add/remove (one client's whole data
-set present or absent), and the amplification by sampling in it holds against whoever cannot tell who was
-sampled: the sample is drawn from the sampling party's secret seed, and a round in which nobody was sampled
-still releases the central noise (``CentralNoise.every_round``). Against the server, which draws the sample,
-the report gives the ε without amplification (``epsilon_roster_known``: a client sampled in every round).
+What the ε says (docs/method.md "What a DP guarantee must say"): the relation is add/remove (one client's
+whole data set present or absent), and the amplification by sampling in it holds against whoever cannot tell
+who was sampled: the sample is drawn from the sampling party's secret seed, and a round in which nobody was
+sampled still releases the central noise (``CentralNoise.every_round``). Against the server, which draws the
+sample, the report gives the ε without amplification (``epsilon_roster_known``: a client sampled in every
+round).
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class DpFedAvgConfig:
-    """DP-FedAvg (SPEC "Baselines"; McMahan et al. 2018): client-level (ε, δ) over all rounds, from an
-    accountant (``sifl_ray.privacy.dp_fedavg``), with the noise multiplier calibrated to each target ε."""
+    """DP-FedAvg (docs/method.md "Baselines"; McMahan et al. 2018): client-level (ε, δ) over all rounds, from
+    an accountant (``sifl_ray.privacy.dp_fedavg``), with the noise multiplier calibrated to each target ε."""
 
     # one dp_fedavg arm per target ε
     epsilons: list[float] = setting(
@@ -141,6 +142,7 @@ class DpFedAvg(Arm):
     kind: ClassVar[str] = "dp_fedavg"
     coding: ClassVar[Coding] = Coding.PLAIN
     clip_key: ClassVar[str | None] = "dp_fedavg.clip"
+    colormap: ClassVar[str | None] = "Blues"
     uniform_weights: ClassVar[bool] = True
     clips: ClassVar[str] = "updates to ‖w_i − w^t‖"
     uploads: ClassVar[str] = "update"

@@ -1,4 +1,5 @@
-"""``nbafl``: noising before aggregation (Wei et al., 2020), the paper's DP baseline (SPEC "Baselines").
+"""``nbafl``: noising before aggregation (Wei et al., 2020), the paper's DP baseline (docs/method.md
+"Baselines").
 
 Each client clips its model to ``nbafl.clip`` and adds Gaussian noise of the σ that gives (ε, δ) for the
 uploads ``nbafl.exposures`` covers; one arm per ε of ``nbafl.epsilons`` (``nbafl_eps1``, ``nbafl_eps5``).
@@ -23,7 +24,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class NbaflConfig:
-    """The NbAFL baseline (SPEC "Baselines"): σ from ε, δ, C, the exposures L and the Gaussian formula."""
+    """The NbAFL baseline (docs/method.md "Baselines"): σ from ε, δ, C, the exposures L and the Gaussian
+    formula."""
 
     # one nbafl arm per ε
     epsilons: list[float] = setting(
@@ -64,8 +66,10 @@ class NbAFL(Arm):
     kind: ClassVar[str] = "nbafl"
     coding: ClassVar[Coding] = Coding.PLAIN
     clip_key: ClassVar[str | None] = "nbafl.clip"
+    colormap: ClassVar[str | None] = "YlOrBr"
     summary: ClassVar[str] = "NbAFL: clients clip and add Gaussian noise before upload, one arm per ε"
     settings: ClassVar[Mapping[str, type]] = MappingProxyType({"nbafl": NbaflConfig})
+    noise_stream: ClassVar[str] = "nbafl"  # its clients' Gaussian noise
 
     def instances(self, cfg: DictConfig) -> list[str]:
         return [f"nbafl_eps{eps_label(e)}" for e in cfg.nbafl.epsilons]
@@ -94,10 +98,8 @@ class NbAFL(Arm):
         )
 
     def steps(self, ctx: ArmContext) -> PartySteps:
-        from sifl_ray.party_seeds import ClientNoiseSeeds
-
         # Each client's noise seed is made in its worker (secure random, or from coding.key_seed).
-        seeds = ClientNoiseSeeds(key_seed=ctx.cfg.coding.key_seed, key_dir=ctx.key_dir)
+        seeds = self.client_noise_seeds(ctx)
         return PartySteps(client=chain(clip(ctx.cfg.nbafl.clip), gaussian(self.sigma(ctx), seeds)))
 
     def releases(self) -> tuple[Release, ...]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sifl_ray.arms.base import Arm
+from sifl_ray.arms.base import UPLOADS, Arm
 from sifl_ray.sections import SectionError, register_section, unregister_section
 from sifl_ray.specs import Coding
 
@@ -23,8 +23,8 @@ def register_arm(arm: Arm, *, replace: bool = False) -> Arm:
     its settings sections (:attr:`Arm.settings`) keys of the configuration.
 
     Raises:
-        ValueError: the kind is empty or taken, the coding unknown, or secure aggregation asked of a coded
-            arm.
+        ValueError: the kind is empty or taken, the coding unknown, secure aggregation asked of a coded
+            arm, an ``uploads`` other than ``model`` or ``update``, or the arm paired with itself.
         SectionError: a section of its settings is another component's (a ``ValueError`` too).
     """
     if not arm.kind or not arm.kind.isidentifier():
@@ -41,6 +41,16 @@ def register_arm(arm: Arm, *, replace: bool = False) -> Arm:
             f"arm {arm.kind!r}: secure aggregation masks plain uploads; an immersion-coded "
             f"({arm.coding.scheme}) upload is not a fixed-point vector the ring can carry. "
             "Give it coding Coding.PLAIN"
+        )
+    if arm.uploads not in UPLOADS:
+        raise ValueError(
+            f"arm {arm.kind!r}: uploads says what a client uploads, one of {', '.join(UPLOADS)}; got "
+            f"{arm.uploads!r}"
+        )
+    if arm.paired_with is not None and (not arm.paired_with.isidentifier() or arm.paired_with == arm.kind):
+        raise ValueError(
+            f"arm {arm.kind!r}: paired_with names the arm whose model this one's must equal (for example "
+            f"'fl'), not {arm.paired_with!r}"
         )
     previous = ARMS.get(arm.kind)
     if previous is not None:

@@ -1,6 +1,6 @@
 """``secagg`` and ``dp_fedavg_secagg``: FedAvg and DP-FedAvg with the uploads under secure aggregation.
 
-Both are compositions of steps the platform already has (STYLE habit 11), around the masking of
+Both are compositions of steps the platform already has, registered once, around the masking of
 :mod:`sifl_ray.parties.secure` (Bonawitz et al., CCS 2017; SecAgg+ graph of Bell et al., CCS 2020):
 
 =====================  ====================================  ===================================  ========
@@ -21,14 +21,14 @@ holds an update with less noise than the accountant's. Its accountant and calibr
 (:func:`sifl_ray.privacy.dp_fedavg.distributed_noise_std`): at least t clients add their share in a round,
 and the rounding of each noised update to the ring is not accounted.
 
-Its neighbour relation is zero-out, not add/remove (SPEC "What a DP guarantee must say"): the noise in the
-sum grows with the clients in it (k shares of (zC)²/t), so a client that is absent takes its share away and
-the variance of the release tells whether it took part; the aggregator also receives the roster. So the
+Its neighbour relation is zero-out, not add/remove (docs/method.md "What a DP guarantee must say"): the noise
+in the sum grows with the clients in it (k shares of (zC)²/t), so a client that is absent takes its share away
+and the variance of the release tells whether it took part; the aggregator also receives the roster. So the
 guarantee is stated for a client that takes part and adds its share, its update replaced by 0, with
 participation public; there is then no amplification by sampling, and the accountant composes T unsampled
 Gaussian mechanisms (the worst case: a client sampled in every round). A round refused below the threshold t
-releases nothing new, and what it tells (that fewer than t clients took part) is participation, public
-under this relation.
+releases nothing new, and what it tells (that fewer than t clients took part) is participation, public under
+this relation.
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from sifl_ray.arms.base import Arm, ArmContext, PartySteps, Release
 from sifl_ray.arms.dp_fedavg import DpFedAvg, DpFedAvgConfig, clipped_update
+from sifl_ray.arms.fedavg import FedAvg
+from sifl_ray.arms.nbafl import NbAFL
 from sifl_ray.arms.steps import add_update, chain, fixed_denominator, noise_share
 from sifl_ray.specs import Coding
 from sifl_ray.validation import AT_LEAST_1, NONNEG, POSITIVE, Range, setting
@@ -54,8 +56,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class SecAggConfig:
-    """Secure aggregation (SPEC "Baselines"; Bonawitz et al. 2017, SecAgg+ of Bell et al. 2020): the arms
-    ``secagg`` and ``dp_fedavg_secagg``. Each client's upload is encoded in fixed point into Z_(2^k) and
+    """Secure aggregation (docs/method.md "Baselines"; Bonawitz et al. 2017, SecAgg+ of Bell et al. 2020): the
+    arms ``secagg`` and ``dp_fedavg_secagg``. Each client's upload is encoded in fixed point into Z_(2^k) and
     masked; the aggregator can unmask only the sum of the survivors' uploads."""
 
     # C of the secagg arm: each update is clipped to ‖w_i − w^t‖₂ ≤ C (its coordinates too)
@@ -149,8 +151,9 @@ class SecAgg(Arm):
     kind: ClassVar[str] = "secagg"
     coding: ClassVar[Coding] = Coding.PLAIN
     secure_aggregation: ClassVar[bool] = True
-    paired_with_fl: ClassVar[bool] = True  # equal to fl within the fixed-point quantisation
+    paired_with: ClassVar[str | None] = FedAvg.kind  # equal to it within the fixed-point quantisation
     clip_key: ClassVar[str | None] = "secagg.clip"
+    colormap: ClassVar[str | None] = "Purples"
     clips: ClassVar[str] = "updates to ‖w_i − w^t‖"
     uploads: ClassVar[str] = "update"
     settings: ClassVar[Mapping[str, type]] = MappingProxyType({"secagg": SecAggConfig})
@@ -187,6 +190,10 @@ class DpFedAvgSecAgg(DpFedAvg):
     secure_aggregation: ClassVar[bool] = True
     amplified: ClassVar[bool] = False  # zero-out, participation public: the accountant's q is 1
     zero_out: ClassVar[bool] = True
+    #: its clients' Gaussian noise shares are drawn under the label of NbAFL's client noise: each client's
+    #: seed depends on the arm's name, so the two arms' streams are apart all the same
+    noise_stream: ClassVar[str] = NbAFL.noise_stream
+    colormap: ClassVar[str | None] = "RdPu"
     settings: ClassVar[Mapping[str, type]] = MappingProxyType(
         {"dp_fedavg": DpFedAvgConfig, "secagg": SecAggConfig}
     )
@@ -212,7 +219,6 @@ class DpFedAvgSecAgg(DpFedAvg):
         return int(sa.threshold) if sa.threshold is not None else default_threshold(closed)
 
     def steps(self, ctx: ArmContext) -> PartySteps:
-        from sifl_ray.party_seeds import ClientNoiseSeeds
         from sifl_ray.privacy.dp_fedavg import distributed_noise_std
 
         cfg, clip = ctx.cfg, float(ctx.cfg.dp_fedavg.clip)
@@ -221,7 +227,7 @@ class DpFedAvgSecAgg(DpFedAvg):
         sigma = distributed_noise_std(noise_multiplier=z, clip=clip, num_noisers=t)
         bound = clip + float(cfg.secagg.noise_margin) * sigma
         spec = secagg_spec(cfg, n=ctx.n, clip=bound, weight_ref=1.0, min_survivors=t)
-        seeds = ClientNoiseSeeds(key_seed=cfg.coding.key_seed, key_dir=ctx.key_dir)
+        seeds = self.client_noise_seeds(ctx)
         expected = float(cfg.clients.fraction) * int(cfg.clients.num_clients)
         return PartySteps(
             # clip the update to C, then add this client's share N(0, (zC)²/t) of the round's noise

@@ -1,9 +1,10 @@
-"""``sifl_m1`` and ``sifl_m2``: System Immersion coding (SPEC "SIFL M1", "SIFL M2").
+"""``sifl_m1`` and ``sifl_m2``: System Immersion coding (docs/method.md "SIFL M1", "SIFL M2").
 
 The coding is the parties' own (they hold the keys): the server encodes with key 1, the clients decode,
 train and re-encode (the target optimizer), the aggregator averages encoded vectors and, in M2, encodes the
 average with key 2. The arm adds the clients' clipping (every ε assumes ‖w_i‖ ≤ C) and the privacy figures
-of SPEC "Differential privacy", which the accountant also records round by round.
+of docs/method.md "Differential privacy" (:mod:`sifl_ray.arms.sifl_figures`), which the accountant also
+records round by round. Both modes are paired with ``fl``, whose model theirs must equal up to round-off.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from sifl_ray.arms.base import Arm, ArmContext, PartySteps, Release
+from sifl_ray.arms.fedavg import FedAvg
 from sifl_ray.arms.steps import clip
 from sifl_ray.specs import Coding
 
@@ -21,19 +23,20 @@ class Sifl(Arm):
 
     coding: ClassVar[Coding] = Coding.M1
     clip_key: ClassVar[str | None] = "privacy.clip"
-    paired_with_fl: ClassVar[bool] = True  # the coding must not change the model beyond round-off
+    colormap: ClassVar[str | None] = "Greens"
+    paired_with: ClassVar[str | None] = FedAvg.kind  # the coding must not change the model beyond round-off
 
     def steps(self, ctx: ArmContext) -> PartySteps:
         return PartySteps(client=clip(ctx.cfg.privacy.clip))
 
     def privacy(self, ctx: ArmContext) -> dict[str, Any] | None:
-        from sifl_ray.sizing import describe_arm
+        from sifl_ray.arms.sifl_figures import describe_arm  # torch: the validator reads this module
 
         return describe_arm(ctx.cfg, coding=self.coding, **_norms(ctx))
 
     def accountant_releases(self, ctx: ArmContext) -> Any:
         """What the accountant records each round (:class:`sifl_ray.privacy.accountant.ArmReleases`)."""
-        from sifl_ray.sizing import arm_releases
+        from sifl_ray.arms.sifl_figures import arm_releases  # torch, as above
 
         return arm_releases(ctx.cfg, coding=self.coding, **_norms(ctx))
 

@@ -6,7 +6,7 @@ and its metrics, a mapping of names to numbers (``{"clipped": 1.0}``). Each part
 ``t``), an aggregator shard's (``arm``, ``t``, ``shard``, ``bounds``, ``weight``, ``seed``) and the
 server's (``previous``: the global model before the round; ``arm``, ``t``). As optax builds an optimizer
 from small transforms, a party's mechanism is a :func:`chain` of steps, never a new class for each
-combination (STYLE habit 14). The built-in arms' client steps are ``clip(C)`` (``fl``, SIFL),
+combination. The built-in arms' client steps are ``clip(C)`` (``fl``, SIFL),
 ``chain(clip(C), gaussian(σ, seeds))`` (NbAFL), ``chain(to_update(), clip(C))`` (DP-FedAvg, secure
 aggregation) and ``chain(to_update(), clip(C), noise_share(z, C, t, seeds))`` (distributed DP-FedAvg);
 their aggregator steps DP-FedAvg's :class:`~sifl_ray.arms.dp_fedavg.CentralNoise` and distributed DP's

@@ -333,9 +333,9 @@ class TaskParties:
                 done.append(aggregator.call(AggregatorHost.set_secagg, arm, steps.secagg))
         return done
 
-    def hand_arm(self, arm: str, *, setup: ArmSetup, views: tuple[Any, Any], paired: bool) -> list[Any]:
+    def hand_arm(self, arm: str, *, setup: ArmSetup, views: tuple[Any, Any], paired: str | None) -> list[Any]:
         """Every worker and the evaluator get their part of ``arm`` (a
-        :class:`~sifl_ray.runner.arms.PartyHost`). The evaluator reports no deviation from fl (``paired`` is
+        :class:`~sifl_ray.runner.arms.PartyHost`). The evaluator reports no deviation (``paired`` is
         ignored): a task plays one arm at a time."""
         done = [worker.call(ClientWorker.set_arm, arm, setup, *views) for worker in self.parties.workers]
         done.append(self.parties.evaluator.call(Evaluator.set_arm, arm, setup.coding, *views))

@@ -55,8 +55,9 @@ class Evaluator(Host):
             self.y = torch.from_numpy(np.asarray(y_test)).to(self.device)
         self.batch_size = batch_size
         self.views: dict[str, tuple[ClientServerKey | None, AggregatorKey | None]] = {}
-        self.reference: dict[int, torch.Tensor] = {}  # plain fl model per round (paired deviation)
-        self.paired: dict[str, bool] = {}
+        # a reference arm's model of its latest round (the paired deviation), and each arm's reference
+        self.reference: dict[str, dict[int, torch.Tensor]] = {}
+        self.paired: dict[str, str | None] = {}
         self.label = SIMULATION_ONLY
         self.dtype = next(self.model.parameters()).dtype
         self.directions: torch.Tensor | None = None  # in-run audit: unit canary directions, then the nulls
@@ -78,11 +79,12 @@ class Evaluator(Host):
         server_view: ClientServerKey | None,
         aggregator_view: AggregatorKey | None,
         *,
-        paired: bool | None = None,
+        paired: str | None = None,
     ) -> None:
-        """``paired``: report the deviation of this arm's model from fl's (default: coded arms)."""
+        """``paired``: the arm whose model this arm's is measured against each round (the arm's declared
+        reference, :func:`sifl_ray.arms.reference_of`; ``None``: no deviation is reported)."""
         self.views[arm] = (on_device(server_view, self.device), on_device(aggregator_view, self.device))
-        self.paired[arm] = coding.coded if paired is None else paired
+        self.paired[arm] = paired
 
     def plain_model(self, arm: str, broadcast: torch.Tensor, coding: Coding) -> torch.Tensor:
         """The plain global model behind ``broadcast`` (simulation only), on the host: what leaves a party
@@ -112,8 +114,9 @@ class Evaluator(Host):
         previous: torch.Tensor | None = None,
         previous_coding: Coding | None = None,
     ) -> dict[str, float]:
-        """Test accuracy and loss of the global model after round ``t``, and its deviation from fl's (fl's
-        model of round ``t`` must be evaluated first: the runner plays fl first, see ``play_order``).
+        """Test accuracy and loss of the global model after round ``t``, and its deviation from its
+        reference's (the reference's model of round ``t`` must be evaluated first: the runner plays each
+        reference first, see :func:`sifl_ray.arms.play_order`).
 
         ``previous`` (the round's broadcast), when the run audits: ``audit`` holds the inner products of
         the released change ``Δ_t = w^{t+1} − w^t`` with every audit direction and ``‖Δ_t‖`` (what the
@@ -129,7 +132,7 @@ class Evaluator(Host):
             losses.append(F.cross_entropy(logits, yb, reduction="sum"))
             hits.append((logits.argmax(1) == yb).sum())
         loss_sum = 0.0
-        for value in loss_values(losses):  # summed in batch order on the host, as before
+        for value in loss_values(losses):  # summed in batch order on the host
             loss_sum += value
         correct = int(torch.stack(hits).sum()) if hits else 0
         out: dict[str, Any] = {
@@ -144,10 +147,11 @@ class Evaluator(Host):
                 "dots": (self.directions @ change).cpu().tolist(),
                 "norm": float(torch.linalg.vector_norm(change)),
             }
-        if arm == "fl":
-            self.reference = {t: w.detach().clone()}
-        elif t in self.reference and self.paired[arm]:
-            out["max_deviation"] = float((w - self.reference[t]).abs().max())
+        if arm in self.paired.values():  # a reference: keep its round's model for the arms paired with it
+            self.reference[arm] = {t: w.detach().clone()}
+        reference = self.reference.get(self.paired.get(arm) or "", {})
+        if t in reference:
+            out["max_deviation"] = float((w - reference[t]).abs().max())
         return out
 
     def sum_error(self, arm: str, t: int, num_shards: int, *vectors: torch.Tensor) -> float:

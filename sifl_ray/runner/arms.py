@@ -16,7 +16,8 @@ import torch
 from omegaconf import DictConfig
 
 from sifl_ray.aggregation import PlainAggregation, SecureAggregation
-from sifl_ray.arms import ArmContext, arm_of
+from sifl_ray.arms import ArmContext, arm_of, reference_of
+from sifl_ray.arms.sifl_figures import arm_precision, arm_round_bound
 from sifl_ray.backends import Backend
 from sifl_ray.parties.aggregator import AggregatorHost
 from sifl_ray.parties.handle import Handle
@@ -25,7 +26,6 @@ from sifl_ray.parties.workers import ArmSetup
 from sifl_ray.round import ArmState
 from sifl_ray.runner.parties import PartyPool, say
 from sifl_ray.runner.state import Checkpoints, arm_shape
-from sifl_ray.sizing import arm_precision, arm_round_bound
 from sifl_ray.specs import Coding, CodingSpec
 
 
@@ -58,7 +58,9 @@ class PartyHost(Protocol):
 
     def hand_steps(self, arm: str, steps: Any, *, shards: int) -> list[Any]: ...
 
-    def hand_arm(self, arm: str, *, setup: ArmSetup, views: tuple[Any, Any], paired: bool) -> list[Any]: ...
+    def hand_arm(
+        self, arm: str, *, setup: ArmSetup, views: tuple[Any, Any], paired: str | None
+    ) -> list[Any]: ...
 
 
 def hand_out_arm(
@@ -126,7 +128,7 @@ def hand_out_arm(
         canary_zero_out=protocol.zero_out,
     )
     views = (server_view, agg_view)
-    done = host.hand_arm(arm, setup=setup, views=views, paired=protocol.paired_with_fl)
+    done = host.hand_arm(arm, setup=setup, views=views, paired=reference_of(cfg, arm))
     if restored is None:
         state.broadcast = server.call(ServerHost.initial_broadcast, arm, backend.put(w0))
     else:

@@ -128,7 +128,7 @@ class PartyPool:
         ] = {}  # arm → refs of the clients' key views (made by their owners)
         # in-run audit (simulation only): the auditor's seed, each worker's canaries, their weight, sizes
         self.audit: dict[str, Any] | None = None
-        self.paired: dict[str, bool] = {}
+        self.paired: dict[str, str | None] = {}  # arm → the arm it is measured against (the evaluator)
 
     @property
     def parties(self) -> Parties:
@@ -230,9 +230,9 @@ class PartyPool:
             evaluator.call(EvaluatorHost.set_audit, a["seed"], a["canaries"], a["nulls"], a["n"])
         return evaluator
 
-    def hand_arm(self, arm: str, *, setup: ArmSetup, views: tuple[Any, Any], paired: bool) -> list[Any]:
+    def hand_arm(self, arm: str, *, setup: ArmSetup, views: tuple[Any, Any], paired: str | None) -> list[Any]:
         """Give every client worker and the evaluator their part of ``arm`` (kept, to set up a replacement);
-        return the calls' references. ``paired``: the evaluator reports the arm's deviation from fl."""
+        return the calls' references. ``paired``: the arm the evaluator measures this one's deviation from."""
         self.setups[arm], self.views[arm] = setup, views
         self.paired[arm] = paired
         done = [w.call(ClientWorker.set_arm, arm, setup, *views) for w in self.workers]

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from sifl_ray.arms import arm_of
+from sifl_ray.arms import arm_of, play_order, unpaired_arms
 from sifl_ray.backends import Backend, make_backend
 from sifl_ray.checkpoint import CheckpointError, CheckpointStore, describe_error
 from sifl_ray.config import ConfigError, arm_names
@@ -78,8 +78,8 @@ class Simulation:
     ):
         self.cfg = cfg
         self.arms = arm_names(cfg)
-        # The order each round plays them in: the reference fl first (see play_order); the records, the
-        # table and the RESULT line keep self.arms, the scenario's order.
+        # The order each round plays them in: each paired arm's reference first (see play_order); the
+        # records, the table and the RESULT line keep self.arms, the scenario's order.
         self.play_order = play_order(cfg, self.arms)
         self.run_dir = Path(run_dir) if run_dir else new_run_dir(cfg)
         self._resume = _resume
@@ -398,11 +398,10 @@ class Simulation:
         """Open the records at the first round to play; log a resume, or (a fresh run) each arm's privacy."""
         start = self.next_round
         self.recorder.open(purge_step=start if self._resume is not None else None)
-        unpaired = unpaired_arms(self.cfg, self.arms)
-        if unpaired:
+        for arm, reference in unpaired_arms(self.cfg, self.arms).items():
             say(
-                f"{', '.join(unpaired)}: no max deviation will be reported: it is measured against the plain "
-                "FedAvg model of each round, and fl is not among the arms; add fl to arms to check the "
+                f"{arm}: no max deviation will be reported: it is measured against the model of {reference} "
+                f"each round, and {reference} is not among the arms; add {reference} to arms to check the "
                 "coding's precision"
             )
         if self._resume is None:
@@ -662,25 +661,6 @@ def compare_without_canaries(cfg: DictConfig, result: RunResult) -> None:
             a["audit"]["accuracy_with_canaries"] = a["final_accuracy"]
             a["audit"]["accuracy_without_canaries"] = without.summary["arms"][arm]["final_accuracy"]
     write_summary(result.run_dir, result.summary)
-
-
-def play_order(cfg: DictConfig, arms: list[str]) -> list[str]:
-    """The order a round plays ``arms`` in: fl first whenever an arm is paired with it
-    (:attr:`~sifl_ray.arms.base.Arm.paired_with_fl`), the others as listed.
-
-    The evaluator measures a paired arm's ``max_deviation`` against fl's model of the same round, which it
-    has only once fl has played that round: the platform's precision check must not depend on the order
-    in which a scenario lists its arms. Without fl among ``arms`` a paired arm has no reference, and
-    :func:`unpaired_arms` says so.
-    """
-    if "fl" not in arms or not any(arm_of(cfg, a).paired_with_fl for a in arms):
-        return list(arms)
-    return ["fl", *(a for a in arms if a != "fl")]
-
-
-def unpaired_arms(cfg: DictConfig, arms: list[str]) -> list[str]:
-    """The arms paired with fl (their ``max_deviation`` is the precision check) when fl does not run."""
-    return [] if "fl" in arms else [a for a in arms if arm_of(cfg, a).paired_with_fl]
 
 
 def cpu_count() -> int:
