@@ -1,7 +1,7 @@
-"""The paper's models (SPEC "The paper's experiments") and the flat-vector view the codes work on.
+"""The paper's models (docs/method.md "The paper's experiments") and the flat-vector view the codes work on.
 
-The immersion codes act on one flat parameter vector ``w ∈ R^n`` (float64, SPEC "Precision"), while torch
-trains a module. :func:`flatten_params` and :func:`load_flat_params_` are the bridge, in a fixed order
+The immersion codes act on one flat parameter vector ``w ∈ R^n`` (float64, docs/method.md "Precision"), while
+torch trains a module. :func:`flatten_params` and :func:`load_flat_params_` are the bridge, in a fixed order
 (``model.parameters()``), so every party agrees on which coordinate is which weight.
 
 Initialisation draws only from the ``torch.Generator`` passed in: models are built on the ``meta`` device

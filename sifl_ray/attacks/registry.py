@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from sifl_ray.attacks.record import GroundTruth, SmallTask
     from sifl_ray.attacks.transcript import TranscriptRecorder
 
-#: Threat models, as every figure labels itself. SPEC "Parties": the aggregator sees only the encoded local
-#: models (the uploads); a figure that also uses the server's broadcasts says so.
+#: Threat models, as every figure labels itself. docs/method.md "Parties": the aggregator sees only the
+#: encoded local models (the uploads); a figure that also uses the server's broadcasts says so.
 AGGREGATOR = "aggregator (honest-but-curious)"
 AGGREGATOR_BROADCASTS = (
     "aggregator + broadcasts (an eavesdropper on the server→client channel, or a colluding client)"

@@ -5,7 +5,7 @@ them (labelled per-element: it is not a guarantee on the vector), descriptions o
 configuration without its seeds (:func:`sifl_ray.attacks.suite.public_config`: the run seed would give back
 the plain models beside a transcript, the key seed the keys). No key material: the keys stay in memory with
 the scorer; the audit's use of the keys is stated as its threat model. Every figure names its threat model;
-those that use the broadcasts say so (the SPEC's aggregator sees only the uploads).
+those that use the broadcasts say so (the aggregator of docs/method.md "Parties" sees only the uploads).
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def result_line(result: SuiteResult) -> str:
     paper_eps=<e> diff_noise_ratio=<d>`` for the primary design.
 
     ``full_rank_round``: rounds until the aggregator knows ``col(P1)`` (``none``: never within a key epoch).
-    ``projection_error``: the noise-removal attack (b) at the last round from the uploads alone (the SPEC's
+    ``projection_error``: the noise-removal attack (b) at the last round from the uploads alone (the method's
     aggregator), the better of orthogonal projection and regression, as a relative error up to the unknown
     map. The telescoped regression needs the broadcasts too; it is in the report and the JSON
     (``headline_with_broadcasts``), not here.
@@ -114,8 +114,9 @@ def markdown(result: SuiteResult) -> str:
         "What an adversary actually recovers from what the arms release, measured on a small model played "
         "through the platform's own parties (server and aggregator actors, the client role, run_round, on "
         "the sequential backend; keys made by the actors), every channel recorded "
-        "(SPEC 'Attacks the design must be judged against'). Every figure is scored against the plain models "
-        "the clients trained, taken by a simulation-only tap, which no party of a real deployment holds.",
+        "(docs/method.md 'Attacks the design must be judged against'). Every figure is scored against the "
+        "plain models the clients trained, taken by a simulation-only tap, which no party of a real "
+        "deployment holds.",
         "",
         f"- Arms attacked: {arms_attacked(result)}.",
         f"- Model: n = {_task_n(result)} parameters; "
@@ -126,10 +127,10 @@ def markdown(result: SuiteResult) -> str:
         "coding in float64.",
         f"- Keys: {cfg['keys']}. No key material is written here (the scorer and the audit hold the keys in "
         "memory only), nor the run seed (beside the transcripts it would give back the plain models).",
-        f"- Threat models. **{AGGREGATOR}**: the uploads only, as SPEC 'Parties' has it (the aggregator sees "
-        f"only encoded local models). **{AGGREGATOR_BROADCASTS}**: the uploads and the server's broadcasts "
-        "w~^t, which the SPEC's aggregator does not see; every client receives them, so one colluding client "
-        "or anyone on that channel has them.",
+        f"- Threat models. **{AGGREGATOR}**: the uploads only, as docs/method.md 'Parties' has it (the "
+        f"aggregator sees only encoded local models). **{AGGREGATOR_BROADCASTS}**: the uploads and the "
+        "server's broadcasts w~^t, which the method's aggregator does not see; every client receives them, "
+        "so one colluding client or anyone on that channel has them.",
         f"- {PER_ELEMENT_NOTE}",
         "- Recovered models are scored up to the one unknown linear map A = U^T P1 of the adversary's basis "
         "U "

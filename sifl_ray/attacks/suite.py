@@ -17,10 +17,10 @@ depends on the arm's coding:
 * every arm: the DP audit (f) of its own release beside the ε it reports
   (:func:`sifl_ray.attacks.arm_audit.audit_arm`).
 
-Threat models. SPEC "Parties": the aggregator sees only the encoded local models (the uploads), the server
-only aggregated encoded models. Every figure labelled :data:`~sifl_ray.attacks.registry.AGGREGATOR` uses the
-uploads alone. Figures that also use the broadcasts are labelled
-:data:`~sifl_ray.attacks.registry.AGGREGATOR_BROADCASTS`: the SPEC's aggregator does not see them, an
+Threat models. docs/method.md "Parties": the aggregator sees only the encoded local models (the uploads), the
+server only aggregated encoded models. Every figure labelled :data:`~sifl_ray.attacks.registry.AGGREGATOR`
+uses the uploads alone. Figures that also use the broadcasts are labelled
+:data:`~sifl_ray.attacks.registry.AGGREGATOR_BROADCASTS`: the method's aggregator does not see them, an
 eavesdropper on the server → client channel or a colluding client does. The RESULT line's
 ``projection_error`` is uploads-only.
 
@@ -62,7 +62,7 @@ def attacked_arms(cfg: DictConfig) -> dict[str, Coding]:
     return {name: get_arm(kind).coding for name, kind in arm_instances(platform).items()}
 
 
-#: The noise-removal figures that use the uploads alone (the SPEC's aggregator): the RESULT line's best.
+#: The noise-removal figures that use the uploads alone (the method's aggregator): the RESULT line's best.
 UPLOADS_ONLY_REMOVAL = ("projection", "regression")
 
 #: Configuration fields never written out: ``seed`` reproduces the data, the initial model and the
@@ -119,7 +119,7 @@ class SuiteResult:
         """The RESULT line's figures (see :func:`sifl_ray.attacks.report.result_line`).
 
         ``projection_error`` is the best noise removal from the uploads alone (orthogonal projection or
-        regression), the SPEC's aggregator; the telescoped regression needs the broadcasts and is reported
+        regression), the method's aggregator; the telescoped regression needs the broadcasts and is reported
         apart (:meth:`broadcast_headline`). ``diff_noise_ratio`` (last, uploads only): the noise in the
         elements of same-round differences over the noise in one upload (:mod:`.element_noise`). Figures of
         an arm that was not attacked are ``None``.

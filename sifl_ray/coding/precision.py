@@ -1,4 +1,5 @@
-"""The precision price of immersion coding: predict it, measure it, refuse or warn (SPEC "Precision").
+"""The precision price of immersion coding: predict it, measure it, refuse or warn (docs/method.md
+"Precision").
 
 Why there is a price. The encoded vector is mostly noise: ``x = P1 w + N1 r`` with ``‖P1 w‖ ~ α‖w‖`` and
 ``‖N1 r‖ ~ βσ√m`` (m = ñ − n). Decoding cancels the noise exactly in real arithmetic, but every float

@@ -1,4 +1,4 @@
-"""A rigorous float64 bound on what one round of coding changes, for any CPU (SPEC "Precision").
+"""A rigorous float64 bound on what one round of coding changes, for any CPU (docs/method.md "Precision").
 
 Why a second model next to :mod:`sifl_ray.coding.precision`. That module *estimates* the decode error
 (high-probability constants fitted to how round-off behaves in practice); it decides whether a run is

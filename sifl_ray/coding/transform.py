@@ -1,4 +1,5 @@
-"""A structured random orthogonal transform ``Q`` (ñ×ñ) for the fast backend (SPEC "Choosing the matrices").
+"""A structured random orthogonal transform ``Q`` (ñ×ñ) for the fast backend (docs/method.md "Choosing the
+matrices").
 
 Design, for any size ñ ≥ 1 (ñ = 199,411 is prime): let ``L`` be the largest power of two below ñ
 and ``r = ñ − L`` (so 1 ≤ r ≤ L; see :func:`head_length`). One round is::
@@ -11,17 +12,17 @@ and ``r = ñ − L`` (so 1 ≤ r ≤ L; see :func:`head_length`). One round is::
   (i < r), angles drawn so that |cos| and |sin| ≥ sin(π/8);
 * ``D``: secret random signs on the head (times 1/√L), ``H_L`` the ±1 Walsh–Hadamard matrix.
 
-Why it mixes fully (SPEC "Mixing": every output depends on every input). Follow a unit vector e_j. After
-``Perm_in`` it sits at one position. If that is a tail position ``L+i``, ``G1`` puts a share |sin| > 0 of
-it on head ``i``; if it is a head position, it is already on the head. ``H_L D`` spreads any nonzero head
+Why it mixes fully (docs/method.md "Mixing": every output depends on every input). Follow a unit vector e_j.
+After ``Perm_in`` it sits at one position. If that is a tail position ``L+i``, ``G1`` puts a share |sin| > 0
+of it on head ``i``; if it is a head position, it is already on the head. ``H_L D`` spreads any nonzero head
 vector to all L head coordinates with magnitude ``|share|/√L`` each (every entry of ``H_L`` is ±1). ``G2``
 then gives every tail output ``L+i`` a share |sin| > 0 of head ``i``, which is nonzero; head outputs keep a
 share |cos| > 0. So every one of the ñ outputs is reached, for every input: the transform is dense in
 support (checked structurally by :meth:`StructuredOrthogonal.support` and numerically in the tests).
 Without ``G1`` the tail inputs would bypass H; without ``G2`` the tail outputs would see only two inputs —
-the "block-diagonal in disguise" failure SPEC warns about. More ``rounds`` repeat the pattern (with fresh
-permutations and angles, and a layer of Givens rotations on all coordinates between rounds, without which
-two signed Hadamards cancel to exact zeros) and make the entry magnitudes less uniform, at linear cost;
+the "block-diagonal in disguise" failure the method warns about. More ``rounds`` repeat the pattern (with
+fresh permutations and angles, and a layer of Givens rotations on all coordinates between rounds, without
+which two signed Hadamards cancel to exact zeros) and make the entry magnitudes less uniform, at linear cost;
 one round already mixes fully.
 
 Cost: one power-of-two FWHT (``log₂ L`` in-place butterfly passes), two gathers, and O(r) work for the

@@ -1,7 +1,7 @@
 """The base optimizer a client runs: a thin, stateful wrapper around a torch model and optimizer.
 
-SPEC "Standard FL": a client runs K ordinary optimizer steps ``w_{k+1} = w_k − g(w_k, batch)``. The target
-optimizers (:mod:`sifl_ray.optim.target`) only need four things from it — load parameters with fresh or
+docs/method.md "Standard FL": a client runs K ordinary optimizer steps ``w_{k+1} = w_k − g(w_k, batch)``. The
+target optimizers (:mod:`sifl_ray.optim.target`) only need four things from it — load parameters with fresh or
 kept optimizer state, take one step, read the parameters back — so any trainer with this protocol works.
 Parameters cross the boundary as one flat float64 vector (the coding dtype); the model keeps its own dtype.
 

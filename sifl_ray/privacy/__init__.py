@@ -7,7 +7,7 @@
 * :mod:`~sifl_ray.privacy.nbafl`: the DP baseline of Fig. 6 (clip, then Gaussian noise before upload).
 
 Every ε here is a per-element, per-round guarantee, as the paper states it; none is a guarantee on the whole
-released vector or over several rounds (SPEC "Attacks").
+released vector or over several rounds (docs/method.md "Attacks").
 """
 
 from sifl_ray.privacy.accountant import (

@@ -5,7 +5,7 @@ release, takes the worst element, and keeps a history that can be queried, summa
 checkpointed. Nothing here holds key material: the accountant receives norm summaries (:class:`KeyNorms`,
 :class:`AggregatorNorms`) and stores only scalars (worst-element ε, the index that attains it, δ, flags).
 
-Releases (SPEC "SIFL M1", "SIFL M2"):
+Releases (docs/method.md "SIFL M1", "SIFL M2"):
 
 * ``local``: a client's upload ``w~_i`` (seen by the aggregator), in M1 and M2;
 * ``broadcast``: M1's encoded global model ``w~^t = P1 w^t + N1 r1^t`` (seen by the clients);
@@ -14,8 +14,9 @@ Releases (SPEC "SIFL M1", "SIFL M2"):
 M2's round 0 is an M1 round (``local`` and ``broadcast``, M1's noise): its clients start from the server's
 M1 encoding ``w~^0`` (see :class:`ArmReleases`).
 
-Not covered, because the paper has no theorem for them: the server's view ``P1L W'_a`` in M2 (SPEC "Attacks",
-"M2, the server": it reveals the global model up to a scalar) and the aggregator's ``W'_a``.
+Not covered, because the paper has no theorem for them: the server's view ``P1L W'_a`` in M2
+(docs/method.md "Attacks", "M2, the server": it reveals the global model up to a scalar) and the aggregator's
+``W'_a``.
 """
 
 from __future__ import annotations
@@ -46,9 +47,9 @@ CAVEAT = (
     "These are per-element, per-round guarantees, as the paper states them (its Problem 3): each ε bounds "
     "what ONE coordinate of ONE release in ONE round reveals about one client's data. They say nothing about "
     "the whole released vector: once the keys are known the signal (in col(P1)) and the noise (in col(N1)) "
-    "are separable, so the vector release has no finite ε at all (SPEC 'Attacks': whole-vector release, "
-    "noise-free differences, noise removal, M2 server). They say nothing about many rounds either: no "
-    "composition is applied. They rest on Remark 3's sensitivity 2C/|D_i| (NbAFL's model of local "
+    "are separable, so the vector release has no finite ε at all (docs/method.md 'Attacks': whole-vector "
+    "release, noise-free differences, noise removal, M2 server). They say nothing about many rounds either: "
+    "no composition is applied. They rest on Remark 3's sensitivity 2C/|D_i| (NbAFL's model of local "
     "training; clipping alone only gives 2C), and so are CONDITIONAL on every client model satisfying "
     "||w_i|| <= C: the clients enforce it by clipping to C (privacy.clip), and summary.json counts the "
     "clipped models (clipped). Each ε is against an observer WITHOUT key 1: the clients hold "
@@ -316,8 +317,8 @@ def release_epsilons(
                 + "; R2 is independent, so dropping it is post-processing)."
             )
         note = (
-            sound_how + " Paper: Theorem 2's second inequality as SPEC states it, which adds the R1 and R2 "
-            "stds linearly with ||P1^j|| ||P1L|| ||N2|| (overestimates the std: not a guarantee)."
+            sound_how + " Paper: Theorem 2's second inequality as docs/method.md states it, which adds the "
+            "R1 and R2 stds linearly with ||P1^j|| ||P1L|| ||N2|| (overestimates the std: not a guarantee)."
         )
     else:
         sound = F.laplace_global_epsilon_sound(
@@ -347,11 +348,11 @@ class ArmReleases:
     """The releases of every round of one SIFL arm whose keys stay fixed for the run.
 
     M2 does not start as M2. Its round 0 starts from the server's M1 encoding ``w~^0 = P1 w^0 + N1 r1^0``
-    (SPEC "SIFL M2"; the client strips code 2 only from a two-column ``W'``), so the round-0 uploads carry
-    ``N1 r1^0``, whose std has no ``‖P2R‖₂`` factor, and what the clients received is M1's ``broadcast``, not
-    ``global``. Crediting that round with M2's noise would under-report its local ε by ``‖P2R‖₂``. A later
-    round starts from the same encoding when every round before it was skipped (no update accepted: the
-    broadcast is reused), so the choice is made per round by the caller, who knows.
+    (docs/method.md "SIFL M2"; the client strips code 2 only from a two-column ``W'``), so the round-0 uploads
+    carry ``N1 r1^0``, whose std has no ``‖P2R‖₂`` factor, and what the clients received is M1's
+    ``broadcast``, not ``global``. Crediting that round with M2's noise would under-report its local ε by
+    ``‖P2R‖₂``. A later round starts from the same encoding when every round before it was skipped (no update
+    accepted: the broadcast is reused), so the choice is made per round by the caller, who knows.
 
     Attributes:
         coding: the arm's.
@@ -717,7 +718,7 @@ class SiflAccountant:
         lines.append("")
         lines += textwrap.wrap(
             "The whole released vector has no finite ε once the keys are known; measure what an adversary "
-            "recovers with the attacks (SPEC 'Attacks'), not with these numbers.",
+            "recovers with the attacks (docs/method.md 'Attacks'), not with these numbers.",
             width=100,
         )
         return "\n".join(lines)

@@ -1,4 +1,5 @@
-"""Per-element DP bounds of SIFL (paper §5: Theorems 1 and 2, Remark 3; SPEC "Differential privacy").
+"""Per-element DP bounds of SIFL (paper §5: Theorems 1 and 2, Remark 3; docs/method.md "Differential
+privacy").
 
 Every function here is pure and keyword-only. Norm arguments are vectorised over rows: each accepts a Python
 float, a NumPy array or a torch tensor, inputs broadcast by NumPy rules, and the result has the broadcast
@@ -9,7 +10,8 @@ What these numbers are. Each ε is for ONE element j (or (j, m)) of ONE release 
 property the paper proves (its Problem 3, "element-wise DP"). They say nothing about
 
 * the whole released vector: with the keys known, the signal lives in ``col(P1)`` and the noise in
-  ``col(N1)``, two subspaces meeting only at 0, so the vector release has no finite ε (SPEC "Attacks");
+  ``col(N1)``, two subspaces meeting only at 0, so the vector release has no finite ε (docs/method.md
+  "Attacks");
 * several rounds: no composition is applied, and the noise ``N1 r1^t`` is shared by every upload of a round;
 * other parties' views not covered by a theorem (for example the server's ``P1L W'_a`` in M2).
 
@@ -159,7 +161,7 @@ def global_sensitivity(*, clip: Arrayish, total_size: Arrayish) -> Arrayish:
 def gaussian_tail_inverse(*, delta: float) -> float:
     """``Q⁻¹(δ)``, the inverse of the standard normal tail ``Q(x) = P(Y ≥ x)`` (Theorem 2).
 
-    Computed as ``−Φ⁻¹(δ)``, equal to SPEC's ``NormalDist().inv_cdf(1 − δ)`` but accurate for tiny δ, where
+    Computed as ``−Φ⁻¹(δ)``, equal to ``NormalDist().inv_cdf(1 − δ)`` but accurate for tiny δ, where
     ``1 − δ`` rounds to 1 in float64. ``Q⁻¹(1e-5) ≈ 4.2649``.
     """
     return -_STANDARD_NORMAL.inv_cdf(_check_delta(delta))
@@ -262,8 +264,9 @@ def gaussian_global_epsilon(
 ) -> Arrayish:
     """The paper's ε for element (j, m) of M2's ``W' = P1 w P2 + N1 R1 + P1 P1L R2 N2`` (Theorem 2, second).
 
-    As SPEC fixes it: ``a = ‖P1^j‖₂·Δ^w·|P2^m|``, ``s = ‖N1^j‖₂σ1 + ‖P1^j‖₂‖P1L‖₂‖N2‖₂σ2``,
-    ``ε = a·Q⁻¹(δ)/s + a²/(2s²)``. To get a (ñ, p) table pass rows as ``(ñ, 1)`` and ``p2_m`` as ``(1, p)``.
+    As docs/method.md "Differential privacy" reads it: ``a = ‖P1^j‖₂·Δ^w·|P2^m|``,
+    ``s = ‖N1^j‖₂σ1 + ‖P1^j‖₂‖P1L‖₂‖N2‖₂σ2``, ``ε = a·Q⁻¹(δ)/s + a²/(2s²)``. To get a (ñ, p) table pass rows
+    as ``(ñ, 1)`` and ``p2_m`` as ``(1, p)``.
 
     What it does NOT guarantee: the noise of the element is ``N1^j R1[:, m]`` (std ``‖N1^j‖₂σ1``) plus the
     independent ``(P1^j P1L) R2 N2[:, m]`` (std ``‖P1^j P1L‖₂‖N2[:, m]‖₂σ2``, which
@@ -271,7 +274,7 @@ def gaussian_global_epsilon(
     ``√(s1² + s2²) < s1 + s2``, so ``s`` here is never below the true std and, whenever both noises are
     present, above it: this ε is then too small. It is reported as the paper's figure;
     :func:`gaussian_global_epsilon_sound` is the guarantee. (The paper's own statement of the inequality
-    even squares ``‖N1^j‖σ1 + ‖N2^m‖σ2`` on the left; SPEC's consistent reading is used here.)
+    even squares ``‖N1^j‖σ1 + ‖N2^m‖σ2`` on the left; the method page's consistent reading is used here.)
 
     Args:
         p1_row_l2: ``‖P1^j‖₂``.
@@ -450,9 +453,9 @@ def laplace_local_epsilon_sound(
     tail. So this ε is never below :func:`laplace_local_epsilon_paper` (``max|N1_jk| ≤ ‖N1^j‖₂`` and
     ``max_m|P2R_m| ≤ ‖P2R‖₂``), with equality when ``N1^j`` (and ``P2R``) have a single nonzero entry.
 
-    SPEC writes ``‖P2R‖₂`` in this denominator; that is sound only when ``P2R`` has one nonzero entry. When
-    only ``‖P2R‖₂`` is known, ``‖P2R‖₂/√p`` is a valid lower bound on ``max_m|P2R_m|`` and keeps the bound
-    sound.
+    The paper writes ``‖P2R‖₂`` in this denominator; that is sound only when ``P2R`` has one nonzero entry.
+    When only ``‖P2R‖₂`` is known, ``‖P2R‖₂/√p`` is a valid lower bound on ``max_m|P2R_m|`` and keeps the
+    bound sound.
 
     Scope: one element, one round, given the sensitivity assumption of :func:`local_sensitivity`.
 

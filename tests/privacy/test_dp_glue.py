@@ -121,7 +121,8 @@ def test_nbafl_clients_draw_fresh_noise_every_round():
 
 
 def nbafl_classical_sigma(*, eps: float, delta: float, clip: float, smallest: int, rounds: int) -> float:
-    """NbAFL's Theorem 1 as SPEC "Baselines" has it: σ = c·L·Δs/ε, c = √(2 ln(1.25/δ)), Δs = 2C/m, L = T."""
+    """NbAFL's Theorem 1 as docs/method.md "Baselines" has it: σ = c·L·Δs/ε, c = √(2 ln(1.25/δ)), Δs = 2C/m,
+    L = T."""
     return math.sqrt(2 * math.log(1.25 / delta)) * rounds * (2 * clip / smallest) / eps
 
 
