@@ -5,7 +5,7 @@ shape of the model (n), the public layout of a block key, its own key material (
 the server's ``P1L``) and, for the known-plaintext attack, the pairs it is granted. Plain models and keys of
 other parties never enter; scoring against the truth happens in :mod:`sifl_ray.attacks.suite`.
 
-Attacks (numbered as in the issue):
+Attacks (lettered as the report and docs/attacks.md letter them):
 
 a. :class:`DifferenceAttack`: within a round every upload carries the same noise ``N1 r^t``, so
    ``w~_i − w~_j = P1 (w_i − w_j)`` exactly; stacking these differences over rounds spans ``col(P1)``.

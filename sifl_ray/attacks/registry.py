@@ -1,8 +1,8 @@
 """The attack registry: every attack on a key design's transcript, declared once with its figures.
 
-Why a registry: an attack used to be six to ten edits over three files (a figure here, its explanation in a
-dictionary there, a console column picked by hand), and a figure whose explanation was forgotten dropped out
-of the report without a word. Now an attack is one module that calls :func:`register_attack` with
+Why a registry: without one, an attack is six to ten edits over three files (a figure here, its explanation
+in a dictionary there, a console column picked by hand), and a figure whose explanation is forgotten drops
+out of the report without a word. With it, an attack is one module that calls :func:`register_attack` with
 
 * its figures (:class:`FigureSpec`): the threat model, what is attacked, what is measured, and the
   explanation the report prints: a figure without one is refused here, at registration;

@@ -326,7 +326,7 @@ class FastServerKey(ServerKey):
         private dict, dropped by ``to()``).
 
         ``N1`` rows come from pushing the ñ−n kernel columns through the maps in batches
-        (O((ñ−n)·ñ log ñ): ~4 s at ñ = 1.2M on this 2-core CPU). ``P1`` rows would need all n columns in
+        (O((ñ−n)·ñ log ñ), which is why the result is cached). ``P1`` rows would need all n columns in
         general; for ``rounds = 1`` every entry of Q is a product along at most two paths through the
         layers, which gives the row 1- and 2-norms exactly in O(ñ) (:func:`_row_norms_one_round`). For
         ``rounds > 1`` the 2-norms are exact as ``α·√(1 − ‖Q[j, n:]‖²)`` (rows of Q are unit vectors, and

@@ -245,8 +245,8 @@ def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
 
     Read from the file scikit-learn ships (``sklearn/datasets/data/digits.csv.gz``) with the call
     ``load_digits`` makes (``np.loadtxt``, comma-separated): the same numbers, without importing
-    scikit-learn, which takes ~1 s of CPU (a third of the quick-start's time to its first round went to
-    it). Falls back to ``load_digits`` if the file is not where this scikit-learn keeps it.
+    scikit-learn, whose import is a large share of the quick-start's start-up (``python -m bench startup``
+    measures it). Falls back to ``load_digits`` if the file is not where this scikit-learn keeps it.
     """
     spec = importlib.util.find_spec("sklearn")  # finds the package without importing it
     path = Path(spec.origin).parent / "datasets" / "data" / "digits.csv.gz" if spec and spec.origin else None

@@ -151,7 +151,7 @@ class TorchTrainer:
     def step(self, batch: Batch) -> torch.Tensor:
         """One step; the loss before it as a 0-d tensor on the model's device (no host synchronisation)."""
         x, y = batch
-        if not self.model.training:  # train() walks every submodule: ~10-30 µs a step when repeated
+        if not self.model.training:  # train() walks every submodule: a cost per step when repeated
             self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.loss_fn(self.model(x), y)

@@ -353,9 +353,9 @@ class Simulation:
         Args:
             on_round_end: called as ``on_round_end(sim, t)`` after round ``t`` (and its checkpoint).
             close: :meth:`close` once the last round is played, while the summary, TensorBoard and the
-                plots are written (they need nothing of the parties): Ray takes ~1.4 s to stop, a second of
-                it waiting for its autoscaler monitor, and the plots ~0.8 s. For callers done with the
-                simulation when ``run`` returns (``sifl run``).
+                plots are written (they need nothing of the parties): Ray's stop, most of it waiting for its
+                autoscaler monitor, then overlaps the plots (``python -m bench startup`` measures a run's
+                end). For callers done with the simulation when ``run`` returns (``sifl run``).
         """
         rounds = self.cfg.train.rounds
         t = self._start()
@@ -689,8 +689,8 @@ def _process_start() -> float | None:
     """When this process started (epoch seconds; ``None`` where the OS does not say).
 
     On Linux from the process's start in clock ticks since boot and the seconds since boot (both to 10 ms),
-    not from psutil's ``create_time``, whose boot time is a whole second (a run seemed to reach its first
-    round after it had ended)."""
+    not from psutil's ``create_time``, whose boot time is rounded to a whole second: enough to place the start
+    after marks that follow it."""
     try:
         ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
         uptime = float(Path("/proc/uptime").read_text().split()[0])
