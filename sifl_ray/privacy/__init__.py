@@ -1,7 +1,8 @@
 """Differential privacy of SIFL (paper §5) and the NbAFL baseline.
 
 * :mod:`~sifl_ray.privacy.formulas`: pure, keyword-only per-element ε of Theorems 1 and 2 (the paper's
-  formulas and sound ones beside them), sensitivities of Remark 3.
+  formulas and sound ones beside them), sensitivities of Remark 3; the Laplace ones in
+  :mod:`~sifl_ray.privacy.laplace`.
 * :mod:`~sifl_ray.privacy.releases`: which formula for which release of a round, and its worst element.
 * :mod:`~sifl_ray.privacy.accountant`: a thin history of per-round, per-release worst-element ε.
 * :mod:`~sifl_ray.privacy.nbafl`: the DP baseline of Fig. 6 (clip, then Gaussian noise before upload).
