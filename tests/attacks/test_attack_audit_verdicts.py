@@ -70,7 +70,8 @@ def test_verdicts_never_say_holds():
 def test_the_report_prints_ceilings_and_verdicts_not_holds():
     from sifl_ray.attacks.arm_audit import ArmAudit
     from sifl_ray.attacks.audit import AuditTest
-    from sifl_ray.attacks.report import _audit_table, _audits
+    from sifl_ray.attacks.report import _audits
+    from sifl_ray.attacks.report_console import _audit_table
     from sifl_ray.attacks.suite import SuiteResult
 
     def test(lb, n):
