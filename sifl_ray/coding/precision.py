@@ -167,8 +167,8 @@ def predict_decode_error(
 ) -> PrecisionReport:
     """Predict the max decode error of one round from the configuration (a pure function).
 
-    Either give the parameters, or a ``key`` (and ``aggregator_key`` for M2) and the noise laws
-    ``noise`` (σ1) / ``noise2`` (σ2), from which they are read; explicit parameters win.
+    Either give the parameters, or a ``key`` (and ``aggregator_key`` for M2) and the noise laws ``noise``
+    (σ1) / ``noise2`` (σ2), from which they are read; explicit parameters win.
 
     Args:
         scheme: ``"M1"`` or ``"M2"`` (M2 needs γ, η, σ2, p).
@@ -215,7 +215,6 @@ def predict_decode_error(
     u = unit_roundoff(dtype)
     terms = _error_terms(config, u=u)
     total = sum(v for _, v in terms)
-    config["dtype"] = str(dtype).removeprefix("torch.")
     return PrecisionReport(total, scheme, config["dtype"], u, tuple(terms), config)
 
 
@@ -257,6 +256,7 @@ def _completed(c: dict[str, Any], *, w_scale: float | None) -> dict[str, Any]:
     """Every parameter set: the defaults of the fast design where none was given (κ = 1/α for an oblique
     inverse, ``‖P1L‖₂ = √(1/α² + κ²)``, the backend's transform depth), ``w_max`` from ``w_scale``."""
     c = dict(c)
+    c["dtype"] = str(c["dtype"]).removeprefix("torch.")  # as the report names it
     c["sigma1"], c["sigma2"] = float(c["sigma1"] or 0.0), float(c["sigma2"] or 0.0)
     missing = [name for name in ("n", "n_tilde", "alpha") if c[name] is None]
     if missing:
