@@ -1,5 +1,5 @@
 """Your own data from files: ``.npz`` / ``.pt`` arrays (``data.name=arrays``) and LEAF JSON
-(``data.name=leaf``), read into a :class:`~sifl_ray.data.datasets.Dataset`.
+(``data.name=leaf``), read into a :class:`~sifl_ray.data.dataset.Dataset`.
 
 Text in LEAF (Shakespeare's strings) becomes character ids over the characters the files use, sorted,
 stored as floats (a model's embedding casts them back with ``.long()``). Without a test set, LEAF holds out
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from sifl_ray.data.datasets import Dataset
+from sifl_ray.data.dataset import Dataset
 from sifl_ray.data.from_arrays import DataInputError, as_labels, as_numpy
 from sifl_ray.seeding import numpy_generator
 

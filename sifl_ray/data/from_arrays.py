@@ -1,5 +1,5 @@
 """Your own data as arrays: the checks and shapes that turn a mapping of arrays (or tensors) into a
-:class:`~sifl_ray.data.datasets.Dataset`, and the error every problem with your data raises.
+:class:`~sifl_ray.data.dataset.Dataset`, and the error every problem with your data raises.
 
 Values are taken as given and cast to float32 (no scaling or standardisation: the data is yours); a sample
 of ``D`` values becomes ``(1, 1, D)``, ``H×W`` values ``(1, H, W)``, as the models' ``input_shape`` is
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from sifl_ray.data.datasets import Dataset, _stratified_split
+from sifl_ray.data.dataset import Dataset, stratified_split
 from sifl_ray.data.download import DatasetError
 from sifl_ray.seeding import numpy_generator
 
@@ -131,7 +131,7 @@ def dataset_from_arrays(
             raise DataInputError(
                 "data.test_fraction", f"expected a number in (0, 1), got {test_fraction}", ""
             )
-        train, test = _stratified_split(y, test_fraction, numpy_generator(seed, "data", "own_split", name))
+        train, test = stratified_split(y, test_fraction, numpy_generator(seed, "data", "own_split", name))
         if train.size == 0 or test.size == 0:
             raise DataInputError(
                 "data.test_fraction",

@@ -35,7 +35,8 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sifl_ray.data.datasets import DATASET_NAMES, Dataset, _subsample, load_dataset
+from sifl_ray.data.dataset import Dataset, subsample
+from sifl_ray.data.datasets import DATASET_NAMES, load_dataset
 from sifl_ray.data.files import load_arrays_file, load_leaf
 from sifl_ray.data.from_arrays import DataInputError, dataset_from_arrays
 from sifl_ray.import_paths import ImportPathError, import_object, is_import_path
@@ -207,4 +208,4 @@ def load_any_dataset(
         else:
             args = {**section_defaults(schema), **(args or {})}
             ds = _from_function(loader, name, args, seed, test_fraction, name)
-    return _subsample(ds, limit_train, limit_test, seed)
+    return subsample(ds, limit_train, limit_test, seed)
