@@ -9,13 +9,15 @@ One owner per concern:
 - :mod:`~sifl_ray.runner.parties`: the party pool (spawn, respawn, the round's supervisor, injected faults);
 - :mod:`~sifl_ray.runner.state`: the driver's state, checkpoints, key restore and resume;
 - :mod:`~sifl_ray.runner.recorder`: what the driver records (TensorBoard, stderr, ``summary.json``);
-- :mod:`~sifl_ray.runner.summary`: the summary, the table and the RESULT line (functions of data only).
+- :mod:`~sifl_ray.runner.summary`: the summary and the RESULT line (functions of data only);
+- :mod:`~sifl_ray.runner.table`: the end-of-run tables (functions of the summary only).
 """
 
 from sifl_ray.backend import make_backend
 from sifl_ray.runner.simulation import Simulation, cpu_count, run_scenario
 from sifl_ray.runner.state import default_key_dir
-from sifl_ray.runner.summary import RunResult, result_line, summary_table
+from sifl_ray.runner.summary import RunResult, result_line
+from sifl_ray.runner.table import summary_table
 from sifl_ray.runner.workload import partition
 
 __all__ = [
