@@ -179,7 +179,7 @@ def cmd_resume(argv: list[str]) -> int:
     from actors.cluster import ClusterUnreachable
     from sifl_ray.checkpoint import CheckpointError, describe_error
     from sifl_ray.runner import Simulation, summary_table
-    from sifl_ray.runner.simulation import run_to_end
+    from sifl_ray.runner.launch import run_to_end
     from sifl_ray.runner.state import open_resume
 
     try:
