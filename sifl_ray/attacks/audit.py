@@ -207,7 +207,10 @@ def _upload_decisions(
     w1, then the single coordinate's."""
     n, m = key.n, key.n_tilde - key.n
     j, sign, cut_j = coordinate.j, coordinate.sign, coordinate.cut
-    vec0, vec1, coord0, coord1 = [], [], [], []
+    vec0: list[np.ndarray] = []
+    vec1: list[np.ndarray] = []
+    coord0: list[np.ndarray] = []
+    coord1: list[np.ndarray] = []
     done = 0
     while done < trials:
         k = min(batch, trials - done)

@@ -21,13 +21,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
 from sifl_ray.coding.base import AggregatorNorms, KeyNorms, NoiseDistribution, NoiseSpec
 from sifl_ray.privacy import formulas as F
+from sifl_ray.privacy.arrays import Arrayish
 from sifl_ray.specs import Coding
 
 #: Which of a SIFL round's releases an ε is about: a name (the channel itself, sender to receiver, is
@@ -102,7 +103,7 @@ def _np(x: torch.Tensor | np.ndarray | float) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
 
 
-def _worst(eps: np.ndarray) -> tuple[float, int, int | None]:
+def _worst(eps: Arrayish) -> tuple[float, int, int | None]:
     value = F.worst_element(eps)
     index = F.worst_element_index(eps)
     return value, index[0], (index[1] if len(index) > 1 else None)
@@ -136,8 +137,8 @@ class _Round:
     def release(
         self,
         name: ReleaseName,
-        sound: np.ndarray,
-        paper: np.ndarray,
+        sound: Arrayish,
+        paper: Arrayish,
         sensitivity: float,
         note: str,
         norms_exact: bool | None = None,
@@ -321,7 +322,7 @@ def _m2_broadcast_release(
 
 def _m2_gaussian(
     rnd: _Round, d_global: float, agg_norms: AggregatorNorms, p2: np.ndarray, b2: float
-) -> tuple[np.ndarray, np.ndarray, str, bool]:
+) -> tuple[Arrayish, Arrayish, str, bool]:
     """Gaussian ``W'``: the sound ε (R1 and R2 in quadrature where their norms are known), the paper's, the
     note, and whether the norms behind the sound figure are exact."""
     key_norms, rows, exact = rnd.key_norms, _ROWS, bool(rnd.key_norms.exact)
@@ -373,7 +374,7 @@ def _m2_gaussian(
 
 def _m2_laplace(
     rnd: _Round, d_global: float, agg_norms: AggregatorNorms, p2: np.ndarray, b2: float
-) -> tuple[np.ndarray, np.ndarray, str]:
+) -> tuple[Arrayish, Arrayish, str]:
     """Laplace ``W'``: the sound ε (the largest single R1 coefficient), the paper's, and the note."""
     rows = _ROWS
     sound = F.laplace_global_epsilon_sound(
@@ -441,7 +442,7 @@ def arm_release_epsilons(
 ) -> ArmReleases:
     """:func:`release_epsilons` for the rounds of an arm: M2's from its own broadcast, and M1's for a round
     that starts from the server's initial encoding (see :class:`ArmReleases`). Same arguments."""
-    common = {
+    common: dict[str, Any] = {
         "key_norms": key_norms,
         "noise1": noise1,
         "clip": clip,

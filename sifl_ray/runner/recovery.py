@@ -5,15 +5,43 @@ deterministic, so nothing changes but the wall time), and the event recorded and
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
+import torch
+from omegaconf import DictConfig
+
+from sifl_ray.backend import Backend
 from sifl_ray.checkpoint import describe_error
+from sifl_ray.faults import FaultJournal
 from sifl_ray.handles import PartyLost
-from sifl_ray.runner.parties import say
-from sifl_ray.runner.state import ResumePoint
+from sifl_ray.round import ArmState, Parties
+from sifl_ray.runner.parties import PartyPool, say
+from sifl_ray.runner.recorder import Recorder
+from sifl_ray.runner.state import Checkpoints, DriverState, ResumePoint
 
-if TYPE_CHECKING:  # the simulation imports this module to call it
-    from sifl_ray.runner.simulation import Simulation
+
+class Simulation(Protocol):
+    """What recovery reads and restores of a :class:`~sifl_ray.runner.simulation.Simulation`."""
+
+    cfg: DictConfig
+    run_dir: Path
+    backend: Backend
+    pool: PartyPool
+    checkpoints: Checkpoints
+    journal: FaultJournal
+    recorder: Recorder
+    driver: DriverState
+    states: dict[str, ArmState]
+    w0: torch.Tensor
+    n: int
+    restores: int
+
+    @property
+    def parties(self) -> Parties: ...
+
+    @property
+    def next_round(self) -> int: ...
 
 
 def record_resume(sim: Simulation, resume: ResumePoint, start: int) -> None:
