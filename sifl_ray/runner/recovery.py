@@ -21,7 +21,7 @@ from sifl_ray.runner.recorder import Recorder
 from sifl_ray.runner.state import Checkpoints, DriverState, ResumePoint
 
 
-class Simulation(Protocol):
+class Run(Protocol):
     """What recovery reads and restores of a :class:`~sifl_ray.runner.simulation.Simulation`."""
 
     cfg: DictConfig
@@ -44,7 +44,7 @@ class Simulation(Protocol):
     def next_round(self) -> int: ...
 
 
-def record_resume(sim: Simulation, resume: ResumePoint, start: int) -> None:
+def record_resume(sim: Run, resume: ResumePoint, start: int) -> None:
     """Record and say that the run resumed from ``resume`` at round ``start`` (after its driver died)."""
     ckpt = resume.checkpoint
     record = {
@@ -57,7 +57,7 @@ def record_resume(sim: Simulation, resume: ResumePoint, start: int) -> None:
     say(f"resumed {sim.run_dir} from {record['from_checkpoint']}: rounds {start}..{sim.cfg.train.rounds - 1}")
 
 
-def recover(sim: Simulation, lost: PartyLost) -> int:
+def recover(sim: Run, lost: PartyLost) -> int:
     """Respawn the lost party, restore it from its key file and every arm from the last checkpoint;
     return the round to continue from."""
     cfg = sim.cfg
