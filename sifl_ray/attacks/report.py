@@ -97,6 +97,21 @@ def result_line(result: SuiteResult) -> str:
     )
 
 
+def audit_result_line(result: SuiteResult) -> str | None:
+    """``RESULT audit <arm>_eps=<reported> <arm>_audit_lb=<measured> ...`` for every audited arm (``None``
+    when no arm was audited). A DP mechanism's lower bound must stay at or below its reported ε; SIFL's
+    per-element ε is not a bound on the whole upload, and the audit shows it."""
+    if not result.audits:
+        return None
+    parts = ["RESULT audit"]
+    for a in result.audits:
+        parts += [
+            f"{a.label}_eps={a.reported_epsilon:.3g}",
+            f"{a.label}_audit_lb={a.test.epsilon_lower_bound:.3g}",
+        ]
+    return " ".join(parts)
+
+
 def _cell(text: str) -> str:
     """A markdown table cell: the norms' bars would otherwise split the cell."""
     return text.replace("|", "\\|")
