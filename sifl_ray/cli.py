@@ -91,8 +91,9 @@ def _import_in_background(cfg: DictConfig) -> threading.Thread:
     """Import what the driver needs (torch, the runner, TensorBoard, matplotlib) in a thread, while the
     main thread starts Ray.
 
-    Why: Ray's start is ~2.5 s spent mostly waiting on its own processes; measured on 2 cores, that part
-    of a run kept ~0.7 of a core idle, and the driver's imports (~1.5 s of CPU) then ran alone after it.
+    Why: Ray's start is spent mostly waiting on its own processes, while the driver's imports are CPU work;
+    run one after the other, a core idles through the first and the second then runs alone. Overlapped, the
+    start costs about the longer of the two (``python -m bench startup`` measures both).
     A failed import is not reported here: the main thread's own import raises it, with its traceback.
     """
 
@@ -178,7 +179,7 @@ def cmd_resume(argv: list[str]) -> int:
     from sifl_ray.backends.cluster import ClusterUnreachable
     from sifl_ray.checkpoint import CheckpointError, describe_error
     from sifl_ray.runner import Simulation, summary_table
-    from sifl_ray.runner.simulation import run_to_end
+    from sifl_ray.runner.launch import run_to_end
     from sifl_ray.runner.state import open_resume
 
     try:
@@ -337,10 +338,11 @@ def main(argv: list[str] | None = None) -> int:
 def entry(argv: list[str] | None = None) -> int:
     """:func:`main` as a program (``python run.py``, ``sifl``, ``python -m sifl_ray.cli``), not as a library.
 
-    At exit the interpreter's last garbage collection walks every object torch and Ray made, ~0.6 s on 2
-    cores after the run has written and printed everything; nothing is left to collect there, so those
-    objects are frozen out of it (``gc.freeze``: atexit handlers and module teardown still run). Only here:
-    in a process that goes on (tests call :func:`main`), freezing would keep every object alive.
+    At exit the interpreter's last garbage collection walks every object torch and Ray made, after the run
+    has written and printed everything (``python -m bench startup`` measures a run's end); nothing is left to
+    collect there, so those objects are frozen out of it (``gc.freeze``: atexit handlers and module teardown
+    still run). Only here: in a process that goes on (tests call :func:`main`), freezing would keep every
+    object alive.
 
     Output piped into a reader that stops early (``sifl config | head``) ends the program quietly, as a
     Unix tool does, instead of with a ``BrokenPipeError`` traceback.

@@ -1,8 +1,8 @@
 """``sifl describe``: what a scenario costs and promises before any training (sizes, decode error, ε).
 
 The figures are the runner's own: the precision claims and ε of :mod:`sifl_ray.arms.sifl_figures` for the
-keys the parties would make (:mod:`sifl_ray.roles.factories`), on the model and client sizes a run would
-have. A built-in data set split IID with a built-in model is described from its known sizes and shape (no
+keys the parties would make (:func:`~sifl_ray.parties.server.make_server`), on the model and client sizes a
+run would have. A built-in data set split IID with a built-in model is described from its known sizes and shape (no
 data read); anything else is loaded and split exactly as a run does (:mod:`sifl_ray.runner.workload`).
 """
 

@@ -1,7 +1,7 @@
-"""The paper's models (SPEC "The paper's experiments") and the flat-vector view the codes work on.
+"""The paper's models (docs/method.md "The paper's experiments") and the flat-vector view the codes work on.
 
-The immersion codes act on one flat parameter vector ``w ∈ R^n`` (float64, SPEC "Precision"), while torch
-trains a module. :func:`flatten_params` and :func:`load_flat_params_` are the bridge, in a fixed order
+The immersion codes act on one flat parameter vector ``w ∈ R^n`` (float64, docs/method.md "Precision"), while
+torch trains a module. :func:`flatten_params` and :func:`load_flat_params_` are the bridge, in a fixed order
 (``model.parameters()``), so every party agrees on which coordinate is which weight.
 
 Initialisation draws only from the ``torch.Generator`` passed in: models are built on the ``meta`` device
@@ -10,7 +10,7 @@ generator with PyTorch's default law (``U(-1/√fan_in, 1/√fan_in)`` for weigh
 and ``Conv2d``, what ``kaiming_uniform_(a=√5)`` gives). So the same generator seed gives the same model in
 any process, whatever else has used the global seed.
 
-Your own model (issue 23): ``train.model=<name>`` for a factory registered with :func:`register_model`
+Your own model: ``train.model=<name>`` for a factory registered with :func:`register_model`
 (in a plug-in module, ``SIFL_PLUGINS``), or ``train.model=package.module:factory``. Either way the factory is
 called as ``factory(input_shape, num_classes, **settings)`` and returns any ``torch.nn.Module``. A
 registered model declares its settings as a dataclass (``register_model("my_cnn", settings=MyCnn)``): the
@@ -361,8 +361,9 @@ def _materialize_(model: nn.Module) -> None:
     """Give every parameter and buffer of a model built on the meta device uninitialised CPU storage.
 
     What ``model.to_empty(device="cpu")`` does, without its ``empty_like`` of meta tensors, which goes
-    through torch's Python reference implementations and imports sympy on the way: ~0.3–0.9 s of CPU and
-    ~33 MiB in every process that builds a model (the driver, the evaluator, each client worker).
+    through torch's Python reference implementations and imports sympy on the way: CPU time and tens of MiB
+    in every process that builds a model (the driver, the evaluator, each client worker), which
+    ``python -m bench startup`` sees in a run's start-up and peak memory.
     """
     for module in model.modules():
         for key, p in list(module.named_parameters(recurse=False)):

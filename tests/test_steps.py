@@ -173,7 +173,7 @@ def test_the_built_in_aggregator_and_server_steps_are_the_old_mechanism_bit_for_
     cfg = load_config([*common, "arms=[dp_fedavg,dp_fedavg_secagg,secagg]", "dp_fedavg.epsilons=[5]"])
     n, k, m = 300, 3.0, 5.0
     average, previous = _vec(6), _vec(7)
-    # the aggregator's secret, as its key file holds it (sifl_ray.roles.factories)
+    # the aggregator's secret, as its key file holds it (sifl_ray.parties.aggregator.make_aggregator_state)
     seed = party_seed(7, "dp_fedavg_eps5", "aggregator-dp-noise")
 
     def built(arm: str):

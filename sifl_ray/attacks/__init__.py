@@ -1,4 +1,5 @@
-"""Adversaries that measure what SIFL's encodings leak (SPEC "Attacks the design must be judged against").
+"""Adversaries that measure what SIFL's encodings leak (docs/method.md "Attacks the design must be judged
+against").
 
 The paper's privacy argument looks at one coordinate at a time; this package measures what an adversary
 recovers from whole vectors, with figures, and prints the per-element ε beside them:

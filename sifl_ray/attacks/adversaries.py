@@ -1,11 +1,11 @@
-"""The adversaries: what a curious aggregator or server computes from its own view (SPEC "Attacks").
+"""The adversaries: what a curious aggregator or server computes from its own view (docs/method.md "Attacks").
 
 Everything here uses only what the threat model grants the attacking party: the transcript it saw, the public
 shape of the model (n), the public layout of a block key, its own key material (the M2 aggregator's ``P2R``,
 the server's ``P1L``) and, for the known-plaintext attack, the pairs it is granted. Plain models and keys of
 other parties never enter; scoring against the truth happens in :mod:`sifl_ray.attacks.suite`.
 
-Attacks (numbered as in the issue):
+Attacks (lettered as the report and docs/attacks.md letter them):
 
 a. :class:`DifferenceAttack`: within a round every upload carries the same noise ``N1 r^t``, so
    ``w~_i − w~_j = P1 (w_i − w_j)`` exactly; stacking these differences over rounds spans ``col(P1)``.
@@ -128,8 +128,8 @@ class _BlockState:
 
 
 class DifferenceAttack:
-    """The aggregator's noise-free differences, accumulated into an estimate of ``col(P1)`` (SPEC "Noise-free
-    differences").
+    """The aggregator's noise-free differences, accumulated into an estimate of ``col(P1)`` (docs/method.md
+    "Noise-free differences").
 
     Each round the aggregator forms ``N_c − 1`` differences ``w~_i − w~_1 = P1 (w_i − w_1)``; the noise
     ``N1 r^t`` cancels because every client of a round starts from the same ``w~^t``. The span grows by up to

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -90,7 +91,6 @@ def audit_arm(
     """
     from sifl_ray.arms import arm_of
     from sifl_ray.arms.dp_fedavg import CentralNoise
-    from sifl_ray.attacks.audit import audit_aggregator_step, audit_release
 
     platform = platform_config(cfg, clients=task.clients, rounds=cfg.train.rounds)
     protocol = arm_of(platform, arm)
@@ -106,7 +106,39 @@ def audit_arm(
             return []
         scope = "per element of one upload (the paper's Theorem 1), worst element"
         return [ArmAudit(arm, paper_eps, scope, "the whole upload, keys known", m1_whole)]
-    sizes = task.sizes
+    plain = _plain_arm(task, cfg, arm, protocol, platform, kw)
+    if plain.steps.secagg is not None:
+        return _audit_secure(task, cfg, plain)
+    if isinstance(plain.steps.aggregator, CentralNoise):
+        return [_audit_central_noise(task, cfg, plain)]
+    return [_audit_client_step(task, cfg, plain)]
+
+
+@dataclass(frozen=True)
+class _PlainArm:
+    """What every audit of an arm that does not immersion-code shares: its steps, the ε it reports for the
+    run and for one round (with their scopes), its sampling rate, the audit's direction and the test's
+    settings (``kw``: trials, δ, confidence)."""
+
+    arm: str
+    protocol: Any
+    platform: DictConfig
+    steps: Any
+    report: dict[str, Any]
+    reported: float
+    scope: str
+    one_round: float
+    one_round_scope: str
+    sample_rate: float
+    direction: torch.Tensor
+    zero: torch.Tensor
+    kw: dict[str, Any]
+
+
+def _plain_arm(
+    task: SmallTask, cfg: DictConfig, arm: str, protocol: Any, platform: DictConfig, kw: dict[str, Any]
+) -> _PlainArm:
+    """The arm's steps and its privacy report read once, and the audit's random direction drawn."""
     ctx = task_context(task, platform, arm)
     steps, report = protocol.steps(ctx), protocol.privacy(ctx) or {}
     reported = float(report.get("epsilon", math.inf))
@@ -121,79 +153,109 @@ def audit_arm(
             f"ONE round of {report.get('guarantee', scope)} (the accountant's ε after round 1; the whole "
             f"run's ε {reported:.3g} over {len(per_round)} rounds composes them and is not audited here)"
         )
-    sample_rate = float(platform.clients.fraction)
     gen = torch_generator(cfg.seed, "attack", "audit", arm)
     direction = torch.randn(task.n, generator=gen, dtype=CODING_DTYPE)
     direction /= torch.linalg.vector_norm(direction)
-    zero = torch.zeros(task.n, dtype=CODING_DTYPE)
-    if steps.secagg is not None:
-        from sifl_ray.attacks.secure_audit import (
-            audit_secure_round,
-            neighbour_relation,
-            secure_round_release,
-        )
+    return _PlainArm(
+        arm=arm,
+        protocol=protocol,
+        platform=platform,
+        steps=steps,
+        report=report,
+        reported=reported,
+        scope=scope,
+        one_round=one_round,
+        one_round_scope=one_round_scope,
+        sample_rate=float(platform.clients.fraction),
+        direction=direction,
+        zero=torch.zeros(task.n, dtype=CODING_DTYPE),
+        kw=kw,
+    )
 
-        clip = float(protocol.clip(platform) or cfg.audit.clip)
-        upload = audit_release(
-            _masked_upload(steps.secagg, cfg, arm),
-            x0=zero,
-            x1=direction * clip,
+
+def _audit_secure(task: SmallTask, cfg: DictConfig, a: _PlainArm) -> list[ArmAudit]:
+    """Secure aggregation: one round's unmasked aggregate through the shipped steps, and one client's
+    masked upload as the aggregator reads it."""
+    from sifl_ray.attacks.audit import audit_release
+    from sifl_ray.attacks.secure_audit import (
+        audit_secure_round,
+        neighbour_relation,
+        secure_round_release,
+    )
+
+    arm, kw, direction, zero = a.arm, a.kw, a.direction, a.zero
+    clip = float(a.protocol.clip(a.platform) or cfg.audit.clip)
+    upload = audit_release(
+        _masked_upload(a.steps.secagg, cfg, arm),
+        x0=zero,
+        x1=direction * clip,
+        **{**kw, "trials": min(kw["trials"], MASKED_AUDIT_TRIALS)},
+    )
+    hidden = (
+        "one masked upload, seen by the aggregator alone (no share of its client's secrets): uniform in "
+        "the ring whatever the update"
+    )
+    relation = neighbour_relation(a.report)
+    shipped = {"num_clients": task.clients, "sample_rate": a.sample_rate, "sample_seed": int(cfg.seed)}
+    if math.isinf(a.reported):  # no DP claimed: the exact sum, told apart by its projection
+        weights = None if a.protocol.uniform_weights else [float(s) for s in task.sizes]
+        mean = secure_round_release(a.steps, arm=arm, relation=relation, weights=weights, **shipped)
+        share = weights[0] / float(sum(weights)) if weights else 1.0 / task.clients
+
+        def release(x: torch.Tensor, trial: int) -> torch.Tensor | None:
+            out = mean(x, trial)  # the target moves the mean by its share of the weight (q = 1)
+            return None if out is None else out / share
+
+        aggregate = audit_release(release, x0=zero, x1=direction * clip, exact=True, **kw)
+    else:
+        aggregate = audit_secure_round(
+            a.steps,
+            arm=arm,
+            direction=direction,
+            clip=clip,
+            relation=relation,
+            **shipped,
             **{**kw, "trials": min(kw["trials"], MASKED_AUDIT_TRIALS)},
         )
-        hidden = (
-            "one masked upload, seen by the aggregator alone (no share of its client's secrets): uniform in "
-            "the ring whatever the update"
-        )
-        relation = neighbour_relation(report)
-        shipped = {"num_clients": task.clients, "sample_rate": sample_rate, "sample_seed": int(cfg.seed)}
-        if math.isinf(reported):  # no DP claimed: the exact sum, told apart by its projection
-            weights = None if protocol.uniform_weights else [float(s) for s in sizes]
-            mean = secure_round_release(steps, arm=arm, relation=relation, weights=weights, **shipped)
-            share = weights[0] / float(sum(weights)) if weights else 1.0 / task.clients
+    return [
+        ArmAudit(
+            arm,
+            a.one_round,
+            f"{a.one_round_scope}; neighbours: {relation}",
+            f"one round's unmasked aggregate through the shipped steps ({relation}: the target's update "
+            "C, or the target absent / its update 0)",
+            aggregate,
+        ),
+        ArmAudit(arm, 0.0, hidden, "one client's masked upload, fresh keys each trial", upload, "upload"),
+    ]
 
-            def release(x: torch.Tensor, trial: int) -> torch.Tensor | None:
-                out = mean(x, trial)  # the target moves the mean by its share of the weight (q = 1)
-                return None if out is None else out / share
 
-            aggregate = audit_release(release, x0=zero, x1=direction * clip, exact=True, **kw)
-        else:
-            aggregate = audit_secure_round(
-                steps,
-                arm=arm,
-                direction=direction,
-                clip=clip,
-                relation=relation,
-                **shipped,
-                **{**kw, "trials": min(kw["trials"], MASKED_AUDIT_TRIALS)},
-            )
-        return [
-            ArmAudit(
-                arm,
-                one_round,
-                f"{one_round_scope}; neighbours: {relation}",
-                f"one round's unmasked aggregate through the shipped steps ({relation}: the target's update "
-                "C, or the target absent / its update 0)",
-                aggregate,
-            ),
-            ArmAudit(arm, 0.0, hidden, "one client's masked upload, fresh keys each trial", upload, "upload"),
-        ]
-    if isinstance(steps.aggregator, CentralNoise):
-        step, clip = steps.aggregator, float(protocol.clip(platform) or 1.0)
-        test = audit_aggregator_step(
-            step,
-            clip=clip,
-            clients=max(1, task.clients - 1),
-            shift=clip / step.expected_clients,
-            arm=arm,
-            sample_rate=sample_rate,
-            sample_seed=int(cfg.seed),
-            **kw,
-        )
-        what = "one round's noisy mean (aggregator step), add/remove one client"
-        return [ArmAudit(arm, one_round, one_round_scope, what, test)]
-    clip = float(protocol.clip(platform) or cfg.audit.clip)
-    sensitivity = 2 * clip / int(sizes.min())  # Remark 3: one sample of the smallest client
-    client = steps.client
+def _audit_central_noise(task: SmallTask, cfg: DictConfig, a: _PlainArm) -> ArmAudit:
+    """Central noise on the aggregate: one round of the arm's own aggregator step, add/remove one client."""
+    from sifl_ray.attacks.audit import audit_aggregator_step
+
+    step, clip = a.steps.aggregator, float(a.protocol.clip(a.platform) or 1.0)
+    test = audit_aggregator_step(
+        step,
+        clip=clip,
+        clients=max(1, task.clients - 1),
+        shift=clip / step.expected_clients,
+        arm=a.arm,
+        sample_rate=a.sample_rate,
+        sample_seed=int(cfg.seed),
+        **a.kw,
+    )
+    what = "one round's noisy mean (aggregator step), add/remove one client"
+    return ArmAudit(a.arm, a.one_round, a.one_round_scope, what, test)
+
+
+def _audit_client_step(task: SmallTask, cfg: DictConfig, a: _PlainArm) -> ArmAudit:
+    """Any other plain arm: its client step on local models that differ by Remark 3's sensitivity."""
+    from sifl_ray.attacks.audit import audit_release
+
+    clip = float(a.protocol.clip(a.platform) or cfg.audit.clip)
+    sensitivity = 2 * clip / int(task.sizes.min())  # Remark 3: one sample of the smallest client
+    client, arm = a.steps.client, a.arm
 
     def release(x: torch.Tensor, trial: int) -> torch.Tensor:
         if client is None:
@@ -202,9 +264,9 @@ def audit_arm(
 
     sigma = getattr(client, "sigma", None)  # a Gaussian client step (NbAFL): the tail threshold is planned
     test = audit_release(
-        release, x0=zero, x1=direction * sensitivity, noise_std=sigma, exact=client is None, **kw
+        release, x0=a.zero, x1=a.direction * sensitivity, noise_std=sigma, exact=client is None, **a.kw
     )
-    return [ArmAudit(arm, reported, scope, "one client's upload (client step)", test)]
+    return ArmAudit(arm, a.reported, a.scope, "one client's upload (client step)", test)
 
 
 def _masked_upload(spec, cfg: DictConfig, arm: str):

@@ -37,7 +37,8 @@ def attack_main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    from sifl_ray.attacks.report import audit_result_line, result_line, summary_table, write_all
+    from sifl_ray.attacks.report import audit_result_line, result_line, write_all
+    from sifl_ray.attacks.report_console import summary_table
     from sifl_ray.attacks.suite import run_suite, suite_steps
     from sifl_ray.progress import Progress
 

@@ -3,11 +3,11 @@
 The paper's ε (§5, Theorems 1 and 2) is per element and per release: element j of ONE upload ``w~_i`` carries
 the noise ``(N1 r1)_j``, of standard deviation ``s_j = ‖N1^j‖₂ σ1``, and ε_j follows from ``s_j``. The
 aggregator does not see one release. It sees the N_c uploads of a round, and every client started from the
-same ``w~^t = P1 w^t + N1 r1^t``, so every upload carries the SAME draw ``N1 r1^t`` (SPEC "Noise-free
-differences"). Element j of ``w~_i − w~_k`` is ``P1^j (w_i − w_k)``: no noise beyond float64 round-off,
-which is deterministic and no privacy (SPEC "Precision does not help"). Element by element the aggregator
-learns the differences of the clients' models, scaled by ``P1``, exactly: against it the per-element ε does
-not hold, whatever σ1.
+same ``w~^t = P1 w^t + N1 r1^t``, so every upload carries the SAME draw ``N1 r1^t`` (docs/method.md
+"Noise-free differences"). Element j of ``w~_i − w~_k`` is ``P1^j (w_i − w_k)``: no noise beyond float64
+round-off, which is deterministic and no privacy (docs/method.md "Precision does not help"). Element by
+element the aggregator learns the differences of the clients' models, scaled by ``P1``, exactly: against it
+the per-element ε does not hold, whatever σ1.
 
 What is measured, and by whom. The aggregator's computation is :func:`same_round_differences`, from its own
 view. Splitting a vector into signal and noise needs ``P1`` and ``P1L`` (a client's view of key 1 is enough),

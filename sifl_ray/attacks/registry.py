@@ -1,8 +1,8 @@
 """The attack registry: every attack on a key design's transcript, declared once with its figures.
 
-Why a registry: an attack used to be six to ten edits over three files (a figure here, its explanation in a
-dictionary there, a console column picked by hand), and a figure whose explanation was forgotten dropped out
-of the report without a word. Now an attack is one module that calls :func:`register_attack` with
+Why a registry: without one, an attack is six to ten edits over three files (a figure here, its explanation
+in a dictionary there, a console column picked by hand), and a figure whose explanation is forgotten drops
+out of the report without a word. With it, an attack is one module that calls :func:`register_attack` with
 
 * its figures (:class:`FigureSpec`): the threat model, what is attacked, what is measured, and the
   explanation the report prints: a figure without one is refused here, at registration;
@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from sifl_ray.attacks.record import GroundTruth, SmallTask
     from sifl_ray.attacks.transcript import TranscriptRecorder
 
-#: Threat models, as every figure labels itself. SPEC "Parties": the aggregator sees only the encoded local
-#: models (the uploads); a figure that also uses the server's broadcasts says so.
+#: Threat models, as every figure labels itself. docs/method.md "Parties": the aggregator sees only the
+#: encoded local models (the uploads); a figure that also uses the server's broadcasts says so.
 AGGREGATOR = "aggregator (honest-but-curious)"
 AGGREGATOR_BROADCASTS = (
     "aggregator + broadcasts (an eavesdropper on the server→client channel, or a colluding client)"

@@ -1,11 +1,12 @@
-"""Writing the attack suite's results: JSON, a markdown report, TensorBoard text, and the RESULT line.
+"""Writing the attack suite's results: JSON, a markdown report, TensorBoard text, and the RESULT lines (the
+console summary is :mod:`sifl_ray.attacks.report_console`).
 
 What goes out. Figures measured against the plain models, the per-element ε of the accountant printed beside
 them (labelled per-element: it is not a guarantee on the vector), descriptions of what was recorded, and the
 configuration without its seeds (:func:`sifl_ray.attacks.suite.public_config`: the run seed would give back
 the plain models beside a transcript, the key seed the keys). No key material: the keys stay in memory with
 the scorer; the audit's use of the keys is stated as its threat model. Every figure names its threat model;
-those that use the broadcasts say so (the SPEC's aggregator sees only the uploads).
+those that use the broadcasts say so (the aggregator of docs/method.md "Parties" sees only the uploads).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ PER_ELEMENT_NOTE = (
 )
 
 
-def _fmt(x: Any) -> str:
+def fmt(x: Any) -> str:
+    """A figure as the report and the console write it (``not reached`` for ``None``)."""
     if x is None:
         return "not reached"
     if isinstance(x, bool):
@@ -69,7 +71,7 @@ def result_line(result: SuiteResult) -> str:
     paper_eps=<e> diff_noise_ratio=<d>`` for the primary design.
 
     ``full_rank_round``: rounds until the aggregator knows ``col(P1)`` (``none``: never within a key epoch).
-    ``projection_error``: the noise-removal attack (b) at the last round from the uploads alone (the SPEC's
+    ``projection_error``: the noise-removal attack (b) at the last round from the uploads alone (the method's
     aggregator), the better of orthogonal projection and regression, as a relative error up to the unknown
     map. The telescoped regression needs the broadcasts too; it is in the report and the JSON
     (``headline_with_broadcasts``), not here.
@@ -95,13 +97,28 @@ def result_line(result: SuiteResult) -> str:
     )
 
 
+def audit_result_line(result: SuiteResult) -> str | None:
+    """``RESULT audit <arm>_eps=<reported> <arm>_audit_lb=<measured> ...`` for every audited arm (``None``
+    when no arm was audited). A DP mechanism's lower bound must stay at or below its reported ε; SIFL's
+    per-element ε is not a bound on the whole upload, and the audit shows it."""
+    if not result.audits:
+        return None
+    parts = ["RESULT audit"]
+    for a in result.audits:
+        parts += [
+            f"{a.label}_eps={a.reported_epsilon:.3g}",
+            f"{a.label}_audit_lb={a.test.epsilon_lower_bound:.3g}",
+        ]
+    return " ".join(parts)
+
+
 def _cell(text: str) -> str:
     """A markdown table cell: the norms' bars would otherwise split the cell."""
     return text.replace("|", "\\|")
 
 
 def _row(threat: str, attack: str, figure: str, value: Any, eps_paper: float, eps_sound: float) -> str:
-    cells = [threat, attack, figure, _fmt(value), _fmt(eps_paper), _fmt(eps_sound)]
+    cells = [threat, attack, figure, fmt(value), fmt(eps_paper), fmt(eps_sound)]
     return "| " + " | ".join(_cell(c) for c in cells) + " |"
 
 
@@ -114,8 +131,9 @@ def markdown(result: SuiteResult) -> str:
         "What an adversary actually recovers from what the arms release, measured on a small model played "
         "through the platform's own parties (server and aggregator actors, the client role, run_round, on "
         "the sequential backend; keys made by the actors), every channel recorded "
-        "(SPEC 'Attacks the design must be judged against'). Every figure is scored against the plain models "
-        "the clients trained, taken by a simulation-only tap, which no party of a real deployment holds.",
+        "(docs/method.md 'Attacks the design must be judged against'). Every figure is scored against the "
+        "plain models the clients trained, taken by a simulation-only tap, which no party of a real "
+        "deployment holds.",
         "",
         f"- Arms attacked: {arms_attacked(result)}.",
         f"- Model: n = {_task_n(result)} parameters; "
@@ -126,10 +144,10 @@ def markdown(result: SuiteResult) -> str:
         "coding in float64.",
         f"- Keys: {cfg['keys']}. No key material is written here (the scorer and the audit hold the keys in "
         "memory only), nor the run seed (beside the transcripts it would give back the plain models).",
-        f"- Threat models. **{AGGREGATOR}**: the uploads only, as SPEC 'Parties' has it (the aggregator sees "
-        f"only encoded local models). **{AGGREGATOR_BROADCASTS}**: the uploads and the server's broadcasts "
-        "w~^t, which the SPEC's aggregator does not see; every client receives them, so one colluding client "
-        "or anyone on that channel has them.",
+        f"- Threat models. **{AGGREGATOR}**: the uploads only, as docs/method.md 'Parties' has it (the "
+        f"aggregator sees only encoded local models). **{AGGREGATOR_BROADCASTS}**: the uploads and the "
+        "server's broadcasts w~^t, which the method's aggregator does not see; every client receives them, "
+        "so one colluding client or anyone on that channel has them.",
         f"- {PER_ELEMENT_NOTE}",
         "- Recovered models are scored up to the one unknown linear map A = U^T P1 of the adversary's basis "
         "U "
@@ -171,20 +189,20 @@ def _headline(result: SuiteResult, h: dict, hb: dict, m2_corr: str) -> list[str]
     return [
         f"## Headline (design {result.primary})",
         "",
-        f"- {AGGREGATOR}: col(P1) known after {_fmt(h['full_rank_round'])} rounds; best noise removal "
+        f"- {AGGREGATOR}: col(P1) known after {fmt(h['full_rank_round'])} rounds; best noise removal "
         f"from the uploads alone (projection or regression), max relative error "
-        f"{_fmt(h['projection_error'])} (the RESULT line's projection_error).",
+        f"{fmt(h['projection_error'])} (the RESULT line's projection_error).",
         f"- {AGGREGATOR}, per element: the noise in element j of a same-round difference w~_i - w~_k is "
-        f"{_fmt(h['diff_noise_ratio'])} times the noise in one upload (RMS over elements and rounds; "
+        f"{fmt(h['diff_noise_ratio'])} times the noise in one upload (RMS over elements and rounds; "
         f"uploads of two different rounds: "
-        f"{_fmt(result.primary_result().figures['difference_noise_control'].value)}, sqrt(2) expected). "
-        f"The per-element ε {_fmt(h['paper_eps'])} covers one upload; the aggregator holds every "
+        f"{fmt(result.primary_result().figures['difference_noise_control'].value)}, sqrt(2) expected). "
+        f"The per-element ε {fmt(h['paper_eps'])} covers one upload; the aggregator holds every "
         "difference P1 (w_i - w_k) without noise, so against it the per-element ε does not hold "
         "(the RESULT line's diff_noise_ratio).",
         f"- {hb['threat_model']}: noise removal by the telescoped regression, max relative error "
-        f"{_fmt(hb['telescoped_error'])} (not on the RESULT line).",
+        f"{fmt(hb['telescoped_error'])} (not on the RESULT line).",
         f"- M2 server: |corr(w_hat, w)| {m2_corr} in round 1; DP audit (keys known): "
-        f"whole-vector ε ≥ {_fmt(h['audit_eps_lb'])}; the paper's per-element ε {_fmt(h['paper_eps'])}.",
+        f"whole-vector ε ≥ {fmt(h['audit_eps_lb'])}; the paper's per-element ε {fmt(h['paper_eps'])}.",
         "",
     ]
 
@@ -205,7 +223,7 @@ def _designs(result: SuiteResult) -> list[str]:
             f"{scales}",
             "",
             f"Key layout: {d.layout}. Transcript: {d.transcript}. The legitimate decoder's own relative "
-            f"round-off on a fresh encoding: {_fmt(d.key_holder_decode_error)}.",
+            f"round-off on a fresh encoding: {fmt(d.key_holder_decode_error)}.",
             "",
             "| threat model | attack | figure | value | per-element ε (paper) | per-element ε (sound) |",
             "|---|---|---|---|---|---|",
@@ -239,10 +257,10 @@ def _plain(result: SuiteResult) -> list[str]:
         cells = [
             p.arm,
             p.upload,
-            _fmt(p.error),
-            _fmt(p.median_error),
-            f"{_fmt(p.correlation)} ({_fmt(p.correlation_chance)})",
-            _fmt(p.server_error),
+            fmt(p.error),
+            fmt(p.median_error),
+            f"{fmt(p.correlation)} ({fmt(p.correlation_chance)})",
+            fmt(p.server_error),
             str(p.rounds),
         ]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
@@ -310,9 +328,9 @@ def _audit(result: SuiteResult) -> list[str]:
                     str(a.trials),
                     str(a.false_positives),
                     str(a.true_positives),
-                    _fmt(a.epsilon_lower_bound),
-                    _ceilings(a),
-                    _fmt(primary.epsilon_paper),
+                    fmt(a.epsilon_lower_bound),
+                    ceilings(a),
+                    fmt(primary.epsilon_paper),
                     a.verdict(primary.epsilon_paper),
                     a.threshold,
                 )
@@ -336,10 +354,10 @@ CEILING_NOTE = (
 )
 
 
-def _ceilings(a) -> str:
+def ceilings(a) -> str:
     """``trials ceiling / threshold ceiling`` of an :class:`~sifl_ray.attacks.audit.AuditTest`."""
-    tc = "n/a" if a.threshold_ceiling is None else _fmt(a.threshold_ceiling)
-    return f"{_fmt(a.trials_ceiling)} / {tc}"
+    tc = "n/a" if a.threshold_ceiling is None else fmt(a.threshold_ceiling)
+    return f"{fmt(a.trials_ceiling)} / {tc}"
 
 
 def _audits(result: SuiteResult) -> list[str]:
@@ -362,105 +380,15 @@ def _audits(result: SuiteResult) -> list[str]:
         cells = [
             a.label,
             a.release,
-            _fmt(a.reported_epsilon),
-            _fmt(a.test.epsilon_lower_bound),
-            _ceilings(a.test),
+            fmt(a.reported_epsilon),
+            fmt(a.test.epsilon_lower_bound),
+            ceilings(a.test),
             a.verdict,
             f"{a.test.trials} trials; {a.test.threshold}",
             a.reported_scope,
         ]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     lines.append("")
-    return lines
-
-
-def summary_table(result: SuiteResult) -> str:
-    """A compact console summary: the arms attacked, one line per design, then the plain arms, M2 and the
-    audit."""
-    lines = ["arms attacked:", *(f"  {arm}: {how}" for arm, how in result.arms.items())]
-    if result.designs:
-        lines += _design_table(result)
-    for p in result.plain:
-        kind = "secure aggregation" if p.masked else "plain"
-        lines.append(
-            f"{p.arm} ({kind}; {AGGREGATOR}): each upload read as what the client trained (its model, or its "
-            f"update), relative error max {_fmt(p.error)}, median {_fmt(p.median_error)}, median |corr| "
-            f"{_fmt(p.correlation)} (chance {_fmt(p.correlation_chance)}) over {p.rounds} rounds; the "
-            f"server's aggregate vs the clients' FedAvg: {_fmt(p.server_error)} (an upload is: {p.upload})"
-        )
-    for m in result.m2:
-        corr = ", ".join(f"round {t}: {v:.6f}" for t, v in sorted(m.corr_per_round.items()))
-        lines.append(f"M2 server ({m.arm}), n = {m.n}, R2 scale {m.noise2_scale:g}: |corr(w_hat, w)| {corr}")
-    if result.audit_whole is not None and result.audit_single is not None:
-        lines.append(
-            f"audit ({result.audit_design}, keys known): whole vector eps >= "
-            f"{result.audit_whole.epsilon_lower_bound:.3g}, one coordinate eps >= "
-            f"{result.audit_single.epsilon_lower_bound:.3g} (ceiling {_ceilings(result.audit_single)}: "
-            f"{result.audit_single.verdict(result.primary_result().epsilon_paper)}); per-element eps (paper) "
-            f"{result.primary_result().epsilon_paper:.3g}"
-        )
-    if result.audits:
-        lines += _audit_table(result)
-    return "\n".join(lines)
-
-
-def _audit_table(result: SuiteResult) -> list[str]:
-    """(f) side by side: every arm's reported ε, the audit's lower bound on its release, and the verdict."""
-    width = max([18, *(len(a.label) for a in result.audits)])
-    head = (
-        f"{'arm':{width}s} {'reported eps':>12s} {'audit eps >=':>12s} {'ceiling':>15s}  verdict; what was "
-        "audited; its scope"
-    )
-    lines = [
-        "DP audit of every arm (Clopper-Pearson lower bound; the auditor knows the keys; ceiling: the most "
-        "the test can show, trials / threshold; a claim at or above it is untestable):",
-        head,
-    ]
-    lines.append("-" * len(head))
-    for a in result.audits:
-        lines.append(
-            f"{a.label:{width}s} {_fmt(a.reported_epsilon):>12s} {_fmt(a.test.epsilon_lower_bound):>12s} "
-            f"{_ceilings(a.test):>15s}  {a.verdict}; {a.release}; {a.reported_scope}"
-        )
-    return lines
-
-
-def audit_result_line(result: SuiteResult) -> str | None:
-    """``RESULT audit <arm>_eps=<reported> <arm>_audit_lb=<measured> ...`` for every audited arm (``None``
-    when no arm was audited). A DP mechanism's lower bound must stay at or below its reported ε; SIFL's
-    per-element ε is not a bound on the whole upload, and the audit shows it."""
-    if not result.audits:
-        return None
-    parts = ["RESULT audit"]
-    for a in result.audits:
-        parts += [
-            f"{a.label}_eps={a.reported_epsilon:.3g}",
-            f"{a.label}_audit_lb={a.test.epsilon_lower_bound:.3g}",
-        ]
-    return " ".join(parts)
-
-
-def _console_cell(x: Any) -> str:
-    """A console table's cell: as the report writes it, but ``never`` for a figure not reached, which
-    keeps the columns 10 characters wide."""
-    return "never" if x is None else _fmt(x)
-
-
-def _design_table(result: SuiteResult) -> list[str]:
-    """One line per design, one column per figure of the registry (its declared column name), then the
-    paper's per-element ε; below, what each column measures and against whom."""
-    arms = sorted({d.arm for d in result.designs})
-    specs = figure_specs()
-    names = list(result.designs[0].figures)
-    width = max(22, *(len(d.design) for d in result.designs))
-    columns = " ".join(f"{specs[k].column:>10s}" for k in names)
-    head = f"{'design':{width}s} {columns} {'eps paper':>10s}"
-    lines = [f"key designs of {', '.join(arms)}:", head, "-" * len(head)]
-    for d in result.designs:
-        values = " ".join(f"{_console_cell(d.figures[k].value):>10s}" for k in names)
-        lines.append(f"{d.design:{width}s} {values} {_fmt(d.epsilon_paper):>10s}")
-    lines.append("columns (never: the attack did not get there in the rounds played):")
-    lines += [f"  {specs[k].column:10s} {specs[k].attack} [{specs[k].threat_model}]" for k in names]
     return lines
 
 
@@ -485,8 +413,8 @@ def write_tensorboard(result: SuiteResult, logdir: Path, report_md: str) -> None
             ]
             table += [
                 "| "
-                + " | ".join(_cell(c) for c in (f.threat_model, f.attack, f.figure, _fmt(f.value)))
-                + f" | {_fmt(d.epsilon_paper)} |"
+                + " | ".join(_cell(c) for c in (f.threat_model, f.attack, f.figure, fmt(f.value)))
+                + f" | {fmt(d.epsilon_paper)} |"
                 for f in d.figures.values()
             ]
             writer.add_text(f"attack/{d.design}", "\n".join(table))

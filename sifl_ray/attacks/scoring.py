@@ -5,8 +5,9 @@ Scoring "up to the unknown linear map". The subspace adversaries recover ``c = A
 ``A = Uᵀ P1`` (U their basis of ``col(P1)``) that they never learn. The scorer, who holds the key, computes
 that A from U and ``P1`` and reports ``max_i ‖A⁻¹ c_i − w_i‖ / ‖w_i‖`` over a round's uploads. This is
 invariant to the adversary's choice of basis (another basis U' = U M gives c' = Mᵀc and A' = MᵀA), and it is
-zero exactly when the adversary holds every model up to one fixed map, which is the SPEC's claim. The
-adversary would obtain A itself from any n known (w, w~) pairs, or from one colluding client (attack d).
+zero exactly when the adversary holds every model up to one fixed map, which is what docs/method.md "Noise
+removal" claims. The adversary would obtain A itself from any n known (w, w~) pairs, or from one colluding
+client (attack d).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """(f) on a secure-aggregation arm's aggregate, through the steps a run ships.
 
 Why not a re-implementation: the privacy of distributed DP depends on who adds a noise share, and a copy of
-the round that keeps the target's share under both hypotheses cannot see the defect the SPEC names ("the
+the round that keeps the target's share under both hypotheses cannot see the defect docs/method.md names ("the
 variance counts the clients"). So each trial is a whole round of the platform's own parties:
 
 1. the round's clients are drawn as a run draws them (:func:`sifl_ray.data.sampling.sample_clients`,

@@ -17,10 +17,10 @@ depends on the arm's coding:
 * every arm: the DP audit (f) of its own release beside the ε it reports
   (:func:`sifl_ray.attacks.arm_audit.audit_arm`).
 
-Threat models. SPEC "Parties": the aggregator sees only the encoded local models (the uploads), the server
-only aggregated encoded models. Every figure labelled :data:`~sifl_ray.attacks.registry.AGGREGATOR` uses the
-uploads alone. Figures that also use the broadcasts are labelled
-:data:`~sifl_ray.attacks.registry.AGGREGATOR_BROADCASTS`: the SPEC's aggregator does not see them, an
+Threat models. docs/method.md "Parties": the aggregator sees only the encoded local models (the uploads), the
+server only aggregated encoded models. Every figure labelled :data:`~sifl_ray.attacks.registry.AGGREGATOR`
+uses the uploads alone. Figures that also use the broadcasts are labelled
+:data:`~sifl_ray.attacks.registry.AGGREGATOR_BROADCASTS`: the method's aggregator does not see them, an
 eavesdropper on the server → client channel or a colluding client does. The RESULT line's
 ``projection_error`` is uploads-only.
 
@@ -46,7 +46,7 @@ from sifl_ray.attacks.config import Design
 from sifl_ray.attacks.design import DesignResult, evaluate_design
 from sifl_ray.attacks.m2 import M2Result, evaluate_m2
 from sifl_ray.attacks.plain import PlainResult, evaluate_plain
-from sifl_ray.attacks.record import GroundTruth, make_task, platform_config
+from sifl_ray.attacks.record import GroundTruth, SmallTask, make_task, platform_config
 from sifl_ray.attacks.registry import AGGREGATOR_BROADCASTS
 from sifl_ray.coding.base import NoiseSpec
 from sifl_ray.device import single_threaded
@@ -62,7 +62,7 @@ def attacked_arms(cfg: DictConfig) -> dict[str, Coding]:
     return {name: get_arm(kind).coding for name, kind in arm_instances(platform).items()}
 
 
-#: The noise-removal figures that use the uploads alone (the SPEC's aggregator): the RESULT line's best.
+#: The noise-removal figures that use the uploads alone (the method's aggregator): the RESULT line's best.
 UPLOADS_ONLY_REMOVAL = ("projection", "regression")
 
 #: Configuration fields never written out: ``seed`` reproduces the data, the initial model and the
@@ -119,7 +119,7 @@ class SuiteResult:
         """The RESULT line's figures (see :func:`sifl_ray.attacks.report.result_line`).
 
         ``projection_error`` is the best noise removal from the uploads alone (orthogonal projection or
-        regression), the SPEC's aggregator; the telescoped regression needs the broadcasts and is reported
+        regression), the method's aggregator; the telescoped regression needs the broadcasts and is reported
         apart (:meth:`broadcast_headline`). ``diff_noise_ratio`` (last, uploads only): the noise in the
         elements of same-round differences over the noise in one upload (:mod:`.element_noise`). Figures of
         an arm that was not attacked are ``None``.
@@ -189,85 +189,15 @@ def _run_suite(cfg: DictConfig, *, transcript_dir: Path | None, log: Callable[[s
         teacher_scale=cfg.data.teacher_scale,
         seed=cfg.seed,
     )
-    save = transcript_dir is not None and cfg.transcript.save
+    save_to = transcript_dir if transcript_dir is not None and cfg.transcript.save else None
     m1_arms = [a for a, coding in arms.items() if coding is Coding.M1]
-    designs = []
-    truths: dict[str, GroundTruth] = {}
-    for arm in m1_arms:
-        # The first m1 arm's designs keep their names (``primary`` names one of them); others are prefixed.
-        prefix = "" if arm == m1_arms[0] else f"{arm}:"
-        for name in cfg.designs:
-            result, recorder, truths[prefix + name] = evaluate_design(task, cfg, Design.parse(name), arm=arm)
-            result.design = prefix + name
-            designs.append(result)
-            if save:
-                recorder.save(transcript_dir / f"{prefix.replace(':', '-')}{name}.npz")
-            log(f"{arm}, design {result.design}: done in {result.seconds:.1f}s")
-
-        quiet = OmegaConf.merge(
-            cfg, {"coding": {"beta": cfg.contrast.beta, "noise": {"sigma1": cfg.contrast.noise_scale}}}
-        )
-        for name in cfg.contrast.designs:
-            result, _, _ = evaluate_design(task, quiet, Design.parse(name), arm=arm)
-            result.design = f"{prefix}{name}@moderate"
-            designs.append(result)
-            log(
-                f"{arm}, design {result.design} (beta = {cfg.contrast.beta:g}, noise "
-                f"{cfg.contrast.noise_scale:g}): done"
-            )
-
-    m2 = []
-    for arm in (a for a, coding in arms.items() if coding is Coding.M2 and cfg.m2.enabled):
-        got = evaluate_m2(cfg, transcript_dir=transcript_dir, arm=arm)
-        m2 += got
-        log(f"{arm}, the M2 server attack: n = {got[0].n}, done")
-
-    plain = []
-    for arm in (a for a, coding in arms.items() if coding is Coding.PLAIN):
-        result, recorder = evaluate_plain(task, cfg, arm)
-        plain.append(result)
-        if save:
-            recorder.save(transcript_dir / f"{arm}.npz")
-        log(f"{arm}, the aggregator's direct view: done in {result.seconds:.1f}s")
-
-    from sifl_ray.privacy import local_sensitivity
-
-    sensitivity = float(
-        local_sensitivity(clip=cfg.audit.clip, local_size=min(int(x.shape[0]) for x in task.X))
-    )
-    whole = single = None
-    truth = truths.get(cfg.primary)
-    if truth is not None:
-        last = max(truth.aggregate_models)
-        whole, single = audit_upload_release(
-            truth.keys[0],
-            w0=torch.as_tensor(truth.aggregate_models[last]),
-            sensitivity=sensitivity,
-            noise=NoiseSpec(distribution=cfg.coding.noise.distribution, scale=cfg.coding.noise.sigma1),
-            trials=cfg.audit.trials,
-            generator=torch_generator(cfg.seed, "attack", "audit"),
-            delta=cfg.audit.delta,
-            confidence=cfg.audit.confidence,
-        )
+    designs, truths = _attack_designs(task, cfg, m1_arms, save_to=save_to, log=log)
+    m2 = _attack_m2(cfg, arms, transcript_dir=transcript_dir, log=log)
+    plain = _attack_plain(task, cfg, arms, save_to=save_to, log=log)
+    sensitivity, whole, single = _audit_primary(task, cfg, truths.get(cfg.primary))
     primary = next((d for d in designs if d.design == cfg.primary), None)
+    audits = _audit_arms(task, cfg, arms, m1_arms, whole=whole, primary=primary, log=log)
     secure = {p.arm for p in plain if p.masked}
-    audits = []
-    for arm in arms:
-        first_m1 = bool(m1_arms) and arm == m1_arms[0]  # the primary design's audit is the first m1 arm's
-        got = audit_arm(
-            task,
-            cfg,
-            arm,
-            m1_whole=whole if first_m1 else None,
-            paper_eps=primary.epsilon_paper if primary is not None and first_m1 else None,
-        )
-        audits += got
-        said = [
-            f"{a.label}, the DP audit: eps >= {a.test.epsilon_lower_bound:.3g} "
-            f"(reported {a.reported_epsilon:.3g})"
-            for a in got
-        ]
-        log("; ".join(said) or f"{arm}, the DP audit: none (the suite has no audit for this arm)")
     return SuiteResult(
         config=public_config(cfg),
         designs=designs,
@@ -284,3 +214,130 @@ def _run_suite(cfg: DictConfig, *, transcript_dir: Path | None, log: Callable[[s
         },
         plain=plain,
     )
+
+
+def _attack_designs(
+    task: SmallTask,
+    cfg: DictConfig,
+    m1_arms: list[str],
+    *,
+    save_to: Path | None,
+    log: Callable[[str], object],
+) -> tuple[list[DesignResult], dict[str, GroundTruth]]:
+    """Every key design of every m1 arm, attacked on its transcript, then the contrast designs at moderate
+    scales; the scorer's ground truth of each design by name (the primary audit reads one)."""
+    designs: list[DesignResult] = []
+    truths: dict[str, GroundTruth] = {}
+    for arm in m1_arms:
+        # The first m1 arm's designs keep their names (``primary`` names one of them); others are prefixed.
+        prefix = "" if arm == m1_arms[0] else f"{arm}:"
+        for name in cfg.designs:
+            result, recorder, truths[prefix + name] = evaluate_design(task, cfg, Design.parse(name), arm=arm)
+            result.design = prefix + name
+            designs.append(result)
+            if save_to is not None:
+                recorder.save(save_to / f"{prefix.replace(':', '-')}{name}.npz")
+            log(f"{arm}, design {result.design}: done in {result.seconds:.1f}s")
+
+        quiet = OmegaConf.merge(
+            cfg, {"coding": {"beta": cfg.contrast.beta, "noise": {"sigma1": cfg.contrast.noise_scale}}}
+        )
+        for name in cfg.contrast.designs:
+            result, _, _ = evaluate_design(task, quiet, Design.parse(name), arm=arm)
+            result.design = f"{prefix}{name}@moderate"
+            designs.append(result)
+            log(
+                f"{arm}, design {result.design} (beta = {cfg.contrast.beta:g}, noise "
+                f"{cfg.contrast.noise_scale:g}): done"
+            )
+    return designs, truths
+
+
+def _attack_m2(
+    cfg: DictConfig, arms: dict[str, Coding], *, transcript_dir: Path | None, log: Callable[[str], object]
+) -> list[M2Result]:
+    """The M2 server's attack on every m2 arm (when ``m2.enabled``)."""
+    m2: list[M2Result] = []
+    for arm in (a for a, coding in arms.items() if coding is Coding.M2 and cfg.m2.enabled):
+        got = evaluate_m2(cfg, transcript_dir=transcript_dir, arm=arm)
+        m2 += got
+        log(f"{arm}, the M2 server attack: n = {got[0].n}, done")
+    return m2
+
+
+def _attack_plain(
+    task: SmallTask,
+    cfg: DictConfig,
+    arms: dict[str, Coding],
+    *,
+    save_to: Path | None,
+    log: Callable[[str], object],
+) -> list[PlainResult]:
+    """The aggregator's direct view of every arm that does not immersion-code its uploads."""
+    plain: list[PlainResult] = []
+    for arm in (a for a, coding in arms.items() if coding is Coding.PLAIN):
+        result, recorder = evaluate_plain(task, cfg, arm)
+        plain.append(result)
+        if save_to is not None:
+            recorder.save(save_to / f"{arm}.npz")
+        log(f"{arm}, the aggregator's direct view: done in {result.seconds:.1f}s")
+    return plain
+
+
+def _audit_primary(
+    task: SmallTask, cfg: DictConfig, truth: GroundTruth | None
+) -> tuple[float, AuditTest | None, AuditTest | None]:
+    """The upload audit of the primary design, keys known (:func:`audit_upload_release` at its last
+    aggregate model), with Remark 3's sensitivity of the smallest client; no tests when the primary design
+    was not played."""
+    from sifl_ray.privacy import local_sensitivity
+
+    sensitivity = float(
+        local_sensitivity(clip=cfg.audit.clip, local_size=min(int(x.shape[0]) for x in task.X))
+    )
+    if truth is None:
+        return sensitivity, None, None
+    last = max(truth.aggregate_models)
+    whole, single = audit_upload_release(
+        truth.keys[0],
+        w0=torch.as_tensor(truth.aggregate_models[last]),
+        sensitivity=sensitivity,
+        noise=NoiseSpec(distribution=cfg.coding.noise.distribution, scale=cfg.coding.noise.sigma1),
+        trials=cfg.audit.trials,
+        generator=torch_generator(cfg.seed, "attack", "audit"),
+        delta=cfg.audit.delta,
+        confidence=cfg.audit.confidence,
+    )
+    return sensitivity, whole, single
+
+
+def _audit_arms(
+    task: SmallTask,
+    cfg: DictConfig,
+    arms: dict[str, Coding],
+    m1_arms: list[str],
+    *,
+    whole: AuditTest | None,
+    primary: DesignResult | None,
+    log: Callable[[str], object],
+) -> list[ArmAudit]:
+    """The DP audit of every arm (:func:`audit_arm`); the first m1 arm's reuses the primary design's
+    whole-vector test and is compared with its paper ε."""
+    audits: list[ArmAudit] = []
+    for arm in arms:
+        first_m1 = bool(m1_arms) and arm == m1_arms[0]  # the primary design's audit is the first m1 arm's
+        got = audit_arm(
+            task,
+            cfg,
+            arm,
+            m1_whole=whole if first_m1 else None,
+            paper_eps=primary.epsilon_paper if primary is not None and first_m1 else None,
+        )
+        audits += got
+        said = [
+            f"{a.label}, the DP audit: eps >= {a.test.epsilon_lower_bound:.3g} "
+            f"(reported {a.reported_epsilon:.3g})"
+            for a in got
+        ]
+        log("; ".join(said) or f"{arm}, the DP audit: none (the suite has no audit for this arm)")
+    return audits

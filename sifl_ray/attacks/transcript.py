@@ -1,14 +1,14 @@
-"""What each party saw: the transcripts the adversaries work on (SPEC "Attacks the design must be judged
-against").
+"""What each party saw: the transcripts the adversaries work on (docs/method.md "Attacks the design must be
+judged against").
 
 An attack is only as honest as its input. A :class:`TranscriptRecorder` stores exactly what travels on the
 wire, channel by channel, nothing of the plain models or keys:
 
-* client → aggregator: every client upload ``w~_i`` of every round (with its FedAvg weight). By SPEC
+* client → aggregator: every client upload ``w~_i`` of every round (with its FedAvg weight). By docs/method.md
   "Parties" this is the aggregator's whole view: it sees only encoded local models;
-* server → clients: the broadcasts (M1: ``w~^t``; M2: ``W'``). The SPEC does *not* give these to the
-  aggregator. An attack that uses them models a stronger adversary, the aggregator plus an eavesdropper on
-  the server → client channel or plus a colluding client (every client receives the broadcast), and the
+* server → clients: the broadcasts (M1: ``w~^t``; M2: ``W'``). docs/method.md "Parties" does *not* give these
+  to the aggregator. An attack that uses them models a stronger adversary, the aggregator plus an eavesdropper
+  on the server → client channel or plus a colluding client (every client receives the broadcast), and the
   suite labels it so (``suite.AGGREGATOR_BROADCASTS``);
 * aggregator → server: what the server receives (M1: the average ``w~_a``; M2: ``W'_a``, ñ×p, the M2
   server's whole view).

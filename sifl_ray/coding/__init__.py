@@ -1,6 +1,6 @@
 """The immersion codes: key 1 (π1, the server's) and key 2 (π2, the aggregator's), with their backends.
 
-Backends of key 1 (SPEC "Choosing the matrices"): ``identity`` (plain FL through the same pipeline),
+Backends of key 1 (docs/method.md "Choosing the matrices"): ``identity`` (plain FL through the same pipeline),
 ``dense`` (the paper's explicit matrices, small n), ``fast`` (a structured random orthogonal transform,
 O(ñ log ñ), any n), ``block`` (a deliberately weak block-diagonal key for the attack suite). Use the
 factories :func:`make_server_key` and :func:`make_aggregator_key`; :mod:`.precision` predicts and guards

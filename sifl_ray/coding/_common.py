@@ -2,10 +2,10 @@
 
 Key material is drawn from a :class:`KeyStream`: SHAKE-256 (an extendable-output function, so a
 cryptographic pseudo-random stream) keyed by a 256-bit sub-key derived from the party's seed and the key's
-name with :func:`sifl_ray.seeding.derive_bytes`. Why not ``torch.Generator``: its seed has 64 bits and SPEC
-"Mixing" asks for at least 128; why not a statistical generator (PCG64): recovering a few key entries (a
-known-plaintext attack does) would give its 128-bit state and with it the whole key. With SHAKE-256 each
-component (every permutation, sign vector, angle vector) is a separately named stream, so learning one
+name with :func:`sifl_ray.seeding.derive_bytes`. Why not ``torch.Generator``: its seed has 64 bits and
+docs/method.md "Mixing" asks for at least 128; why not a statistical generator (PCG64): recovering a few key
+entries (a known-plaintext attack does) would give its 128-bit state and with it the whole key. With SHAKE-256
+each component (every permutation, sign vector, angle vector) is a separately named stream, so learning one
 says nothing about the others.
 """
 
@@ -29,7 +29,8 @@ Seed = int | bytes
 
 
 class MissingKeyMaterial(SiflError, PermissionError):
-    """Raised when a view of a key is asked for material its holder must not have (SPEC "Parties")."""
+    """Raised when a view of a key is asked for material its holder must not have (docs/method.md
+    "Parties")."""
 
 
 def fresh_seed(seed: Seed | None) -> Seed:
@@ -159,11 +160,11 @@ class ClientCore(Protocol):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class ClientKeyView(ClientServerKey):
-    """The client's part of key 1 (SPEC "Parties"): ``apply_P1`` and ``decode`` only.
+    """The client's part of key 1 (docs/method.md "Parties"): ``apply_P1`` and ``decode`` only.
 
     It holds the backend's ``P1``/``P1L`` core and nothing else: no seed, no ``β``, no ``apply_N1``, so
     it cannot draw or place the server's noise. (``col(N1) = ker P1L`` is of course implied by ``P1L``;
-    SPEC's table accepts that, since the target optimizer needs ``P1L``.)
+    The table of docs/method.md "Parties" accepts that, since the target optimizer needs ``P1L``.)
     """
 
     core: ClientCore

@@ -1,4 +1,4 @@
-"""Key 2 (π2, Proposition 2): the aggregator's code, for any p ≥ 2 (SPEC "SIFL M2").
+"""Key 2 (π2, Proposition 2): the aggregator's code, for any p ≥ 2 (docs/method.md "SIFL M2").
 
 From a Haar-random orthogonal p×p matrix ``U = [u, U⊥]``: ``P2 = γ uᵀ`` (1×p, small entries),
 ``P2R = u/γ`` (its right inverse, ``P2 P2R = uᵀu = 1``, ``‖P2R‖₂ = 1/γ``) and ``N2 = η U⊥ᵀ`` ((p−1)×p,
@@ -145,8 +145,8 @@ class DenseAggregatorKey(AggregatorKey):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class AggregatorClientView(AggregatorKey):
-    """What a client holds of key 2 (SPEC "Parties"): ``P2R`` only, to strip code 2. Encoding, norms and
-    ``P2``/``N2`` are the aggregator's and raise :class:`MissingKeyMaterial`."""
+    """What a client holds of key 2 (docs/method.md "Parties"): ``P2R`` only, to strip code 2. Encoding, norms
+    and ``P2``/``N2`` are the aggregator's and raise :class:`MissingKeyMaterial`."""
 
     is_client_view = True
 

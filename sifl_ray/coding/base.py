@@ -1,14 +1,14 @@
-"""Interfaces of the immersion codes (SPEC "SIFL M1", "SIFL M2", "Choosing the matrices").
+"""Interfaces of the immersion codes (docs/method.md "SIFL M1", "SIFL M2", "Choosing the matrices").
 
 A code is a value: an immutable key object with pure maps. Randomness (the noise ``r1``, ``R1``, ``R2``)
 is always passed in as a generator, never drawn from global state, so the same key gives the same numbers in
 any process. The parties draw their noise from :func:`sifl_ray.seeding.noise_generator` (Philox keyed by
 their secret seed: the noise is what protects a release, and a seed known to the adversary removes it).
-All coding arithmetic is float64 (SPEC "Precision").
+All coding arithmetic is float64 (docs/method.md "Precision").
 
-Who holds what (SPEC "Parties"): the server holds a :class:`ServerKey` (``P1``, ``P1L``, ``N1``); a client
-holds only ``ServerKey.client_view()`` (``P1`` and ``P1L``, which the target optimizer needs) and, in M2,
-``AggregatorKey.client_view()`` (``P2R``); the aggregator holds an :class:`AggregatorKey`. No other party
+Who holds what (docs/method.md "Parties"): the server holds a :class:`ServerKey` (``P1``, ``P1L``, ``N1``); a
+client holds only ``ServerKey.client_view()`` (``P1`` and ``P1L``, which the target optimizer needs) and, in
+M2, ``AggregatorKey.client_view()`` (``P2R``); the aggregator holds an :class:`AggregatorKey`. No other party
 may receive key material.
 """
 
@@ -83,7 +83,7 @@ class NoiseSpec:
 
 @dataclass(frozen=True)
 class KeyNorms:
-    """Row norms of a server key, the inputs of the DP formulas (SPEC "Differential privacy").
+    """Row norms of a server key, the inputs of the DP formulas (docs/method.md "Differential privacy").
 
     Arrays have one entry per encoded coordinate j (length ñ). ``exact`` says whether they are exact (up to
     float64 round-off) or rigorous bounds; bounds are always on the conservative side for ε: upper bounds
@@ -91,9 +91,9 @@ class KeyNorms:
     were obtained, so reports can say it.
 
     ``p1p1l_row_l2`` is ``‖P1^j P1L‖₂``, row j of ``P1 P1L``: it scales the aggregator's ``R2`` noise in
-    M2's broadcast ``W'`` (SPEC "SIFL M2"). It enters the std of the noise, so its conservative side is a
-    lower bound; ``p1p1l_exact`` says which it is (``exact`` covers the other arrays). Empty means unknown:
-    the accountant then credits no ``R2`` noise at all.
+    M2's broadcast ``W'`` (docs/method.md "SIFL M2"). It enters the std of the noise, so its conservative side
+    is a lower bound; ``p1p1l_exact`` says which it is (``exact`` covers the other arrays). Empty means
+    unknown: the accountant then credits no ``R2`` noise at all.
     """
 
     p1_row_l2: torch.Tensor

@@ -2,8 +2,8 @@
 
 The n coordinates are cut into blocks of ``block_size`` (the last one may be shorter); the ñ−n extra rows
 are spread as evenly as possible over the blocks (block b gets ⌊m/B⌋ or ⌈m/B⌉ of them). Each block is an
-independent dense code (:func:`~sifl_ray.coding.dense.dense_code`, pinv or oblique). SPEC "Attacks": with
-block size s the noise-free differences reveal ``col(P1)`` after s/(N_c − 1) rounds, and s + (extra rows
+independent dense code (:func:`~sifl_ray.coding.dense.dense_code`, pinv or oblique). docs/method.md "Attacks":
+with block size s the noise-free differences reveal ``col(P1)`` after s/(N_c − 1) rounds, and s + (extra rows
 per block) known plaintexts give a block's decoder; blocks that receive no extra row (when ñ−n < number of
 blocks) carry no noise at all. That is the point: it is broken faster, which calibrates the attacks.
 """

@@ -1,14 +1,14 @@
 """The fast backend of key 1: ``P1``, ``P1L``, ``N1`` from one structured orthogonal transform ``Q``.
 
-SPEC "Choosing the matrices": ``P1 = α·Q[:, :n]`` and, with ``z = Qᵀx``,
+docs/method.md "Choosing the matrices": ``P1 = α·Q[:, :n]`` and, with ``z = Qᵀx``,
 
 * pinv:    ``P1L x = z[:n]/α``,                ``N1 = β·Q[:, n:]``;
 * oblique: ``P1L x = z[:n]/α + K z[n:]``,       ``N1 = β·Q [−αK; I]``,
 
 where ``K`` (n×(ñ−n), ``‖K‖₂ = κ``) is a :class:`TiledOrthogonalMap`. Every left inverse of this ``P1`` has
 the oblique form for some ``K``; ``K = 0`` is the pseudo-inverse, whose kernel ``col(Q[:, n:]) = col(P1)⊥`` an
-orthogonal projection removes (SPEC "Attacks"). An encoding ``P1 w + N1 r = Q [α(w − βK r); β r]`` costs
-one transform, a decoding one transposed transform: O(ñ log ñ) time, O(ñ) key state, nothing ñ×n.
+orthogonal projection removes (docs/method.md "Attacks"). An encoding ``P1 w + N1 r = Q [α(w − βK r); β r]``
+costs one transform, a decoding one transposed transform: O(ñ log ñ) time, O(ñ) key state, nothing ñ×n.
 """
 
 from __future__ import annotations
@@ -51,7 +51,8 @@ class TiledOrthogonalMap:
     ``n ≤ m``, t = 1 and the rows ``κ S M[:n]`` are orthonormal up to κ). Why this ``K`` and not a second
     full transform: it keeps the oblique backend at one transform per encode/decode; its structure only
     matters to an attacker who cannot first estimate the noise map by regression, and with ≥ m rounds
-    any fixed ``K`` can be regressed (SPEC "Noise removal"), so a costlier ``K`` buys nothing measurable.
+    any fixed ``K`` can be regressed (docs/method.md "Noise removal"), so a costlier ``K`` buys nothing
+    measurable.
     """
 
     n: int
@@ -223,7 +224,7 @@ class FastServerKey(ServerKey):
         With ``z = Qᵀx``, ``P1L x = z[:n]/α + K z[n:]`` and ``encode(w, r) = Q [α(w − βK r); β r]``, so
         the pre-image of the result is ``[z[:n] + αK(z[n:] − β r); β r]``: one application of the short
         map ``K`` instead of two, no scaling of the long head by 1/α and back by α, and no decoded model
-        in between (the server never holds one; SPEC "SIFL M2"). Exact arithmetic gives what
+        in between (the server never holds one; docs/method.md "SIFL M2"). Exact arithmetic gives what
         ``encode(decode(x), r)`` gives; float64 rounds less (fewer operations on the 1e6-sized noise).
         """
         xx = prepare(x, self.n_tilde, "reencode", self.device)
@@ -325,7 +326,7 @@ class FastServerKey(ServerKey):
         private dict, dropped by ``to()``).
 
         ``N1`` rows come from pushing the ñ−n kernel columns through the maps in batches
-        (O((ñ−n)·ñ log ñ): ~4 s at ñ = 1.2M on this 2-core CPU). ``P1`` rows would need all n columns in
+        (O((ñ−n)·ñ log ñ), which is why the result is cached). ``P1`` rows would need all n columns in
         general; for ``rounds = 1`` every entry of Q is a product along at most two paths through the
         layers, which gives the row 1- and 2-norms exactly in O(ñ) (:func:`_row_norms_one_round`). For
         ``rounds > 1`` the 2-norms are exact as ``α·√(1 − ‖Q[j, n:]‖²)`` (rows of Q are unit vectors, and

@@ -1,5 +1,6 @@
 """The identity code: ñ = n, ``P1 = P1L = I``, no kernel. Plain FL (FedAvg) runs through the same pipeline
-with it (STYLE habit 1), so an SIFL run and its plain-FL twin differ only in the key."""
+with it, so that an SIFL run and its plain-FL twin differ only in the key: any difference in their numbers
+is the coding's, never a second code path's."""
 
 from __future__ import annotations
 

@@ -99,7 +99,7 @@ def make_server_key(
     Args:
         n, n_tilde: model size and encoded size (``n_tilde == n`` for identity, ``> n`` otherwise).
         left_inverse: ``"pinv"`` (kernel ⟂ col(P1): noise removable by a projection once col(P1) is known)
-            or ``"oblique"`` (a random left inverse; the default, see SPEC "Noise removal").
+            or ``"oblique"`` (a random left inverse; the default, see docs/method.md "Noise removal").
         alpha, beta: scales of ``P1`` and ``N1`` (required except for identity).
         kappa: ``‖K‖₂`` of the oblique part; ``None`` means 1/α (45° between ker P1L and col(P1)⊥). Ignored
             for pinv, so a configuration may always pass it.

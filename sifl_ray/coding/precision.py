@@ -1,4 +1,5 @@
-"""The precision price of immersion coding: predict it, measure it, refuse or warn (SPEC "Precision").
+"""The precision price of immersion coding: predict it, measure it, refuse or warn (docs/method.md
+"Precision").
 
 Why there is a price. The encoded vector is mostly noise: ``x = P1 w + N1 r`` with ``‖P1 w‖ ~ α‖w‖`` and
 ``‖N1 r‖ ~ βσ√m`` (m = ñ − n). Decoding cancels the noise exactly in real arithmetic, but every float
@@ -58,7 +59,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -166,8 +167,8 @@ def predict_decode_error(
 ) -> PrecisionReport:
     """Predict the max decode error of one round from the configuration (a pure function).
 
-    Either give the parameters, or a ``key`` (and ``aggregator_key`` for M2) and the noise laws
-    ``noise`` (σ1) / ``noise2`` (σ2), from which they are read; explicit parameters win.
+    Either give the parameters, or a ``key`` (and ``aggregator_key`` for M2) and the noise laws ``noise``
+    (σ1) / ``noise2`` (σ2), from which they are read; explicit parameters win.
 
     Args:
         scheme: ``"M1"`` or ``"M2"`` (M2 needs γ, η, σ2, p).
@@ -187,75 +188,9 @@ def predict_decode_error(
     """
     if scheme not in ("M1", "M2"):
         raise ValueError(f"scheme must be 'M1' or 'M2'; got {scheme!r}")
-    if key is not None:
-        n = key.n if n is None else n
-        n_tilde = key.n_tilde if n_tilde is None else n_tilde
-        alpha = getattr(key, "alpha", 1.0) if alpha is None else alpha
-        beta = getattr(key, "beta", 0.0) if beta is None else beta
-        kappa = getattr(key, "kappa", 0.0) if kappa is None else kappa
-        left_inverse = key.left_inverse
-        backend = key.backend
-        depth = key.transform_depth() if depth is None else depth
-        p1l_norm = key.p1l_spectral() if p1l_norm is None else p1l_norm
-        if cond == 1.0:
-            cond = key.conditioning(p1l_norm=p1l_norm, alpha=alpha)
-    if aggregator_key is not None and scheme == "M2":
-        p = aggregator_key.p
-        gamma = getattr(aggregator_key, "gamma", gamma)
-        eta = getattr(aggregator_key, "eta", eta)
-    if noise is not None:
-        distribution = noise.distribution
-        sigma1 = float(noise.scale) if sigma1 is None else sigma1
-    if noise2 is not None:
-        sigma2 = float(noise2.scale) if sigma2 is None else sigma2
-    sigma1, sigma2 = float(sigma1 or 0.0), float(sigma2 or 0.0)
-    missing = [name for name, v in (("n", n), ("n_tilde", n_tilde), ("alpha", alpha)) if v is None]
-    if missing:
-        raise ValueError(f"predict_decode_error needs {', '.join(missing)} (or key=...)")
-    beta = 0.0 if beta is None else float(beta)
-    oblique_kappa = 1.0 / alpha if kappa is None else float(kappa)  # None: the keys' default κ = 1/α
-    kappa = oblique_kappa if left_inverse == "oblique" else 0.0
-    m = n_tilde - n
-    if depth is None:
-        depth = transform_depth(backend, n_tilde=n_tilde)
-    if p1l_norm is None:
-        p1l_norm = math.sqrt(1.0 / alpha**2 + kappa**2)
-    q_n = noise_quantile(n, distribution="gaussian", confidence=confidence)
-    if w_max is None:
-        w_max = 0.0 if w_scale is None else w_scale * q_n
-    u = unit_roundoff(dtype)
-    std = math.sqrt(2.0) if distribution == "laplace" else 1.0  # σ_std per unit of the scale parameter
-    beta_eff = beta * math.sqrt(1.0 + (alpha * kappa) ** 2)
-    common = dict(u=u, p1l=p1l_norm, m=m, n=n, n_tilde=n_tilde, depth=depth, confidence=confidence, cond=cond)
-    noise1, signal = _transform_error(
-        beta_eff=beta_eff, sigma=std * sigma1, distribution=distribution, w_max=w_max, **common
-    )
-    aggregation = (
-        SAFETY
-        * u
-        * p1l_norm
-        * math.sqrt(max(1, clients))
-        * q_n
-        * (beta_eff * std * sigma1 * math.sqrt(max(m, 1) / n_tilde) + alpha * w_max)
-    )
-    terms = [
-        ("server encode + server decode", 2.0 * (noise1 + signal)),
-        ("client decode", (noise1 + signal) / math.sqrt(2.0)),
-        ("client encode + aggregation", aggregation),
-    ]
-    if scheme == "M2":
-        p2r = 1.0 / gamma
-        # R2 N2: entries of size σ2·η spread over all ñ coordinates (per coordinate, no 1/α amplification
-        # of a concentrated term: the aggregator's noise is dense), decoded and re-encoded by the server.
-        spread2 = SAFETY * u * p1l_norm * std * sigma2 * eta * math.sqrt(depth) * q_n
-        terms += [
-            ("M2: server decode/re-encode of p columns, client strip", p2r * (2.0 * noise1 + 2.0 * spread2)),
-            ("M2: client decode of the stripped model", p2r * noise1),
-        ]
-    total = sum(v for _, v in terms)
-    config = dict(
+    given = dict(
         scheme=scheme,
-        dtype=str(dtype).removeprefix("torch."),
+        dtype=dtype,
         n=n,
         n_tilde=n_tilde,
         alpha=alpha,
@@ -276,7 +211,114 @@ def predict_decode_error(
         clients=clients,
         confidence=confidence,
     )
+    config = _completed(_read_keys(given, key, aggregator_key, noise, noise2), w_scale=w_scale)
+    u = unit_roundoff(dtype)
+    terms = _error_terms(config, u=u)
+    total = sum(v for _, v in terms)
     return PrecisionReport(total, scheme, config["dtype"], u, tuple(terms), config)
+
+
+def _read_keys(
+    given: dict[str, Any],
+    key: ServerKey | None,
+    aggregator_key: AggregatorKey | None,
+    noise: NoiseSpec | None,
+    noise2: NoiseSpec | None,
+) -> dict[str, Any]:
+    """The parameters the keys and noise laws supply, where the caller left them out (explicit ones win;
+    the left inverse and the backend always come from the key)."""
+    c = dict(given)
+    if key is not None:
+        c["n"] = key.n if c["n"] is None else c["n"]
+        c["n_tilde"] = key.n_tilde if c["n_tilde"] is None else c["n_tilde"]
+        c["alpha"] = getattr(key, "alpha", 1.0) if c["alpha"] is None else c["alpha"]
+        c["beta"] = getattr(key, "beta", 0.0) if c["beta"] is None else c["beta"]
+        c["kappa"] = getattr(key, "kappa", 0.0) if c["kappa"] is None else c["kappa"]
+        c["left_inverse"] = key.left_inverse
+        c["backend"] = key.backend
+        c["depth"] = key.transform_depth() if c["depth"] is None else c["depth"]
+        c["p1l_norm"] = key.p1l_spectral() if c["p1l_norm"] is None else c["p1l_norm"]
+        if c["cond"] == 1.0:
+            c["cond"] = key.conditioning(p1l_norm=c["p1l_norm"], alpha=c["alpha"])
+    if aggregator_key is not None and c["scheme"] == "M2":
+        c["p"] = aggregator_key.p
+        c["gamma"] = getattr(aggregator_key, "gamma", c["gamma"])
+        c["eta"] = getattr(aggregator_key, "eta", c["eta"])
+    if noise is not None:
+        c["distribution"] = noise.distribution
+        c["sigma1"] = float(noise.scale) if c["sigma1"] is None else c["sigma1"]
+    if noise2 is not None:
+        c["sigma2"] = float(noise2.scale) if c["sigma2"] is None else c["sigma2"]
+    return c
+
+
+def _completed(c: dict[str, Any], *, w_scale: float | None) -> dict[str, Any]:
+    """Every parameter set: the defaults of the fast design where none was given (κ = 1/α for an oblique
+    inverse, ``‖P1L‖₂ = √(1/α² + κ²)``, the backend's transform depth), ``w_max`` from ``w_scale``."""
+    c = dict(c)
+    c["dtype"] = str(c["dtype"]).removeprefix("torch.")  # as the report names it
+    c["sigma1"], c["sigma2"] = float(c["sigma1"] or 0.0), float(c["sigma2"] or 0.0)
+    missing = [name for name in ("n", "n_tilde", "alpha") if c[name] is None]
+    if missing:
+        raise ValueError(f"predict_decode_error needs {', '.join(missing)} (or key=...)")
+    alpha = c["alpha"]
+    c["beta"] = 0.0 if c["beta"] is None else float(c["beta"])
+    oblique_kappa = 1.0 / alpha if c["kappa"] is None else float(c["kappa"])  # None: the keys' default 1/α
+    c["kappa"] = oblique_kappa if c["left_inverse"] == "oblique" else 0.0
+    if c["depth"] is None:
+        c["depth"] = transform_depth(c["backend"], n_tilde=c["n_tilde"])
+    if c["p1l_norm"] is None:
+        c["p1l_norm"] = math.sqrt(1.0 / alpha**2 + c["kappa"] ** 2)
+    if c["w_max"] is None:
+        q_n = noise_quantile(c["n"], distribution="gaussian", confidence=c["confidence"])
+        c["w_max"] = 0.0 if w_scale is None else w_scale * q_n
+    return c
+
+
+def _error_terms(c: dict[str, Any], *, u: float) -> list[tuple[str, float]]:
+    """The model's terms, each a max decode error of one step of the round (see the module's docstring)."""
+    n, n_tilde, alpha, kappa, p1l_norm = c["n"], c["n_tilde"], c["alpha"], c["kappa"], c["p1l_norm"]
+    m, depth, sigma1, w_max = n_tilde - n, c["depth"], c["sigma1"], c["w_max"]
+    q_n = noise_quantile(n, distribution="gaussian", confidence=c["confidence"])
+    std = math.sqrt(2.0) if c["distribution"] == "laplace" else 1.0  # σ_std per unit of the scale parameter
+    beta_eff = c["beta"] * math.sqrt(1.0 + (alpha * kappa) ** 2)
+    noise1, signal = _transform_error(
+        beta_eff=beta_eff,
+        sigma=std * sigma1,
+        distribution=c["distribution"],
+        w_max=w_max,
+        u=u,
+        p1l=p1l_norm,
+        m=m,
+        n=n,
+        n_tilde=n_tilde,
+        depth=depth,
+        confidence=c["confidence"],
+        cond=c["cond"],
+    )
+    aggregation = (
+        SAFETY
+        * u
+        * p1l_norm
+        * math.sqrt(max(1, c["clients"]))
+        * q_n
+        * (beta_eff * std * sigma1 * math.sqrt(max(m, 1) / n_tilde) + alpha * w_max)
+    )
+    terms = [
+        ("server encode + server decode", 2.0 * (noise1 + signal)),
+        ("client decode", (noise1 + signal) / math.sqrt(2.0)),
+        ("client encode + aggregation", aggregation),
+    ]
+    if c["scheme"] == "M2":
+        p2r = 1.0 / c["gamma"]
+        # R2 N2: entries of size σ2·η spread over all ñ coordinates (per coordinate, no 1/α amplification
+        # of a concentrated term: the aggregator's noise is dense), decoded and re-encoded by the server.
+        spread2 = SAFETY * u * p1l_norm * std * c["sigma2"] * c["eta"] * math.sqrt(depth) * q_n
+        terms += [
+            ("M2: server decode/re-encode of p columns, client strip", p2r * (2.0 * noise1 + 2.0 * spread2)),
+            ("M2: client decode of the stripped model", p2r * noise1),
+        ]
+    return terms
 
 
 def max_noise_scale(*, tolerance: float, **config) -> float:

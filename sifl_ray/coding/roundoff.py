@@ -1,4 +1,4 @@
-"""A rigorous float64 bound on what one round of coding changes, for any CPU (SPEC "Precision").
+"""A rigorous float64 bound on what one round of coding changes, for any CPU (docs/method.md "Precision").
 
 Why a second model next to :mod:`sifl_ray.coding.precision`. That module *estimates* the decode error
 (high-probability constants fitted to how round-off behaves in practice); it decides whether a run is
@@ -346,77 +346,123 @@ def round_error_bound(
         return noise_norm_bound(count, scale=scale, distribution=distribution, confidence=confidence)
 
     r1 = nb(m * p, noise_scale1)  # r1 (M1) or R1 (M2, m×p)
-    r2 = nb(n_tilde * (p - 1), noise_scale2) if m2 else 0.0
-    k = key
-    M, D = model_norm, 2.0 * model_norm  # ‖w‖, ‖w_i − w0‖
+    rnd = _Round(
+        k=key,
+        aggregator=aggregator if m2 else None,
+        M=model_norm,
+        D=2.0 * model_norm,  # ‖w_i − w0‖
+        r1=r1,
+        r2=nb(n_tilde * (p - 1), noise_scale2) if m2 else 0.0,
+        p=p,
+        clients_per_worker=max(1, clients_per_worker),
+        workers=workers,
+    )
     # the server's M1 encoding (every M1 round, and round 0 of M2)
-    x_m1 = k.p1_norm * M + k.n1_norm * r1 + k.encode_w * M + k.encode_r * r1
-
-    def errors(X: float) -> tuple[float, float, float, list[tuple[str, float]]]:
-        """(bound, ‖agg‖, next X) for a round whose clients hold a broadcast of norm X."""
-        nk = max(1, clients_per_worker)
-        # One worker: Σ s_i·(x + P1 Δ_i) (per-client uploads) or x·W + P1 Σ s_i Δ_i (the fused shortcut);
-        # relative to the weight W_k, both err by at most:
-        upload = (
-            k.apply_p1 * D * (1.0 + U)
-            + k.p1_norm * D * gamma(2)
-            + U * (X + k.p1_norm * D) * (1.0 + U)
-            + gamma(nk + 2) * (X + k.p1_norm * D + k.apply_p1 * D)
-        )
-        partial_norm = X + (k.p1_norm + k.apply_p1) * D + upload
-        # the aggregator adds the workers' partials in a fixed order, then divides by the total weight
-        e_agg = (upload + gamma(workers) * partial_norm) * (1.0 + U) + U * partial_norm
-        A = X + k.p1_norm * D + e_agg
-        terms = [
-            ("client decode", k.decode * X),
-            ("P1L P1 ≠ I on the update", k.pp_defect * D),
-            ("uploads and their sum", k.p1l_norm * e_agg),
-        ]
-        if not m2:
-            w_new = M + k.decode * X + k.pp_defect * D + k.p1l_norm * e_agg + k.decode * A
-            X_next = k.p1_norm * w_new + k.n1_norm * r1 + k.encode_w * w_new + k.encode_r * r1
-            terms += [
-                ("server decode", k.decode * A),
-                ("P1L P1 ≠ I on the model", k.pp_defect * w_new),
-                ("P1L N1 ≠ 0 on the noise", k.leak * r1),
-                ("server encode", k.p1l_norm * (k.encode_w * w_new + k.encode_r * r1)),
-                ("evaluator decode", k.decode * X_next),
-            ]
-        else:
-            a = aggregator
-            e_pi2 = a.encode * (A * a.p2_norm + r2 * a.n2_fro)
-            Wa = A * a.p2_norm + r2 * a.n2_fro + e_pi2
-            # P1L W'_a = (Σ a_i w_i + small) P2 + P1L R2 N2: bounded through the model, not through A
-            p1l_agg = M + k.decode * X + k.pp_defect * D + k.p1l_norm * e_agg
-            wbar = p1l_agg * a.p2_norm + k.p1l_norm * (r2 * a.n2_fro + e_pi2)
-            e_re = k.reencode_x * Wa + k.reencode_r * r1
-            W_next = k.p1_norm * wbar + k.n1_norm * r1 + e_re
-            X_next = W_next * a.p2r_norm * (1.0 + gamma(p))
-            terms += [
-                ("P2 P2R ≠ 1", a.p2p2r_defect * k.p1l_norm * A),
-                ("N2 P2R ≠ 0 on R2", k.p1l_norm * r2 * a.n2p2r_defect),
-                ("aggregator code 2", k.p1l_norm * e_pi2 * a.p2r_norm),
-                ("P1L P1 ≠ I on W̄", k.pp_defect * wbar * a.p2r_norm),
-                ("P1L N1 ≠ 0 on R1", k.leak * r1 * a.p2r_norm),
-                ("server re-encode", k.p1l_norm * e_re * a.p2r_norm),
-                ("evaluator strip", k.p1l_norm * a.strip * W_next),
-                ("evaluator decode", k.decode * X_next),
-            ]
-        # the reference Σ a_i w_i itself, summed in float64 by the paired plain round
-        terms.append(("reference average", gamma(nk + workers + 2) * M))
-        return sum(v for _, v in terms), A, X_next, terms
-
-    X = x_m1
-    bound, _, X_next, terms = errors(X)
+    k, M = key, model_norm
+    X = k.p1_norm * M + k.n1_norm * r1 + k.encode_w * M + k.encode_r * r1
+    bound, X_next, terms = _round_errors(rnd, X)
     for _ in range(50):  # steady state of the broadcast norm (it changes by u-sized terms)
         if X_next <= X:
             break
         X = X_next * (1.0 + 1e-9)
-        bound, _, X_next, terms = errors(X)
+        bound, X_next, terms = _round_errors(rnd, X)
     else:  # pragma: no cover - only with constants near 1/u
         raise ArithmeticError("the broadcast-norm bound does not settle: the coding is not float64-stable")
     draws = 3 if m2 else 2
     return RoundBound(bound, X, M, draws * confidence, tuple(terms))
+
+
+@dataclass(frozen=True)
+class _Round:
+    """The constants of one round's bound: the keys' (``aggregator`` in M2 only), ``M ≥ ‖w‖``,
+    ``D = 2M ≥ ‖w_i − w0‖``, the noise norms ``r1`` (r1 or R1) and ``r2`` (R2), p, and the summation tree."""
+
+    k: KeyRoundoff
+    aggregator: AggregatorRoundoff | None
+    M: float
+    D: float
+    r1: float
+    r2: float
+    p: int
+    clients_per_worker: int
+    workers: int
+
+
+def _round_errors(rnd: _Round, X: float) -> tuple[float, float, list[tuple[str, float]]]:
+    """(bound, next X, terms) for a round whose clients hold a broadcast of norm X."""
+    k, D, nk = rnd.k, rnd.D, rnd.clients_per_worker
+    e_agg, A = _aggregation_error(rnd, X)
+    terms = [
+        ("client decode", k.decode * X),
+        ("P1L P1 ≠ I on the update", k.pp_defect * D),
+        ("uploads and their sum", k.p1l_norm * e_agg),
+    ]
+    if rnd.aggregator is None:
+        X_next, server = _m1_server_terms(rnd, X, A, e_agg)
+    else:
+        X_next, server = _m2_server_terms(rnd, rnd.aggregator, X, A, e_agg)
+    terms += server
+    # the reference Σ a_i w_i itself, summed in float64 by the paired plain round
+    terms.append(("reference average", gamma(nk + rnd.workers + 2) * rnd.M))
+    return sum(v for _, v in terms), X_next, terms
+
+
+def _aggregation_error(rnd: _Round, X: float) -> tuple[float, float]:
+    """(the error of the aggregate, a bound on its norm A): the clients' uploads summed by their worker,
+    the workers' partials summed by the aggregator in a fixed order, then divided by the total weight."""
+    k, D, nk = rnd.k, rnd.D, rnd.clients_per_worker
+    # One worker: Σ s_i·(x + P1 Δ_i) (per-client uploads) or x·W + P1 Σ s_i Δ_i (the fused shortcut);
+    # relative to the weight W_k, both err by at most:
+    upload = (
+        k.apply_p1 * D * (1.0 + U)
+        + k.p1_norm * D * gamma(2)
+        + U * (X + k.p1_norm * D) * (1.0 + U)
+        + gamma(nk + 2) * (X + k.p1_norm * D + k.apply_p1 * D)
+    )
+    partial_norm = X + (k.p1_norm + k.apply_p1) * D + upload
+    # the aggregator adds the workers' partials in a fixed order, then divides by the total weight
+    e_agg = (upload + gamma(rnd.workers) * partial_norm) * (1.0 + U) + U * partial_norm
+    return e_agg, X + k.p1_norm * D + e_agg
+
+
+def _m1_server_terms(rnd: _Round, X: float, A: float, e_agg: float) -> tuple[float, list[tuple[str, float]]]:
+    """M1: the server decodes the aggregate and re-encodes the new model; the evaluator decodes it."""
+    k, M, D, r1 = rnd.k, rnd.M, rnd.D, rnd.r1
+    w_new = M + k.decode * X + k.pp_defect * D + k.p1l_norm * e_agg + k.decode * A
+    X_next = k.p1_norm * w_new + k.n1_norm * r1 + k.encode_w * w_new + k.encode_r * r1
+    return X_next, [
+        ("server decode", k.decode * A),
+        ("P1L P1 ≠ I on the model", k.pp_defect * w_new),
+        ("P1L N1 ≠ 0 on the noise", k.leak * r1),
+        ("server encode", k.p1l_norm * (k.encode_w * w_new + k.encode_r * r1)),
+        ("evaluator decode", k.decode * X_next),
+    ]
+
+
+def _m2_server_terms(
+    rnd: _Round, a: AggregatorRoundoff, X: float, A: float, e_agg: float
+) -> tuple[float, list[tuple[str, float]]]:
+    """M2: the aggregator's code 2, the server's re-encoding of every column, the evaluator's strip and
+    decode."""
+    k, M, D, r1, r2 = rnd.k, rnd.M, rnd.D, rnd.r1, rnd.r2
+    e_pi2 = a.encode * (A * a.p2_norm + r2 * a.n2_fro)
+    Wa = A * a.p2_norm + r2 * a.n2_fro + e_pi2
+    # P1L W'_a = (Σ a_i w_i + small) P2 + P1L R2 N2: bounded through the model, not through A
+    p1l_agg = M + k.decode * X + k.pp_defect * D + k.p1l_norm * e_agg
+    wbar = p1l_agg * a.p2_norm + k.p1l_norm * (r2 * a.n2_fro + e_pi2)
+    e_re = k.reencode_x * Wa + k.reencode_r * r1
+    W_next = k.p1_norm * wbar + k.n1_norm * r1 + e_re
+    X_next = W_next * a.p2r_norm * (1.0 + gamma(rnd.p))
+    return X_next, [
+        ("P2 P2R ≠ 1", a.p2p2r_defect * k.p1l_norm * A),
+        ("N2 P2R ≠ 0 on R2", k.p1l_norm * r2 * a.n2p2r_defect),
+        ("aggregator code 2", k.p1l_norm * e_pi2 * a.p2r_norm),
+        ("P1L P1 ≠ I on W̄", k.pp_defect * wbar * a.p2r_norm),
+        ("P1L N1 ≠ 0 on R1", k.leak * r1 * a.p2r_norm),
+        ("server re-encode", k.p1l_norm * e_re * a.p2r_norm),
+        ("evaluator strip", k.p1l_norm * a.strip * W_next),
+        ("evaluator decode", k.decode * X_next),
+    ]
 
 
 def run_round_bound(

@@ -1,4 +1,5 @@
-"""A structured random orthogonal transform ``Q`` (ñ×ñ) for the fast backend (SPEC "Choosing the matrices").
+"""A structured random orthogonal transform ``Q`` (ñ×ñ) for the fast backend (docs/method.md "Choosing the
+matrices").
 
 Design, for any size ñ ≥ 1 (ñ = 199,411 is prime): let ``L`` be the largest power of two below ñ
 and ``r = ñ − L`` (so 1 ≤ r ≤ L; see :func:`head_length`). One round is::
@@ -6,29 +7,29 @@ and ``r = ñ − L`` (so 1 ≤ r ≤ L; see :func:`head_length`). One round is::
     Q = Perm_out · G2 · (H_L D ⊕ I_r) · G1 · Perm_in
 
 * ``Perm_in``, ``Perm_out``: secret uniformly random permutations of the ñ coordinates (``perm_block = k``
-  makes ``Perm_in`` move blocks of k coordinates instead: ~20% faster at ñ = 1.2M, a coarser secret);
+  makes ``Perm_in`` move blocks of k coordinates instead: fewer indices to gather, a coarser secret);
 * ``G1``, ``G2``: secret Givens rotations pairing tail coordinate ``L+i`` with head coordinate ``i``
   (i < r), angles drawn so that |cos| and |sin| ≥ sin(π/8);
 * ``D``: secret random signs on the head (times 1/√L), ``H_L`` the ±1 Walsh–Hadamard matrix.
 
-Why it mixes fully (SPEC "Mixing": every output depends on every input). Follow a unit vector e_j. After
-``Perm_in`` it sits at one position. If that is a tail position ``L+i``, ``G1`` puts a share |sin| > 0 of
-it on head ``i``; if it is a head position, it is already on the head. ``H_L D`` spreads any nonzero head
+Why it mixes fully (docs/method.md "Mixing": every output depends on every input). Follow a unit vector e_j.
+After ``Perm_in`` it sits at one position. If that is a tail position ``L+i``, ``G1`` puts a share |sin| > 0
+of it on head ``i``; if it is a head position, it is already on the head. ``H_L D`` spreads any nonzero head
 vector to all L head coordinates with magnitude ``|share|/√L`` each (every entry of ``H_L`` is ±1). ``G2``
 then gives every tail output ``L+i`` a share |sin| > 0 of head ``i``, which is nonzero; head outputs keep a
 share |cos| > 0. So every one of the ñ outputs is reached, for every input: the transform is dense in
 support (checked structurally by :meth:`StructuredOrthogonal.support` and numerically in the tests).
 Without ``G1`` the tail inputs would bypass H; without ``G2`` the tail outputs would see only two inputs —
-the "block-diagonal in disguise" failure SPEC warns about. More ``rounds`` repeat the pattern (with fresh
-permutations and angles, and a layer of Givens rotations on all coordinates between rounds, without which
-two signed Hadamards cancel to exact zeros) and make the entry magnitudes less uniform, at linear cost;
+the "block-diagonal in disguise" failure the method warns about. More ``rounds`` repeat the pattern (with
+fresh permutations and angles, and a layer of Givens rotations on all coordinates between rounds, without
+which two signed Hadamards cancel to exact zeros) and make the entry magnitudes less uniform, at linear cost;
 one round already mixes fully.
 
 Cost: one power-of-two FWHT (``log₂ L`` in-place butterfly passes), two gathers, and O(r) work for the
 Givens layers; state O(ñ): two permutations (int32), L signs, 2r angles. Nothing ñ×ñ is ever formed.
-Measured at ñ = 1,200,011 on this 2-core CPU: FWHT ≈ 3.3 ms, each random gather 2.5–4 ms, the Givens
-layers ≈ 0.3 ms each, so one transform ≈ 10–12 ms. Inputs of shape (ñ, p) are transformed one column at a
-time (a random gather of p-double rows is slower per double than p flat gathers).
+The gathers and the FWHT dominate; the Givens layers are a small fraction (``python -m bench kernels``
+measures an encode plus a decode against one vector copy at the paper's sizes). Inputs of shape (ñ, p) are
+transformed one column at a time (a random gather of p-double rows is slower per double than p flat gathers).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def scratch(slot: str, like: torch.Tensor) -> torch.Tensor:
     """A per-thread reusable buffer shaped like ``like`` (float64 CPU vectors of ≥ 65,536 entries).
 
     Why: a fresh multi-megabyte tensor is fresh pages from the OS, and the page faults cost more than
-    the gather that fills it (~2 ms per 10 MB here); reusing two scratch vectors per size makes a
+    the gather that fills it; reusing two scratch vectors per size makes a
     transform allocate only its result. Never returned to callers. Everything else gets ``empty_like``.
     """
     if like.device.type != "cpu" or like.dim() != 1 or like.numel() < _WORKSPACE_MIN_ELEMENTS:
@@ -92,7 +93,7 @@ def fwht_(y: torch.Tensor) -> torch.Tensor:
         stride = h * cols
         if stride == 2 and flat.dtype == torch.float64:
             # Runs of two contiguous doubles are slow for the elementwise kernels; as complex128 the same
-            # butterfly is a run of one 16-byte element (3-4x faster on CPU, identical arithmetic).
+            # butterfly is a run of one 16-byte element (a faster kernel, identical arithmetic).
             v = torch.view_as_complex(flat.view(-1, 2)).view(-1, 2, 1)
         else:
             v = flat.view(-1, 2, stride)
@@ -114,8 +115,8 @@ class Permutation:
 
     ``index`` permutes the ``size // block`` whole blocks; the last ``size % block`` coordinates stay in
     place. ``block = 1`` is a uniformly random permutation of all coordinates. Larger blocks trade
-    randomness for speed: a gather costs ~2 ns per index on CPU whatever the locality, so moving blocks
-    of 16 doubles is ~10x cheaper than moving single doubles.
+    randomness for speed: a gather costs about the same per index on a CPU whatever the locality, so moving
+    blocks of 16 doubles costs a fraction of moving single doubles.
     """
 
     index: torch.Tensor
@@ -239,7 +240,7 @@ class StructuredOrthogonal:
         def perm(name: str, block: int) -> Permutation:
             block = block if size // block >= 64 else 1  # small sizes: a full permutation is cheap
             idx = stream.permutation(f"{label}/{name}", size // block)
-            # int32 indices: index_select moves half the index bytes (measured 25% faster than int64).
+            # int32 indices: index_select moves half the index bytes of int64.
             return Permutation(idx.to(torch.int32), torch.argsort(idx).to(torch.int32), block)
 
         def givens(name: str, count: int, tail: int) -> Givens:
@@ -296,8 +297,8 @@ class StructuredOrthogonal:
         return self._columns(x, transpose=True)
 
     def _columns(self, x: torch.Tensor, transpose: bool) -> torch.Tensor:
-        # Column by column: a random gather of rows of p doubles is ~3x slower per double than the
-        # flat gather (measured at ñ = 1.2M, p = 2), and the gathers dominate the cost.
+        # Column by column: a random gather of rows of p doubles is slower per double than the flat
+        # gather (``python -m bench kernels`` times the transform), and the gathers dominate the cost.
         if x.dim() == 1 or x.shape[1] == 1 or self.size < 4096:
             return self._run(x, transpose)
         return torch.stack([self._run(x[:, j], transpose) for j in range(x.shape[1])], dim=1)

@@ -1,4 +1,5 @@
-"""Datasets, client partitions, client sampling and minibatch order (SPEC "The paper's experiments").
+"""Datasets, client partitions, client sampling and minibatch order (docs/method.md "The paper's
+experiments").
 
 One module per concern:
 

@@ -291,6 +291,33 @@ def mnist_files(
     folder = root / kind
     source = mirrors[0] if mirrors else "the dataset's page"
 
+    paths, missing, corrupt = _local_files(root, kind, checksums, download=download)
+    if missing and not download:
+        raise MissingFilesError(
+            f"{kind}: missing {', '.join(missing)} (.gz or uncompressed) in {folder} "
+            f"(or {root / _TORCHVISION_DIRS[kind]}).",
+            f"pass download=True, or place the files from {source} there.",
+            folder=folder,
+            missing=missing,
+        )
+    if not missing and not corrupt:
+        return paths
+    if not mirrors:
+        raise DatasetDownloadError(
+            f"{kind}: files are missing or corrupt in {folder} and no mirrors were given",
+            "pass mirrors=[...] (base URLs that hold the .gz files).",
+            folder=folder,
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    return {**paths, **_fetch_missing(folder, paths, corrupt, mirrors, checksums, timeout, log)}
+
+
+def _local_files(
+    root: Path, kind: MnistKind, checksums: Mapping[str, str], *, download: bool
+) -> tuple[dict[str, Path], list[str], dict[str, tuple[Path, str]]]:
+    """What is on disk: the verified files by role, the missing files' names, and the corrupt files by role
+    with their problem. A corrupt file with ``download`` false is an error (a download would replace it)."""
+    folder = root / kind
     paths: dict[str, Path] = {}
     missing: list[str] = []
     corrupt: dict[str, tuple[Path, str]] = {}
@@ -314,23 +341,20 @@ def mnist_files(
                 reason=problem,
             )
         corrupt[role] = (found, problem)
-    if missing and not download:
-        raise MissingFilesError(
-            f"{kind}: missing {', '.join(missing)} (.gz or uncompressed) in {folder} "
-            f"(or {root / _TORCHVISION_DIRS[kind]}).",
-            f"pass download=True, or place the files from {source} there.",
-            folder=folder,
-            missing=missing,
-        )
-    if not missing and not corrupt:
-        return paths
-    if not mirrors:
-        raise DatasetDownloadError(
-            f"{kind}: files are missing or corrupt in {folder} and no mirrors were given",
-            "pass mirrors=[...] (base URLs that hold the .gz files).",
-            folder=folder,
-        )
-    folder.mkdir(parents=True, exist_ok=True)
+    return paths, missing, corrupt
+
+
+def _fetch_missing(
+    folder: Path,
+    paths: Mapping[str, Path],
+    corrupt: Mapping[str, tuple[Path, str]],
+    mirrors: Sequence[str],
+    checksums: Mapping[str, str],
+    timeout: float,
+    log: Callable[[str], None] | None,
+) -> dict[str, Path]:
+    """A verified download into ``folder`` of every file not in ``paths`` (missing or corrupt), by role."""
+    fetched: dict[str, Path] = {}
     for role, base in IDX_FILES.items():
         if role in paths:
             continue
@@ -346,5 +370,5 @@ def mnist_files(
                 log(f"data: {found} is corrupt ({problem}); fetching a verified copy into {folder}")
             else:
                 log(f"data: fetching {fname} into {folder}")
-        paths[role] = _fetch(fname, folder, mirrors, checksums[fname], timeout)
-    return paths
+        fetched[role] = _fetch(fname, folder, mirrors, checksums[fname], timeout)
+    return fetched

@@ -1,7 +1,7 @@
 """A run's pre-flight check of its data set: its files are on disk and right before anything else starts.
 
 Why before: the driver loads the data set once Ray has started (seconds, and a dozen processes), and a
-missing, truncated or foreign file found there used to end the run with a traceback in a library's words
+missing, truncated or foreign file found there would end the run with a traceback in a library's words
 (``pass download=True``). Checked here, right after the configuration, the same problems are configuration
 errors: one message that names the key to change (``data.download``, ``data.root``, ``data.mirrors``) and
 the fix, exit code 2, no traceback. What is checked: the folder and the four files (``.gz`` or not, this

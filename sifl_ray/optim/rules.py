@@ -7,12 +7,12 @@ client's parameters (:class:`RuleOptimizer`, the loop) or a stack of clients' (o
 parameter, :mod:`sifl_ray.optim.vectorised`).
 
 Why not ``torch.optim`` itself for these three: constructing any ``torch.optim.Optimizer`` imports
-``torch._dynamo`` (``Optimizer.add_param_group`` is wrapped by ``torch._disable_dynamo``), about a second of
-CPU and 68 MiB in every client worker process, before its first client trains (issue 12's fixed cost;
-measured with ``PYTHONPROFILEIMPORTTIME=1`` in the workers' logs). A worker also makes a fresh optimizer per
-client and round; a rule's fresh state is an empty dict. Any other optimizer, or an option no rule here
-implements (weight decay, Nesterov, AMSGrad, ...), runs ``torch.optim``'s own class: :func:`update_rule`
-says why.
+``torch._dynamo`` (``Optimizer.add_param_group`` is wrapped by ``torch._disable_dynamo``), a fixed cost of
+CPU time and memory in every client worker process before its first client trains
+(``PYTHONPROFILEIMPORTTIME=1`` shows it in the workers' logs; ``python -m bench startup`` measures the
+start-up it is part of). A worker also makes a fresh optimizer per client and round; a rule's fresh state is
+an empty dict. Any other optimizer, or an option no rule here implements (weight decay, Nesterov, AMSGrad,
+...), runs ``torch.optim``'s own class: :func:`update_rule` says why.
 """
 
 from __future__ import annotations

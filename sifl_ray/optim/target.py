@@ -1,4 +1,4 @@
-"""The target optimizers: the base optimizer immersed in encoded coordinates (SPEC "SIFL M1").
+"""The target optimizers: the base optimizer immersed in encoded coordinates (docs/method.md "SIFL M1").
 
 A client receives ``w~ = P1 w + N1 r`` and must return an encoded model whose decoding is exactly what
 K ordinary steps from w would give. Two forms, equal in exact arithmetic:

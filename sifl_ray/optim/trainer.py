@@ -1,7 +1,7 @@
 """The base optimizer a client runs: a thin, stateful wrapper around a torch model and optimizer.
 
-SPEC "Standard FL": a client runs K ordinary optimizer steps ``w_{k+1} = w_k − g(w_k, batch)``. The target
-optimizers (:mod:`sifl_ray.optim.target`) only need four things from it — load parameters with fresh or
+docs/method.md "Standard FL": a client runs K ordinary optimizer steps ``w_{k+1} = w_k − g(w_k, batch)``. The
+target optimizers (:mod:`sifl_ray.optim.target`) only need four things from it — load parameters with fresh or
 kept optimizer state, take one step, read the parameters back — so any trainer with this protocol works.
 Parameters cross the boundary as one flat float64 vector (the coding dtype); the model keeps its own dtype.
 
@@ -151,7 +151,7 @@ class TorchTrainer:
     def step(self, batch: Batch) -> torch.Tensor:
         """One step; the loss before it as a 0-d tensor on the model's device (no host synchronisation)."""
         x, y = batch
-        if not self.model.training:  # train() walks every submodule: ~10-30 µs a step when repeated
+        if not self.model.training:  # train() walks every submodule: a cost per step when repeated
             self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.loss_fn(self.model(x), y)

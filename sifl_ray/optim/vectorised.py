@@ -1,4 +1,4 @@
-"""Many virtual clients trained at once: the loop's arithmetic on stacked parameters (issue 12).
+"""Many virtual clients trained at once: the loop's arithmetic on stacked parameters.
 
 A client worker hosts many clients and, one after another, gives each a fresh optimizer at the round's
 start, runs its minibatches and reads its model back. At a thousand clients of sixty samples that loop is
@@ -25,7 +25,7 @@ they are grouped by that number, and within a group a shorter last minibatch is 
 loss is the mean over the real samples, as in the loop). A round's clients are trained group by group, a
 chunk at a time (:data:`CHUNK_BYTES` of stacked state), so memory does not grow with the client count. A
 chunk of fewer than :data:`MIN_TOGETHER` clients is trained one client at a time, as the loop trains it:
-stacking a handful of clients costs more than it saves (measured; see there).
+stacking a handful of clients costs more than it saves (see there).
 
 What is not vectorised falls back to the loop, said once per process (:func:`fallback_reason`): a
 ``torch.optim`` class or option this module does not implement, a loss other than cross-entropy, a layer
@@ -56,17 +56,16 @@ from sifl_ray.optim.target import ModelStep, fused_tail, fused_update, stepwise_
 from sifl_ray.optim.trainer import TorchTrainer, loss_values
 
 #: The stacked state one chunk of clients may hold (parameters, gradients, optimizer state, and for the
-#: stepwise form the encoded and decoded vectors). Measured on the reference workload (the paper's MLP,
-#: 500 clients of 60 samples a worker, 1 thread): a round is fastest from 64 to 128 MiB (21–42 clients a
-#: chunk); 16 MiB costs ~30 % more (each vmap call has ~2 ms of overhead), 256 MiB ~20 % more (cache).
+#: stepwise form the encoded and decoded vectors). Why this size: a smaller chunk pays the fixed overhead
+#: of a vmap call more often, a larger one leaves the cache; on the reference workload (the paper's MLP,
+#: 60 samples a client) 64 MiB holds a few dozen clients and sits between the two
+#: (``python -m bench overhead`` measures a round with and without vectorising).
 CHUNK_BYTES = 64 << 20
 
 #: The fewest clients a chunk trains together; a smaller chunk trains them one at a time, as the loop does.
-#: Why: a stacked step has a fixed cost (the vmap call, ~1.5 ms here) that the clients it replaces must pay
-#: for. Measured against the loop (MLP, 1 thread, CPU time): 4 clients of one minibatch 0.90×, but of 10
-#: minibatches 1.16× and of 47 1.22× (8 clients of 47: 1.06×); a per-step model fitted to those figures puts
-#: the break-even near 11 clients for long local training. At N = 10 (5 clients a worker, 94 minibatches
-#: each) the stacked clients were 1.20× slower in ``python -m bench overhead``.
+#: Why: a stacked step has a fixed cost (the vmap call) that the clients it replaces must pay for, so a few
+#: clients trained together are slower than the loop, and the break-even for long local training lies near a
+#: dozen clients (``python -m bench overhead`` compares the two at a chosen client count).
 MIN_TOGETHER = 12
 
 #: Layers with no state and no randomness, whose forward vmap batches: the only leaves a vectorised model

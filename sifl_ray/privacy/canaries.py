@@ -1,9 +1,9 @@
 """The in-run audit of one arm: canary clients scored against null directions, round by round.
 
-SPEC "Auditing inside the run". ``k`` canary clients upload a fixed random direction ``c_j`` (at the arm's
-clip norm) instead of a trained model; each is inserted with probability ½ from the auditor's secret stream
-(:func:`~sifl_ray.privacy.one_run.inclusion_draws`), and an inserted canary is sampled like any client. The
-evaluator (simulation only) measures, every round, the inner product of the released model's change
+docs/method.md "Auditing inside the run". ``k`` canary clients upload a fixed random direction ``c_j`` (at the
+arm's clip norm) instead of a trained model; each is inserted with probability ½ from the auditor's secret
+stream (:func:`~sifl_ray.privacy.one_run.inclusion_draws`), and an inserted canary is sampled like any client.
+The evaluator (simulation only) measures, every round, the inner product of the released model's change
 ``Δ_t = w^{t+1} − w^t`` with every canary direction and with ``m`` null directions that were never inserted,
 and the driver keeps this record (checkpointed with its state, so a replay or a resume rebuilds it):
 

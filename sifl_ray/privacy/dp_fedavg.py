@@ -176,8 +176,8 @@ def epsilon_per_round(
 
     RDP composes additively, so one round's RDP curve times t gives round t (the library's ``compute_epsilon``
     converts each); the last entry equals :func:`epsilon` for T steps. PLD composes the one-round privacy loss
-    distribution once per round (one convolution and one ε query each: about 0.1 s per round at q = 0.05),
-    which agrees with :func:`epsilon` up to the discretisation of the distribution.
+    distribution once per round (one convolution and one ε query each, so its cost grows with T), which
+    agrees with :func:`epsilon` up to the discretisation of the distribution.
     """
     _check(
         noise_multiplier=noise_multiplier,

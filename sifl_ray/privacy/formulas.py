@@ -1,4 +1,5 @@
-"""Per-element DP bounds of SIFL (paper §5: Theorems 1 and 2, Remark 3; SPEC "Differential privacy").
+"""Per-element DP bounds of SIFL (paper §5: Theorems 1 and 2, Remark 3; docs/method.md "Differential
+privacy").
 
 Every function here is pure and keyword-only. Norm arguments are vectorised over rows: each accepts a Python
 float, a NumPy array or a torch tensor, inputs broadcast by NumPy rules, and the result has the broadcast
@@ -9,7 +10,8 @@ What these numbers are. Each ε is for ONE element j (or (j, m)) of ONE release 
 property the paper proves (its Problem 3, "element-wise DP"). They say nothing about
 
 * the whole released vector: with the keys known, the signal lives in ``col(P1)`` and the noise in
-  ``col(N1)``, two subspaces meeting only at 0, so the vector release has no finite ε (SPEC "Attacks");
+  ``col(N1)``, two subspaces meeting only at 0, so the vector release has no finite ε (docs/method.md
+  "Attacks");
 * several rounds: no composition is applied, and the noise ``N1 r1^t`` is shared by every upload of a round;
 * other parties' views not covered by a theorem (for example the server's ``P1L W'_a`` in M2).
 
@@ -20,87 +22,48 @@ norms or scales, NaN, δ outside (0, 1)), which raise ``ValueError`` naming the 
 Two bounds for Laplace noise. The paper's Theorem 1 treats ``N1^j r1`` as one Laplace variable of scale
 ``‖N1^j‖₂·b``; a sum of independent Laplace variables is not Laplace, and the paper's ε is then too small
 (see :func:`laplace_local_epsilon_sound`). The ``*_sound`` functions are the guarantee; the ``*_paper`` ones
-are reported beside them so that the paper's figures can be reproduced.
+are reported beside them so that the paper's figures can be reproduced. They live in
+:mod:`sifl_ray.privacy.laplace` and are re-exported here, so that ``formulas`` names every formula; the array
+plumbing all of them share is :mod:`sifl_ray.privacy.arrays`.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from statistics import NormalDist
-from typing import Any
 
 import numpy as np
-import torch
 
-Arrayish = float | int | np.ndarray | torch.Tensor
+from sifl_ray.privacy.arrays import Arrayish, as_array, check_delta, quiet, shift_over_noise, wrap
+from sifl_ray.privacy.laplace import (
+    laplace_broadcast_epsilon_paper,
+    laplace_broadcast_epsilon_sound,
+    laplace_global_epsilon_paper,
+    laplace_global_epsilon_sound,
+    laplace_local_epsilon_paper,
+    laplace_local_epsilon_sound,
+)
+
+__all__ = [
+    "Arrayish",
+    "gaussian_broadcast_epsilon",
+    "gaussian_global_epsilon",
+    "gaussian_global_epsilon_sound",
+    "gaussian_local_epsilon",
+    "gaussian_mechanism_delta",
+    "gaussian_tail_inverse",
+    "global_sensitivity",
+    "laplace_broadcast_epsilon_paper",
+    "laplace_broadcast_epsilon_sound",
+    "laplace_global_epsilon_paper",
+    "laplace_global_epsilon_sound",
+    "laplace_local_epsilon_paper",
+    "laplace_local_epsilon_sound",
+    "local_sensitivity",
+    "worst_element",
+    "worst_element_index",
+]
 
 _STANDARD_NORMAL = NormalDist()
-
-
-# ------------------------------------------------------------------------------------------------------------
-# Array plumbing: one float64 NumPy computation, returned in the caller's kind.
-
-
-def _as_array(name: str, x: Arrayish, *, nonnegative: bool = True, allow_inf: bool = False) -> np.ndarray:
-    if isinstance(x, torch.Tensor):
-        arr = x.detach().to(device="cpu", dtype=torch.float64).numpy()
-    else:
-        arr = np.asarray(x, dtype=np.float64)
-    if np.any(np.isnan(arr)) or (not allow_inf and not np.all(np.isfinite(arr))):
-        raise ValueError(
-            f"{name} has a non-finite entry (NaN or inf); a privacy bound computed from it would be "
-            "meaningless. Check the key norms and the configuration that produced it."
-        )
-    if nonnegative and np.any(arr < 0):
-        raise ValueError(
-            f"{name} must be >= 0 (it is a norm, a noise scale or a sensitivity), got a minimum of "
-            f"{float(arr.min())!r}"
-        )
-    return arr
-
-
-def _wrap(result: np.ndarray, *inputs: Arrayish) -> Arrayish:
-    for x in inputs:
-        if isinstance(x, torch.Tensor):
-            return torch.from_numpy(np.array(result, dtype=np.float64)).to(x.device)
-    if any(isinstance(x, np.ndarray) for x in inputs):
-        return np.asarray(result, dtype=np.float64)
-    return float(result)
-
-
-def _shift_over_noise(a: np.ndarray, s: np.ndarray) -> np.ndarray:
-    """``a / s`` with ``0/anything = 0`` and ``positive/0 = +inf`` (no warnings, no NaN)."""
-    a, s = np.broadcast_arrays(a, s)
-    out = np.zeros(a.shape, dtype=np.float64)
-    pos = a > 0
-    zero_noise = pos & (s == 0)
-    ok = pos & (s > 0)
-    out[zero_noise] = np.inf
-    with np.errstate(over="ignore"):
-        out[ok] = a[ok] / s[ok]
-    return out
-
-
-def _quiet(fn: Callable[..., Arrayish]) -> Callable[..., Arrayish]:
-    """Run ``fn`` with float overflow/underflow silent: extreme norms give 0 or inf, never a warning."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Arrayish:
-        with np.errstate(over="ignore", under="ignore"):
-            return fn(*args, **kwargs)
-
-    return wrapper
-
-
-def _check_delta(delta: float) -> float:
-    delta = float(delta)
-    if not 0.0 < delta < 1.0:
-        raise ValueError(
-            f"delta must lie in (0, 1), got {delta!r}: Gaussian noise never gives pure ε-DP (delta = 0 would "
-            "mean ε = inf), and delta >= 1 is no guarantee at all. The paper uses delta = 1e-5."
-        )
-    return delta
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -125,11 +88,11 @@ def local_sensitivity(*, clip: Arrayish, local_size: Arrayish) -> Arrayish:
     Returns:
         ``2C/|D_i|``, in the kind and broadcast shape of the inputs.
     """
-    c = _as_array("clip", clip)
-    n = _as_array("local_size", local_size)
+    c = as_array("clip", clip)
+    n = as_array("local_size", local_size)
     if np.any(n <= 0):
         raise ValueError("local_size must be > 0: a client without data has no sensitivity to account for")
-    return _wrap(2.0 * c / n, clip, local_size)
+    return wrap(2.0 * c / n, clip, local_size)
 
 
 def global_sensitivity(*, clip: Arrayish, total_size: Arrayish) -> Arrayish:
@@ -145,11 +108,11 @@ def global_sensitivity(*, clip: Arrayish, total_size: Arrayish) -> Arrayish:
     Returns:
         ``2C/|D|``, in the kind and broadcast shape of the inputs.
     """
-    c = _as_array("clip", clip)
-    n = _as_array("total_size", total_size)
+    c = as_array("clip", clip)
+    n = as_array("total_size", total_size)
     if np.any(n <= 0):
         raise ValueError("total_size must be > 0: the federation holds no data")
-    return _wrap(2.0 * c / n, clip, total_size)
+    return wrap(2.0 * c / n, clip, total_size)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -159,24 +122,24 @@ def global_sensitivity(*, clip: Arrayish, total_size: Arrayish) -> Arrayish:
 def gaussian_tail_inverse(*, delta: float) -> float:
     """``Q⁻¹(δ)``, the inverse of the standard normal tail ``Q(x) = P(Y ≥ x)`` (Theorem 2).
 
-    Computed as ``−Φ⁻¹(δ)``, equal to SPEC's ``NormalDist().inv_cdf(1 − δ)`` but accurate for tiny δ, where
+    Computed as ``−Φ⁻¹(δ)``, equal to ``NormalDist().inv_cdf(1 − δ)`` but accurate for tiny δ, where
     ``1 − δ`` rounds to 1 in float64. ``Q⁻¹(1e-5) ≈ 4.2649``.
     """
-    return -_STANDARD_NORMAL.inv_cdf(_check_delta(delta))
+    return -_STANDARD_NORMAL.inv_cdf(check_delta(delta))
 
 
 def _gaussian_epsilon(a: np.ndarray, s: np.ndarray, delta: float) -> np.ndarray:
     # Theorem 2's condition s² − s·(a/ε)·Q⁻¹(δ) − a²/(2ε) ≥ 0, multiplied by ε/s², is linear in ε:
     # the smallest ε is r·Q⁻¹(δ) + r²/2 with r = a/s. Written as r·(Q⁻¹ + r/2) so r = inf gives inf, not NaN.
     q = gaussian_tail_inverse(delta=delta)
-    r = _shift_over_noise(a, s)
+    r = shift_over_noise(a, s)
     with np.errstate(over="ignore"):
         eps = r * (q + 0.5 * r)
     # delta >= 1/2 makes Q⁻¹ negative; the condition then holds for some ε < 0, and ε = 0 is the honest floor.
     return np.maximum(eps, 0.0)
 
 
-@_quiet
+@quiet
 def gaussian_local_epsilon(
     *,
     p1_row_l2: Arrayish,
@@ -209,13 +172,13 @@ def gaussian_local_epsilon(
     Returns:
         ε per row, in the kind and broadcast shape of the inputs.
     """
-    p1 = _as_array("p1_row_l2", p1_row_l2)
-    n1 = _as_array("n1_row_l2", n1_row_l2)
-    sig = _as_array("sigma1", sigma1)
-    d = _as_array("sensitivity", sensitivity)
-    p2r = _as_array("p2r_l2", p2r_l2)
+    p1 = as_array("p1_row_l2", p1_row_l2)
+    n1 = as_array("n1_row_l2", n1_row_l2)
+    sig = as_array("sigma1", sigma1)
+    d = as_array("sensitivity", sensitivity)
+    p2r = as_array("p2r_l2", p2r_l2)
     eps = _gaussian_epsilon(p1 * d, n1 * sig * p2r, delta)
-    return _wrap(eps, p1_row_l2, n1_row_l2, sigma1, sensitivity, p2r_l2)
+    return wrap(eps, p1_row_l2, n1_row_l2, sigma1, sensitivity, p2r_l2)
 
 
 def gaussian_broadcast_epsilon(
@@ -247,7 +210,7 @@ def gaussian_broadcast_epsilon(
     )
 
 
-@_quiet
+@quiet
 def gaussian_global_epsilon(
     *,
     p1_row_l2: Arrayish,
@@ -262,8 +225,9 @@ def gaussian_global_epsilon(
 ) -> Arrayish:
     """The paper's ε for element (j, m) of M2's ``W' = P1 w P2 + N1 R1 + P1 P1L R2 N2`` (Theorem 2, second).
 
-    As SPEC fixes it: ``a = ‖P1^j‖₂·Δ^w·|P2^m|``, ``s = ‖N1^j‖₂σ1 + ‖P1^j‖₂‖P1L‖₂‖N2‖₂σ2``,
-    ``ε = a·Q⁻¹(δ)/s + a²/(2s²)``. To get a (ñ, p) table pass rows as ``(ñ, 1)`` and ``p2_m`` as ``(1, p)``.
+    As docs/method.md "Differential privacy" reads it: ``a = ‖P1^j‖₂·Δ^w·|P2^m|``,
+    ``s = ‖N1^j‖₂σ1 + ‖P1^j‖₂‖P1L‖₂‖N2‖₂σ2``, ``ε = a·Q⁻¹(δ)/s + a²/(2s²)``. To get a (ñ, p) table pass rows
+    as ``(ñ, 1)`` and ``p2_m`` as ``(1, p)``.
 
     What it does NOT guarantee: the noise of the element is ``N1^j R1[:, m]`` (std ``‖N1^j‖₂σ1``) plus the
     independent ``(P1^j P1L) R2 N2[:, m]`` (std ``‖P1^j P1L‖₂‖N2[:, m]‖₂σ2``, which
@@ -271,7 +235,7 @@ def gaussian_global_epsilon(
     ``√(s1² + s2²) < s1 + s2``, so ``s`` here is never below the true std and, whenever both noises are
     present, above it: this ε is then too small. It is reported as the paper's figure;
     :func:`gaussian_global_epsilon_sound` is the guarantee. (The paper's own statement of the inequality
-    even squares ``‖N1^j‖σ1 + ‖N2^m‖σ2`` on the left; SPEC's consistent reading is used here.)
+    even squares ``‖N1^j‖σ1 + ‖N2^m‖σ2`` on the left; the method page's consistent reading is used here.)
 
     Args:
         p1_row_l2: ``‖P1^j‖₂``.
@@ -287,20 +251,20 @@ def gaussian_global_epsilon(
     Returns:
         ε per (j, m) in the broadcast shape.
     """
-    p1 = _as_array("p1_row_l2", p1_row_l2)
-    n1 = _as_array("n1_row_l2", n1_row_l2)
-    s1 = _as_array("sigma1", sigma1)
-    s2 = _as_array("sigma2", sigma2)
-    p1l = _as_array("p1l_spectral", p1l_spectral)
-    n2 = _as_array("n2_spectral", n2_spectral)
-    p2 = np.abs(_as_array("p2_m", p2_m, nonnegative=False))
-    d = _as_array("sensitivity", sensitivity)
+    p1 = as_array("p1_row_l2", p1_row_l2)
+    n1 = as_array("n1_row_l2", n1_row_l2)
+    s1 = as_array("sigma1", sigma1)
+    s2 = as_array("sigma2", sigma2)
+    p1l = as_array("p1l_spectral", p1l_spectral)
+    n2 = as_array("n2_spectral", n2_spectral)
+    p2 = np.abs(as_array("p2_m", p2_m, nonnegative=False))
+    d = as_array("sensitivity", sensitivity)
     s = n1 * s1 + p1 * p1l * n2 * s2
     eps = _gaussian_epsilon(p1 * d * p2, s, delta)
-    return _wrap(eps, p1_row_l2, n1_row_l2, sigma1, sigma2, p1l_spectral, n2_spectral, p2_m, sensitivity)
+    return wrap(eps, p1_row_l2, n1_row_l2, sigma1, sigma2, p1l_spectral, n2_spectral, p2_m, sensitivity)
 
 
-@_quiet
+@quiet
 def gaussian_global_epsilon_sound(
     *,
     p1_row_l2: Arrayish,
@@ -350,20 +314,20 @@ def gaussian_global_epsilon_sound(
         ε per (j, m) in the broadcast shape. For a (ñ, p) table pass rows as ``(ñ, 1)`` and ``p2_m``,
         ``n2_col_l2`` as ``(1, p)``.
     """
-    p1 = _as_array("p1_row_l2", p1_row_l2)
-    n1 = _as_array("n1_row_l2", n1_row_l2)
-    s1 = _as_array("sigma1", sigma1)
-    p2 = np.abs(_as_array("p2_m", p2_m, nonnegative=False))
-    d = _as_array("sensitivity", sensitivity)
-    pp = _as_array("p1p1l_row_l2", p1p1l_row_l2)
-    n2 = _as_array("n2_col_l2", n2_col_l2)
-    s2 = _as_array("sigma2", sigma2)
+    p1 = as_array("p1_row_l2", p1_row_l2)
+    n1 = as_array("n1_row_l2", n1_row_l2)
+    s1 = as_array("sigma1", sigma1)
+    p2 = np.abs(as_array("p2_m", p2_m, nonnegative=False))
+    d = as_array("sensitivity", sensitivity)
+    pp = as_array("p1p1l_row_l2", p1p1l_row_l2)
+    n2 = as_array("n2_col_l2", n2_col_l2)
+    s2 = as_array("sigma2", sigma2)
     s = np.hypot(n1 * s1, pp * n2 * s2)  # √(x² + y²) without overflow or underflow of the squares
     eps = _gaussian_epsilon(p1 * d * p2, s, delta)
-    return _wrap(eps, p1_row_l2, n1_row_l2, sigma1, p2_m, sensitivity, p1p1l_row_l2, n2_col_l2, sigma2)
+    return wrap(eps, p1_row_l2, n1_row_l2, sigma1, p2_m, sensitivity, p1p1l_row_l2, n2_col_l2, sigma2)
 
 
-@_quiet
+@quiet
 def gaussian_mechanism_delta(*, epsilon: Arrayish, sigma: Arrayish, sensitivity: Arrayish) -> Arrayish:
     """Exact δ(ε) of the scalar Gaussian mechanism (Balle and Wang 2018, Theorem 8).
 
@@ -372,9 +336,9 @@ def gaussian_mechanism_delta(*, epsilon: Arrayish, sigma: Arrayish, sensitivity:
     ``σ = Δ√(2 ln(1.25/δ))/ε``, which is only proven for ε < 1). ``sensitivity = 0`` gives 0; ``sigma = 0``
     with a positive sensitivity gives 1 (no privacy).
     """
-    e = _as_array("epsilon", epsilon)
-    sg = _as_array("sigma", sigma)
-    d = _as_array("sensitivity", sensitivity)
+    e = as_array("epsilon", epsilon)
+    sg = as_array("sigma", sigma)
+    d = as_array("sensitivity", sensitivity)
     e, sg, d = np.broadcast_arrays(e, sg, d)
     out = np.zeros(e.shape, dtype=np.float64)
     out[(d > 0) & (sg == 0)] = 1.0
@@ -387,195 +351,7 @@ def gaussian_mechanism_delta(*, epsilon: Arrayish, sigma: Arrayish, sensitivity:
         # e^ε Φ(−u − v) in log space so that large ε times a tiny tail neither overflows nor underflows to
         # 0·inf.
         out[ok] = np.clip(ndtr(u - v) - np.exp(e[ok] + log_ndtr(-u - v)), 0.0, 1.0)
-    return _wrap(out, epsilon, sigma, sensitivity)
-
-
-# ------------------------------------------------------------------------------------------------------------
-# Laplace noise (Theorem 1).
-
-
-@_quiet
-def laplace_local_epsilon_paper(
-    *,
-    p1_row_l1: Arrayish,
-    n1_row_l2: Arrayish,
-    scale1: Arrayish,
-    sensitivity: Arrayish,
-    p2r_l2: Arrayish = 1.0,
-) -> Arrayish:
-    """The paper's ε for element j of a client upload under Laplace noise (Theorem 1, Eq. dpnoisewt).
-
-    ``ε_j = ‖P1^j‖₁·Δ₁ / (‖N1^j‖₂·b·‖P2R‖₂)``, b the Laplace scale of ``r1`` (the paper calls it σ1; its proof
-    uses it as the scale). In M1 pass ``p2r_l2=1``.
-
-    What it does NOT guarantee: the proof assumes ``N1^j r1`` is Laplace with scale ``‖N1^j‖₂·b``. It is a sum
-    of independent Laplace variables ``Σ_k N1_jk r1_k``, which is not Laplace; its density tail decays like
-    ``exp(−|x|/(b·max_k|N1_jk|))``, so the true pure-DP ε is ``shift/(b·max_k|N1_jk|)`` (see
-    :func:`laplace_local_epsilon_sound`), larger than this figure by up to ``√(ñ−n)``. Reported only to
-    reproduce the paper's numbers.
-    """
-    p1 = _as_array("p1_row_l1", p1_row_l1)
-    n1 = _as_array("n1_row_l2", n1_row_l2)
-    b = _as_array("scale1", scale1)
-    d = _as_array("sensitivity", sensitivity)
-    p2r = _as_array("p2r_l2", p2r_l2)
-    eps = _shift_over_noise(p1 * d, n1 * b * p2r)
-    return _wrap(eps, p1_row_l1, n1_row_l2, scale1, sensitivity, p2r_l2)
-
-
-@_quiet
-def laplace_local_epsilon_sound(
-    *,
-    p1_row_l1: Arrayish,
-    n1_row_maxabs: Arrayish,
-    scale1: Arrayish,
-    sensitivity: Arrayish,
-    p2r_maxabs: Arrayish = 1.0,
-) -> Arrayish:
-    """A sound pure ε for element j of a client upload under Laplace noise: the guarantee beside Theorem 1.
-
-    ``ε_j = ‖P1^j‖₁·Δ / (max_k|N1_jk| · b · max_m|P2R_m|)``.
-
-    Argument. The element is ``P1^j w_i + Σ_c β_c L_c`` with independent ``L_c ~ Laplace(0, b)`` and
-    coefficients ``β_c``: ``N1_jk`` in M1, ``N1_jk·P2R_m`` in M2 (there ``r1 = R1 P2R`` is itself a sum). Take
-    the single term with the largest ``|β_c|``: ``P1^j w_i + β_c L_c`` is a Laplace mechanism with scale
-    ``|β_c|·b``, and adding the other terms, independent of it and of the data, is post-processing. The shift
-    is ``|P1^j(w − w')| ≤ ‖P1^j‖₁·Δ`` whether Δ bounds the ℓ1 or the ℓ2 change of w (Hölder, and
-    ``‖P1^j‖₂ ≤ ‖P1^j‖₁``), so Remark 3's ``2C/|D_i|`` fits either clipping norm. The noise side of this
-    bound is tight for δ = 0: the density of the sum is log-concave and its log-slope tends to
-    ``1/(b·max|β_c|)`` in the tails, so no larger denominator is valid.
-
-    Why the paper's bound is wrong in general: it treats the sum as one Laplace variable of scale
-    ``b·‖β‖₂``; a sum of independent Laplace variables is not Laplace, and ``‖β‖₂ ≥ max|β_c|`` overstates the
-    tail. So this ε is never below :func:`laplace_local_epsilon_paper` (``max|N1_jk| ≤ ‖N1^j‖₂`` and
-    ``max_m|P2R_m| ≤ ‖P2R‖₂``), with equality when ``N1^j`` (and ``P2R``) have a single nonzero entry.
-
-    SPEC writes ``‖P2R‖₂`` in this denominator; that is sound only when ``P2R`` has one nonzero entry. When
-    only ``‖P2R‖₂`` is known, ``‖P2R‖₂/√p`` is a valid lower bound on ``max_m|P2R_m|`` and keeps the bound
-    sound.
-
-    Scope: one element, one round, given the sensitivity assumption of :func:`local_sensitivity`.
-
-    Args:
-        p1_row_l1: ``‖P1^j‖₁`` (an upper bound is conservative).
-        n1_row_maxabs: ``max_k |N1_jk|`` (a lower bound is conservative).
-        scale1: Laplace scale b of ``r1`` / ``R1`` (not its standard deviation, which is ``b√2``).
-        sensitivity: ``Δ^{w_i}``.
-        p2r_maxabs: ``max_m |P2R_m|`` in M2 (or the lower bound ``‖P2R‖₂/√p``); 1 in M1.
-
-    Returns:
-        ε per row.
-    """
-    p1 = _as_array("p1_row_l1", p1_row_l1)
-    n1 = _as_array("n1_row_maxabs", n1_row_maxabs)
-    b = _as_array("scale1", scale1)
-    d = _as_array("sensitivity", sensitivity)
-    p2r = _as_array("p2r_maxabs", p2r_maxabs)
-    eps = _shift_over_noise(p1 * d, n1 * b * p2r)
-    return _wrap(eps, p1_row_l1, n1_row_maxabs, scale1, sensitivity, p2r_maxabs)
-
-
-def laplace_broadcast_epsilon_paper(
-    *, p1_row_l1: Arrayish, n1_row_l2: Arrayish, scale1: Arrayish, sensitivity: Arrayish
-) -> Arrayish:
-    """The paper-style ε for element j of the M1 broadcast ``w~^t = P1 w^t + N1 r1^t`` under Laplace noise.
-
-    Theorem 1's first formula with the global sensitivity and no code 2: ``‖P1^j‖₁Δ^w/(‖N1^j‖₂ b)``. Not a
-    theorem of the paper, and wrong in general for the reason given in :func:`laplace_local_epsilon_paper`.
-    """
-    return laplace_local_epsilon_paper(
-        p1_row_l1=p1_row_l1, n1_row_l2=n1_row_l2, scale1=scale1, sensitivity=sensitivity
-    )
-
-
-def laplace_broadcast_epsilon_sound(
-    *, p1_row_l1: Arrayish, n1_row_maxabs: Arrayish, scale1: Arrayish, sensitivity: Arrayish
-) -> Arrayish:
-    """Sound pure ε for element j of the M1 broadcast under Laplace noise: ``‖P1^j‖₁Δ^w/(max_k|N1_jk| b)``.
-
-    The argument of :func:`laplace_local_epsilon_sound` with the global sensitivity and no code 2.
-    """
-    return laplace_local_epsilon_sound(
-        p1_row_l1=p1_row_l1, n1_row_maxabs=n1_row_maxabs, scale1=scale1, sensitivity=sensitivity
-    )
-
-
-@_quiet
-def laplace_global_epsilon_paper(
-    *,
-    p1_row_l1: Arrayish,
-    p1_row_l2: Arrayish,
-    n1_row_l2: Arrayish,
-    scale1: Arrayish,
-    scale2: Arrayish,
-    p1l_spectral: Arrayish,
-    n2_spectral: Arrayish,
-    p2_m: Arrayish,
-    sensitivity: Arrayish,
-) -> Arrayish:
-    """The paper's ε for element (j, m) of M2's ``W'`` under Laplace noise (Theorem 1, Eq. dpnoisewp).
-
-    ``ε = ‖P1^j‖₁·Δ^w·|P2^m| / (‖N1^j‖₂ b1 + ‖P1^j‖₂‖P1L‖₂‖N2‖₂ b2)``. For a (ñ, p) table pass rows as
-    ``(ñ, 1)`` and ``p2_m`` as ``(1, p)``.
-
-    What it does NOT guarantee: like :func:`laplace_local_epsilon_paper` it treats sums of independent Laplace
-    variables as one Laplace variable, and it adds the two noise scales although the ``R2`` term's scale is
-    only bounded from above. Reported to reproduce the paper; :func:`laplace_global_epsilon_sound` is the
-    guarantee.
-    """
-    p1a = _as_array("p1_row_l1", p1_row_l1)
-    p1b = _as_array("p1_row_l2", p1_row_l2)
-    n1 = _as_array("n1_row_l2", n1_row_l2)
-    b1 = _as_array("scale1", scale1)
-    b2 = _as_array("scale2", scale2)
-    p1l = _as_array("p1l_spectral", p1l_spectral)
-    n2 = _as_array("n2_spectral", n2_spectral)
-    p2 = np.abs(_as_array("p2_m", p2_m, nonnegative=False))
-    d = _as_array("sensitivity", sensitivity)
-    eps = _shift_over_noise(p1a * d * p2, n1 * b1 + p1b * p1l * n2 * b2)
-    return _wrap(
-        eps, p1_row_l1, p1_row_l2, n1_row_l2, scale1, scale2, p1l_spectral, n2_spectral, p2_m, sensitivity
-    )
-
-
-@_quiet
-def laplace_global_epsilon_sound(
-    *,
-    p1_row_l1: Arrayish,
-    n1_row_maxabs: Arrayish,
-    scale1: Arrayish,
-    p2_m: Arrayish,
-    sensitivity: Arrayish,
-) -> Arrayish:
-    """A sound pure ε for element (j, m) of M2's ``W'`` under Laplace noise.
-
-    ``ε = ‖P1^j‖₁·Δ^w·|P2^m| / (max_k|N1_jk|·b1)``.
-
-    Argument. ``W'_{j,m} = P1^j w P2^m + Σ_k N1_jk R1[k, m] + Σ_{l,q} (P1^j P1L)_l N2[q, m] R2[l, q]``: a sum
-    of independent Laplace terms. Keep the single ``R1`` term with the largest coefficient ``max_k|N1_jk|``:
-    with the signal it is a Laplace mechanism of scale ``max_k|N1_jk|·b1`` for a shift of at most
-    ``|P2^m|·‖P1^j‖₁·Δ^w``; every other term, the whole ``R2`` part included, is independent noise added
-    afterwards (post-processing). The ``R2`` coefficients ``(P1^j P1L)_l N2[q, m]`` are not known from norm
-    summaries, which only bound them from above, so no sound closed form can credit them; dropping them is
-    conservative (exact when the largest coefficient is an ``R1`` one). Scope: one element, one round.
-
-    Args:
-        p1_row_l1: ``‖P1^j‖₁``.
-        n1_row_maxabs: ``max_k |N1_jk|``.
-        scale1: Laplace scale of ``R1``.
-        p2_m: ``|P2^m|``.
-        sensitivity: ``Δ^w``.
-
-    Returns:
-        ε per (j, m) in the broadcast shape.
-    """
-    p1 = _as_array("p1_row_l1", p1_row_l1)
-    n1 = _as_array("n1_row_maxabs", n1_row_maxabs)
-    b1 = _as_array("scale1", scale1)
-    p2 = np.abs(_as_array("p2_m", p2_m, nonnegative=False))
-    d = _as_array("sensitivity", sensitivity)
-    eps = _shift_over_noise(p1 * d * p2, n1 * b1)
-    return _wrap(eps, p1_row_l1, n1_row_maxabs, scale1, p2_m, sensitivity)
+    return wrap(out, epsilon, sigma, sensitivity)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -591,7 +367,7 @@ def worst_element(eps: Arrayish) -> float:
     Raises:
         ValueError: if ``eps`` is empty or contains NaN (there is nothing sound to report).
     """
-    arr = _as_array("eps", eps, allow_inf=True)
+    arr = as_array("eps", eps, allow_inf=True)
     if arr.size == 0:
         raise ValueError("no elements: an empty release has no per-element ε to report")
     return float(arr.max())
@@ -599,7 +375,7 @@ def worst_element(eps: Arrayish) -> float:
 
 def worst_element_index(eps: Arrayish) -> tuple[int, ...]:
     """Index (``(j,)`` or ``(j, m)``) of the first element attaining :func:`worst_element`."""
-    arr = _as_array("eps", eps, allow_inf=True)
+    arr = as_array("eps", eps, allow_inf=True)
     if arr.size == 0:
         raise ValueError("no elements: an empty release has no worst element")
     return tuple(int(i) for i in np.unravel_index(int(np.argmax(arr)), arr.shape))

@@ -1,10 +1,10 @@
 """The DP baseline of the paper's Fig. 6: NbAFL, noising before model aggregation (Wei et al. 2020).
 
 Each client clips its local model to ``‖w_i‖₂ ≤ C`` and adds Gaussian noise before uploading; nothing removes
-that noise, which is why NbAFL loses accuracy as ε shrinks (SPEC "The paper's experiments", Fig. 6: C = 10,
-δ = 1e-5, ε ∈ {1, 5, 10, 20}). Only the uplink noise is modelled here, as in the paper's comparison.
+that noise, which is why NbAFL loses accuracy as ε shrinks (docs/method.md "The paper's experiments", Fig. 6:
+C = 10, δ = 1e-5, ε ∈ {1, 5, 10, 20}). Only the uplink noise is modelled here, as in the paper's comparison.
 
-Two independent choices fix σ (SPEC "Baselines"):
+Two independent choices fix σ (docs/method.md "Baselines"):
 
 * the exposures L, how many uploads of one client the (ε, δ) must cover (:data:`EXPOSURES`):
   ``"multi_round"``, L = T, all uploads of a run, as NbAFL's Theorem 1 calibrates; ``"per_round"``, L = 1,
@@ -146,7 +146,7 @@ def nbafl_guarantee(*, exposures: Exposures, rounds: int, calibration: Calibrati
 
 
 def nbafl_condition(*, clip: float, local_size: int) -> str:
-    """What NbAFL's (ε, δ) is conditional on, in words (SPEC "Conditional sensitivities are named").
+    """What NbAFL's (ε, δ) is conditional on, in words (docs/method.md "Conditional sensitivities are named").
 
     σ assumes Remark 3's sensitivity ``Δs = 2C/m`` (NbAFL's Lemma 1): that one sample moves a client's
     clipped model by at most 2C/m. Model clipping bounds ``‖w_i‖ ≤ C``, which bounds that move by 2C only:

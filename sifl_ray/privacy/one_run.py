@@ -1,5 +1,5 @@
-"""Privacy audited inside one run: canary clients, an ε estimate and an ε lower bound (SPEC "Auditing inside
-the run").
+"""Privacy audited inside one run: canary clients, an ε estimate and an ε lower bound (docs/method.md
+"Auditing inside the run").
 
 Two audits read the same canaries, k extra clients whose upload is a fixed secret direction ``c_j`` of norm C
 (the clip), each inserted with probability ½:

@@ -7,14 +7,10 @@ differ only by what the arm does: nothing (fl), SIFL coding (sifl_m1, sifl_m2) o
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime as _dt
 import os
-import shutil
-import signal
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,19 +21,20 @@ from omegaconf import DictConfig
 
 from sifl_ray.arms import arm_of, play_order, unpaired_arms
 from sifl_ray.backends import Backend, make_backend
-from sifl_ray.checkpoint import CheckpointError, CheckpointStore, describe_error
+from sifl_ray.checkpoint import CheckpointError, describe_error
 from sifl_ray.config import ConfigError, arm_names
 from sifl_ray.data import sample_clients
 from sifl_ray.faults import FaultJournal, FaultPlan
-from sifl_ray.logging import write_summary
 from sifl_ray.parties.evaluator import Evaluator
 from sifl_ray.parties.handle import PartyLost
 from sifl_ray.privacy.canaries import CanaryAudit
-from sifl_ray.privacy.one_run import inclusion_draws
 from sifl_ray.round import ArmState, Parties, RoundPolicy, RoundResult, run_round
 from sifl_ray.runner.arms import setup_arm
+from sifl_ray.runner.canaries import plan_canaries
 from sifl_ray.runner.parties import PartyPool, say, worker_count
 from sifl_ray.runner.recorder import Recorder, RoundLines
+from sifl_ray.runner.recovery import record_resume, recover
+from sifl_ray.runner.startup import StartupMarks
 from sifl_ray.runner.state import (
     Checkpoints,
     DriverState,
@@ -48,7 +45,6 @@ from sifl_ray.runner.state import (
 )
 from sifl_ray.runner.summary import RunResult
 from sifl_ray.runner.workload import load_workload
-from sifl_ray.seeding import numpy_generator
 
 
 class Simulation:
@@ -96,12 +92,11 @@ class Simulation:
         )
         # Where a run's fixed cost goes (summary.json "startup"): wall-clock marks from the driver's start. A
         # caller that started the backend itself passes its marks (the CLI starts Ray while it imports).
-        self.marks: dict[str, float | None] = {"process": _process_start(), **(startup_marks or {})}
-        self.marks.setdefault("imports", time.time())
+        self.marks = StartupMarks(startup_marks)
         if backend is None:
-            self.marks["backend_start"] = time.time()
+            self.marks.mark("backend_start")
             backend = make_backend(cfg)
-            self.marks["backend"] = time.time()
+            self.marks.mark("backend")
             # The first line a run prints: a private Ray instance or a joined cluster, and its size.
             if backend.description:
                 print(backend.description, flush=True)
@@ -112,7 +107,7 @@ class Simulation:
         self._closed = False
         try:
             self._build()
-            self.marks["parties"] = time.time()
+            self.marks.mark("parties")
         except BaseException:
             if getattr(self, "pool", None) is not None:  # undo a failed set-up: the actors spawned so far
                 self.pool.stop(quiet=True)
@@ -206,42 +201,23 @@ class Simulation:
             self.driver.restored = list(self._resume.state.get("restored", []))
 
     def _plan_canaries(self) -> None:
-        """The in-run audit (``audit.canaries`` = k > 0): k canary clients, ids N … N + k − 1 after the
-        population, hosted round-robin by the workers (which receive the auditor's seed; no other party
-        does); each is inserted or not from the auditor's secret stream, the same in every arm, and the
-        driver keeps each arm's record of the scores (:class:`~sifl_ray.privacy.canaries.CanaryAudit`)."""
-        cfg = self.cfg
-        k, m = int(cfg.audit.canaries), int(cfg.audit.nulls)
-        first = int(cfg.clients.num_clients)
-        self.canary_ids = [first + j for j in range(k)]
-        if not k:
+        """The in-run audit's canaries (:mod:`~sifl_ray.runner.canaries`): their hosts join the client
+        owners, the workers learn the auditor's seed, and the driver keeps each arm's record of the scores
+        (:class:`~sifl_ray.privacy.canaries.CanaryAudit`)."""
+        self.canaries = plan_canaries(
+            self.cfg,
+            n=self.n,
+            num_workers=self.num_workers,
+            sizes=self.sizes,
+            auditor_seed=self.checkpoints.auditor_seed,
+        )
+        if self.canaries.seed is None:
             return
-        held = (k + m) * self.n * 8  # the audit directions, float64, in the evaluator and in every worker
-        if held > AUDIT_BYTES:
-            raise ConfigError(
-                [
-                    f"audit.canaries, audit.nulls: {k} + {m} directions of this model's {self.n:,} "
-                    f"parameters take {held / 2**30:.1f} GiB in the evaluator and in every worker (at most "
-                    f"{AUDIT_BYTES / 2**30:g} GiB); lower them, e.g. audit.nulls="
-                    f"{max(2, AUDIT_BYTES // (8 * self.n) - k)}"
-                ]
-            )
-        auditor = self.checkpoints.auditor_seed()
+        k, m = int(self.cfg.audit.canaries), int(self.cfg.audit.nulls)
         for arm in self.arms:
-            self.driver.audits[arm] = CanaryAudit(k=k, m=m, seed=auditor)
-        self._canary_included = inclusion_draws(k=k, seed=auditor)
-        hosted: dict[int, dict[int, int]] = {}
-        for j, c in enumerate(self.canary_ids):
-            self.owner[c] = j % self.num_workers
-            hosted.setdefault(j % self.num_workers, {})[c] = j
-        self.pool.audit = {
-            "seed": auditor,
-            "hosted": hosted,
-            "weight": float(np.mean(self.sizes)),  # a typical |D_i|: public, like the partition's sizes
-            "canaries": k,
-            "nulls": m,
-            "n": self.n,
-        }
+            self.driver.audits[arm] = CanaryAudit(k=k, m=m, seed=self.canaries.seed)
+        self.owner.update(self.canaries.owner)
+        self.pool.audit = self.canaries.workers
 
     @property
     def parties(self) -> Parties:
@@ -281,12 +257,11 @@ class Simulation:
         out: list[list[int]] = [[] for _ in range(self.num_workers)]
         for c in sampled:
             out[self.owner[int(c)]].append(int(c))
-        if self.canary_ids:  # an inserted canary is sampled like any client, from the sampler's stream
-            draws = numpy_generator(self._sampler_seed, "canaries", t).random(len(self.canary_ids))
-            zero_out = arm is not None and self.zero_out(arm)
-            for j, c in enumerate(self.canary_ids):
-                if (self._canary_included[j] or zero_out) and draws[j] < clients.fraction:
-                    out[self.owner[c]].append(c)
+        zero_out = arm is not None and bool(self.canaries.ids) and self.zero_out(arm)
+        for c in self.canaries.taking_part(
+            t, sampler_seed=self._sampler_seed, fraction=clients.fraction, zero_out=zero_out
+        ):
+            out[self.owner[c]].append(c)
         return out
 
     def zero_out(self, arm: str) -> bool:
@@ -354,13 +329,13 @@ class Simulation:
         Args:
             on_round_end: called as ``on_round_end(sim, t)`` after round ``t`` (and its checkpoint).
             close: :meth:`close` once the last round is played, while the summary, TensorBoard and the
-                plots are written (they need nothing of the parties): Ray takes ~1.4 s to stop, a second of
-                it waiting for its autoscaler monitor, and the plots ~0.8 s. For callers done with the
-                simulation when ``run`` returns (``sifl run``).
+                plots are written (they need nothing of the parties): Ray's stop, most of it waiting for its
+                autoscaler monitor, then overlaps the plots (``python -m bench startup`` measures a run's
+                end). For callers done with the simulation when ``run`` returns (``sifl run``).
         """
         rounds = self.cfg.train.rounds
         t = self._start()
-        self.marks["first_round"] = time.time()
+        self.marks.mark("first_round")
         progress = RoundLines(rounds, self.cfg.output.progress)
         while t < rounds:
             try:
@@ -386,12 +361,12 @@ class Simulation:
                     self.checkpoints.save(t, self.backend, self.pool.server, self.states, self.driver)
             except PartyLost as lost:
                 # 4. A party died: respawn it, restore the last checkpoint and replay the rounds since.
-                t = self._recover(lost)
+                t = recover(self, lost)
                 continue
             if on_round_end is not None:
                 on_round_end(self, t)
             t += 1
-        self.marks["rounds_done"] = time.time()
+        self.marks.mark("rounds_done")
         return self._finish(close=close)
 
     def _start(self) -> int:
@@ -406,72 +381,9 @@ class Simulation:
             )
         if self._resume is None:
             self.recorder.privacy(self.privacy)
-            return start
-        ckpt = self._resume.checkpoint
-        record = {
-            "party": "driver",
-            "from_checkpoint": ckpt.dir.name if ckpt else "start",
-            "replayed_from_round": start,
-            "journal": [r for r in self.journal.records() if r.get("kind") == "driver_kill"],
-        }
-        self.recorder.restored(record, event="resumed", step=start)
-        say(
-            f"resumed {self.run_dir} from {record['from_checkpoint']}: "
-            f"rounds {start}..{self.cfg.train.rounds - 1}"
-        )
+        else:
+            record_resume(self, self._resume, start)
         return start
-
-    def _recover(self, lost: PartyLost) -> int:
-        """Respawn the lost party, restore it from its key file and every arm from the last checkpoint;
-        return the round to continue from."""
-        cfg = self.cfg
-        self.restores += 1
-        if not cfg.checkpoint.every:
-            raise RuntimeError(
-                f"{lost}; checkpointing is off (checkpoint.every=0), so its key is lost and the run cannot "
-                "continue. Set checkpoint.every ≥ 1 to make a party restorable."
-            ) from lost
-        if self.restores > cfg.faults.max_restores:
-            raise RuntimeError(f"{lost}; gave up after {cfg.faults.max_restores} restores") from lost
-        tic = time.perf_counter()
-        self.journal.append(
-            {
-                "event": "party_lost",
-                "party": lost.party,
-                "index": lost.index,
-                "round": lost.round,
-                "arm": lost.arm,
-            }
-        )
-        try:
-            which = self.pool.respawn(lost.party, lost.index)
-            if which:
-                self.checkpoints.restore_keys(
-                    self.backend, self.pool.server, self.pool.aggregators, self.n, which
-                )
-            ckpt = self.checkpoints.store.latest()
-            self.checkpoints.load_broadcasts(self.backend, self.pool.server, self.states, self.w0, ckpt)
-            self.driver.load(self.checkpoints.driver_state(ckpt))
-        except PartyLost:
-            raise
-        except Exception as err:
-            raise RuntimeError(f"{lost}; it could not be restored: {describe_error(err)}") from err
-        resume_at = self.next_round
-        record = {
-            "party": lost.party if lost.party != "aggregator" else self.pool.aggregator_name(lost.index),
-            "died_in_round": lost.round,
-            "arm": lost.arm,
-            "from_checkpoint": ckpt.dir.name if ckpt else "start",
-            "replayed_from_round": resume_at,
-            "restore_s": round(time.perf_counter() - tic, 3),
-        }
-        self.recorder.open(purge_step=resume_at)
-        self.recorder.restored(record, event="restored", step=resume_at)
-        say(
-            f"round {lost.round} {lost.arm}: {lost}; restored it from "
-            f"{record['from_checkpoint']} and replaying from round {resume_at}"
-        )
-        return resume_at
 
     def _finish(self, *, close: bool = False) -> RunResult:
         placement = self.pool.placement()  # the last thing asked of the parties
@@ -508,23 +420,9 @@ class Simulation:
         return result
 
     def startup(self) -> dict[str, float | None]:
-        """Seconds of this run's start (``None`` where not reached or not measured). From the driver
-        process's start: ``imports_s`` (interpreter, configuration, the driver's imports), ``parties_s``
-        (and the data set, actors, keys), ``to_first_round_s`` (and the records opened). Durations:
-        ``backend_s`` (starting or joining Ray; under ``sifl run`` it overlaps the imports), ``rounds_s``
-        (every round played). ``bench/startup.py`` adds what follows: the end of the run."""
-        m = self.marks
-
-        def span(a: str, b: str) -> float | None:
-            return round(m[b] - m[a], 3) if m.get(a) is not None and m.get(b) is not None else None
-
-        return {
-            "imports_s": span("process", "imports"),
-            "backend_s": span("backend_start", "backend"),
-            "parties_s": span("process", "parties"),
-            "to_first_round_s": span("process", "first_round"),
-            "rounds_s": span("first_round", "rounds_done"),
-        }
+        """Seconds of this run's start (:meth:`StartupMarks.spans`). ``bench/startup.py`` adds what follows:
+        the end of the run."""
+        return self.marks.spans()
 
     def stop_actors(self) -> None:
         """Stop this simulation's actors (their CPUs go back to Ray) and leave Ray running (a bench then
@@ -541,148 +439,12 @@ class Simulation:
         self.backend.shutdown()
 
 
-#: the most memory the in-run audit's directions may take in one process (they are held, not regenerated)
-AUDIT_BYTES = 1 << 30
-
-
-def run_scenario(
-    cfg: DictConfig,
-    *,
-    backend: Backend | None = None,
-    run_dir: Path | None = None,
-    startup_marks: dict[str, float] | None = None,
-) -> RunResult:
-    """Build a :class:`Simulation` of ``cfg`` and run it to the end (``sifl run``, ``python run.py``).
-
-    Says the run folder first. An interrupt (Ctrl-C, or SIGTERM from a scheduler) becomes
-    :class:`Interrupted`, whose message names the last complete checkpoint and the exact resume command;
-    an interrupt before any checkpoint leaves no key folder behind.
-
-    Raises:
-        Interrupted: the run was interrupted.
-    """
-    run_dir = Path(run_dir) if run_dir else new_run_dir(cfg)
-    try:
-        sim = Simulation(cfg, backend=backend, run_dir=run_dir, startup_marks=startup_marks)
-    except KeyboardInterrupt:
-        raise Interrupted(interrupted_message(cfg, run_dir, default_key_dir(cfg, run_dir))) from None
-    result = run_to_end(sim)
-    if cfg.audit.canaries and cfg.audit.compare:
-        compare_without_canaries(cfg, result)
-    return result
-
-
-def run_to_end(sim: Simulation) -> RunResult:
-    """``sim.run(close=True)``, with SIGTERM handled as Ctrl-C and an interrupt turned into
-    :class:`Interrupted` (what was saved, how to resume); the simulation is closed either way."""
-    try:
-        say(f"run folder: {sim.run_dir}")  # first, so that a user knows where it is before anything fails
-        with sigterm_interrupts():
-            return sim.run(close=True)
-    except KeyboardInterrupt:
-        sim.close()
-        raise Interrupted(interrupted_message(sim.cfg, sim.run_dir, sim.checkpoints.key_dir)) from None
-    finally:
-        sim.close()
-
-
-class Interrupted(KeyboardInterrupt):
-    """A run stopped by Ctrl-C or SIGTERM; its message says what was saved and how to resume."""
-
-
 def new_run_dir(cfg: DictConfig) -> Path:
     """A fresh run folder: ``output.dir/<scenario>/<date-time>``."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
     return Path(cfg.output.dir) / cfg.scenario / stamp
 
 
-@contextlib.contextmanager
-def sigterm_interrupts():
-    """SIGTERM (a scheduler's, ``ray job stop``'s, ``kill``'s) is handled as Ctrl-C while the rounds run,
-    so that the driver says where the run stands instead of vanishing; the previous handler afterwards."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def interrupted_message(cfg: DictConfig, run_dir: Path, key_dir: Path) -> str:
-    """What an interrupted run tells its user: the last complete round and its checkpoint, and the resume
-    command; or, with no checkpoint yet, that nothing can be resumed (and its key folder is removed: the
-    keys of a run that cannot be resumed are of no use to anyone)."""
-    latest = None
-    with contextlib.suppress(CheckpointError):
-        latest = CheckpointStore(run_dir).latest()
-    if latest is not None:
-        return (
-            f"interrupted: rounds 0-{latest.round} of {cfg.train.rounds} are saved in {latest.dir}\n"
-            f"resume with: sifl run --resume {run_dir}"
-        )
-    key_dir = Path(key_dir)
-    if key_dir.exists():
-        shutil.rmtree(key_dir, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            key_dir.parent.rmdir()  # the scenario's .keys folder, if this run was its last
-    return f"interrupted before any round was saved: nothing to resume (run folder {run_dir})"
-
-
-def compare_without_canaries(cfg: DictConfig, result: RunResult) -> None:
-    """How much the canaries moved the model: the same run without them (in-process, which gives a Ray
-    run's numbers; ``coding.key_seed`` makes every secret the same), its final accuracy beside each arm's
-    in ``summary.json`` (``audit.accuracy_without_canaries``) and the audit table. The run folder of the
-    comparison is ``without_canaries/`` inside the run's."""
-    from omegaconf import OmegaConf
-
-    plain = OmegaConf.merge(
-        cfg,
-        {
-            "audit": {"canaries": 0, "compare": False},
-            "ray": {"backend": "sequential"},
-            "output": {"plot": False, "progress": False},
-            "checkpoint": {"every": 0},
-        },
-    )
-    say("audit.compare: the run again without canaries, in-process, to measure what they moved")
-    shadow = Simulation(plain, run_dir=result.run_dir / "without_canaries")
-    try:
-        without = shadow.run()
-    finally:
-        shadow.close()
-    for arm, a in result.summary["arms"].items():
-        if a.get("audit"):
-            a["audit"]["accuracy_with_canaries"] = a["final_accuracy"]
-            a["audit"]["accuracy_without_canaries"] = without.summary["arms"][arm]["final_accuracy"]
-    write_summary(result.run_dir, result.summary)
-
-
 def cpu_count() -> int:
     """The CPUs of this machine (at least 1), for sizing the workers when Ray does not say."""
     return os.cpu_count() or 1
-
-
-def _process_start() -> float | None:
-    """When this process started (epoch seconds; ``None`` where the OS does not say).
-
-    On Linux from the process's start in clock ticks since boot and the seconds since boot (both to 10 ms),
-    not from psutil's ``create_time``, whose boot time is a whole second (a run seemed to reach its first
-    round after it had ended)."""
-    try:
-        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
-        return time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, AttributeError):
-        pass
-    try:
-        import psutil  # a dependency of Ray
-
-        return float(psutil.Process().create_time())
-    except Exception:
-        return None

@@ -1,5 +1,5 @@
-"""What a run reports, as functions of data only: the summary dict, the table, the RESULT line, and the
-text of the driver's messages (a round's incidents, the end-of-run warnings).
+"""What a run reports, as functions of data only: the summary dict, the RESULT line, and the text of the
+driver's messages (a round's incidents, the end-of-run warnings); the tables are :mod:`sifl_ray.runner.table`.
 
 Nothing here holds an actor, a backend or a file: :class:`~sifl_ray.runner.Simulation` gathers the
 figures and passes them in, and tests can call every function on a hand-made dict.
@@ -15,7 +15,6 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from sifl_ray.arms import arm_of
-from sifl_ray.logging import format_table
 from sifl_ray.round import RoundResult
 
 
@@ -170,44 +169,10 @@ def summarise(
         startup: where the run's start went (:meth:`~sifl_ray.runner.Simulation.startup`).
     """
     fl_final = history["fl"][-1]["test_accuracy"] if "fl" in history else None
-    arms: dict[str, Any] = {}
-    protocols = {arm: arm_of(cfg, arm) for arm in history}
-    for arm, rows in history.items():
-        final = rows[-1]["test_accuracy"]
-        devs = [r["max_deviation"] for r in rows if "max_deviation" in r]
-        priv = privacy.get(arm, {})
-        arm_precision = precision.get(arm, {})
-        estimate = arm_precision.get("deviation_estimate")
-        arms[arm] = {
-            "final_accuracy": final,
-            "final_test_loss": rows[-1]["test_loss"],
-            "delta_vs_fl_pp": None if fl_final is None or arm == "fl" else 100 * (final - fl_final),
-            "max_deviation": max(devs) if devs else None,
-            # an estimate (trajectories can amplify); the rigorous claim is the per-round bound
-            "deviation_estimate": estimate,
-            "within_estimate": None if not devs or estimate is None else bool(max(devs) <= estimate),
-            "round_bound": arm_precision.get("round_bound"),
-            "round_bound_confidence": arm_precision.get("round_bound_confidence"),
-            # which operation of the round the bound charges most (a place to look when it is large)
-            "round_bound_terms": arm_precision.get("round_bound_terms"),
-            "privacy": priv,
-            "wall_s": wall[arm],
-            "timings_median_s": {
-                k[5:]: float(np.median([r[k] for r in rows])) for k in rows[0] if k.startswith("time/")
-            },
-            "object_store_bytes_per_round": float(np.median([r["bytes/object_store"] for r in rows])),
-            "rounds": [{k: v for k, v in r.items()} for r in rows],
-            "dropped": dropped[arm],
-            "clients_dropped": int(sum(r.get("clients/dropped", 0) for r in rows)),
-            "clients_rejected": int(sum(r.get("clients/rejected", 0) for r in rows)),
-            "clipped": int(sum(r.get("clients/clipped", 0) for r in rows)),
-            "clip": protocols[arm].clip(cfg),
-            "kind": protocols[arm].kind,
-            "clip_key": protocols[arm].clip_key,
-            "clips": protocols[arm].clips,
-        }
-        if any("secagg/quantisation_bound" in r for r in rows):
-            arms[arm]["secure_aggregation"] = secure_aggregation_summary(rows)
+    arms = {
+        arm: _arm_summary(cfg, arm, rows, fl_final, wall, dropped, privacy, precision)
+        for arm, rows in history.items()
+    }
     estimate = max((p["deviation_estimate"] for p in precision.values()), default=None)
     round_bound = max(
         (p["round_bound"] for p in precision.values() if p.get("round_bound") is not None),
@@ -227,11 +192,8 @@ def summarise(
         "startup": startup,
         "deviation_estimate": estimate,
         "round_bound": round_bound,
-        "evaluator": "simulation device holding both decoding keys; no real deployment has it",
-        "privacy_scope": "each arm's ε says its scope, neighbour relation and threat model in "
-        "arms.<arm>.privacy (scope, neighbour_relation, threat_model): SIFL's are per-element, per-round "
-        "guarantees as the paper states them and say nothing about the whole vector or about many rounds; "
-        "DP-FedAvg's and NbAFL's cover the whole vector over all rounds (see docs/privacy.md, Threat model).",
+        "evaluator": EVALUATOR,
+        "privacy_scope": PRIVACY_SCOPE,
         "accountant": accountant,
         "faults": {
             "worker_policy": cfg.faults.worker_policy,
@@ -249,6 +211,68 @@ def summarise(
         },
         "arms": arms,
     }
+
+
+#: Who decodes the models the summary's accuracies are measured on.
+EVALUATOR = "simulation device holding both decoding keys; no real deployment has it"
+
+#: Where each arm's ε says what it covers.
+PRIVACY_SCOPE = (
+    "each arm's ε says its scope, neighbour relation and threat model in "
+    "arms.<arm>.privacy (scope, neighbour_relation, threat_model): SIFL's are per-element, per-round "
+    "guarantees as the paper states them and say nothing about the whole vector or about many rounds; "
+    "DP-FedAvg's and NbAFL's cover the whole vector over all rounds (see docs/privacy.md, Threat model)."
+)
+
+
+def _arm_summary(
+    cfg: DictConfig,
+    arm: str,
+    rows: list[dict[str, float]],
+    fl_final: float | None,
+    wall: dict[str, float],
+    dropped: dict[str, list[dict]],
+    privacy: dict[str, dict[str, Any]],
+    precision: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    """One arm's part of ``summary.json``: its final figures, precision claims, privacy report, timings,
+    rounds, incidents and clipping."""
+    protocol = arm_of(cfg, arm)
+    final = rows[-1]["test_accuracy"]
+    devs = [r["max_deviation"] for r in rows if "max_deviation" in r]
+    arm_precision = precision.get(arm, {})
+    estimate = arm_precision.get("deviation_estimate")
+    out = {
+        "final_accuracy": final,
+        "final_test_loss": rows[-1]["test_loss"],
+        "delta_vs_fl_pp": None if fl_final is None or arm == "fl" else 100 * (final - fl_final),
+        "max_deviation": max(devs) if devs else None,
+        # an estimate (trajectories can amplify); the rigorous claim is the per-round bound
+        "deviation_estimate": estimate,
+        "within_estimate": None if not devs or estimate is None else bool(max(devs) <= estimate),
+        "round_bound": arm_precision.get("round_bound"),
+        "round_bound_confidence": arm_precision.get("round_bound_confidence"),
+        # which operation of the round the bound charges most (a place to look when it is large)
+        "round_bound_terms": arm_precision.get("round_bound_terms"),
+        "privacy": privacy.get(arm, {}),
+        "wall_s": wall[arm],
+        "timings_median_s": {
+            k[5:]: float(np.median([r[k] for r in rows])) for k in rows[0] if k.startswith("time/")
+        },
+        "object_store_bytes_per_round": float(np.median([r["bytes/object_store"] for r in rows])),
+        "rounds": [{k: v for k, v in r.items()} for r in rows],
+        "dropped": dropped[arm],
+        "clients_dropped": int(sum(r.get("clients/dropped", 0) for r in rows)),
+        "clients_rejected": int(sum(r.get("clients/rejected", 0) for r in rows)),
+        "clipped": int(sum(r.get("clients/clipped", 0) for r in rows)),
+        "clip": protocol.clip(cfg),
+        "kind": protocol.kind,
+        "clip_key": protocol.clip_key,
+        "clips": protocol.clips,
+    }
+    if any("secagg/quantisation_bound" in r for r in rows):
+        out["secure_aggregation"] = secure_aggregation_summary(rows)
+    return out
 
 
 def secure_aggregation_summary(rows: list[dict[str, float]]) -> dict[str, Any]:
@@ -404,136 +428,3 @@ def arm_epsilons(summary: dict[str, Any]) -> dict[str, dict[str, float | None]]:
         }
         for arm, a in summary["arms"].items()
     }
-
-
-def summary_table(summary: dict[str, Any]) -> str:
-    """The end-of-run table with its notes: what the two kinds of ε mean (a SIFL arm's per-element,
-    per-round figures; NbAFL's and DP-FedAvg's ε of the whole model, in their own column, so the two are
-    never read as one), M2's round 0, and arms that ended at chance accuracy."""
-    eps = arm_epsilons(summary)
-    rows = [
-        {
-            "arm": arm,
-            "final_accuracy": a["final_accuracy"],
-            "delta_vs_fl_pp": a["delta_vs_fl_pp"],
-            "max_deviation": a["max_deviation"],
-            "epsilon_local": eps[arm]["per_element"],
-            "epsilon_global": eps[arm]["global"],
-            "epsilon_whole": eps[arm]["whole"],
-            "delta": (a["privacy"] or {}).get("delta"),
-            # the neighbour relation the arm's ε is stated under (its first words; the rest in summary.json)
-            "relation": relation_name((a["privacy"] or {}).get("neighbour_relation")),
-            "wall_s": a["wall_s"],
-        }
-        for arm, a in summary["arms"].items()
-    ]
-    notes = table_notes(summary, eps)
-    table = format_table(rows) + ("\n" + "\n".join(notes) if notes else "")
-    audited = audit_table(summary)
-    return table if audited is None else f"{table}\n\n{audited}"
-
-
-def table_notes(summary: dict[str, Any], eps: dict[str, dict[str, float | None]]) -> list[str]:
-    """The lines under the table: the ε columns' meaning (for the kinds of ε the run has), M2's round 0,
-    and the arms whose final accuracy is a guess's (a scale demo's few rounds, or noise that drowned the
-    model)."""
-    notes = []
-    if any(e["per_element"] is not None for e in eps.values()):
-        notes.append(
-            "ε per element (SIFL, worst round): what one coordinate of one release in one round tells "
-            "about one record; it bounds neither the whole model nor many rounds (upload: what the "
-            "aggregator sees of a client; global model: what the clients receive)"
-        )
-    if any(e["whole"] is not None for e in eps.values()):
-        notes.append(
-            "ε whole model (NbAFL, DP-FedAvg): the usual (ε, δ) guarantee on everything the arm releases "
-            "about a client, all coordinates together, over the rounds its scope says "
-            "(arms.<arm>.privacy.scope in summary.json)"
-        )
-    for arm, e in eps.items():
-        if e["global_round0"] is not None:
-            notes.append(
-                f"{arm}: round 0 is an M1 round; its broadcast's ε per element is {e['global_round0']:.3g} "
-                "(the global-model column is the M2 rounds' worst)"
-            )
-    chance = summary.get("chance_accuracy")
-    guessing = [a for a, row in summary["arms"].items() if chance and row["final_accuracy"] <= 1.5 * chance]
-    if guessing and len(guessing) == len(summary["arms"]):
-        notes.append(
-            f"every arm ended at chance level ({100 * chance:.0f} % = a guess): expected in a scale demo "
-            "(scale_1000: a few rounds at a small learning rate, to measure the platform at 1000 clients, "
-            "not accuracy); for learning curves run quickstart or a paper_* scenario"
-        )
-    elif guessing:
-        notes.append(
-            f"{', '.join(guessing)}: final accuracy at chance level ({100 * chance:.0f} % = a guess): the "
-            "noise, the clipping or the learning rate drowned the training"
-        )
-    return notes
-
-
-def audit_table(summary: dict[str, Any]) -> str | None:
-    """The in-run audit's table (``None`` without canaries): per arm and threat model, the ε the arm claims
-    (the accountant's, whole run), the estimate with its interval, the lower bound, the largest bound these
-    canaries could give, and the verdict."""
-    header = ["arm", "threat model", "claimed ε", "estimate [CI]", "lower bound", "ceiling", "verdict"]
-    compared = any("accuracy_without_canaries" in (a.get("audit") or {}) for a in summary["arms"].values())
-    if compared:
-        header.append("accuracy with / without canaries")
-    lines = [header]
-    for arm, a in summary["arms"].items():
-        audit = a.get("audit")
-        if not audit:
-            continue
-        for model in ("final_model", "all_iterates", "uploads"):
-            if model not in audit:
-                continue
-            row = audit[model]
-            est = (
-                "—"
-                if row.get("estimate") is None
-                else f"{row['estimate']:.3g} [{row['estimate_low']:.3g}, {row['estimate_high']:.3g}]"
-            )
-            lines.append(
-                [
-                    arm,
-                    model.replace("_", " "),
-                    "—" if row.get("claimed_epsilon") is None else f"{row['claimed_epsilon']:.3g}",
-                    est,
-                    f"{row['lower_bound']:.3g}",
-                    f"{row['ceiling']:.3g}",
-                    row["verdict"],
-                    *(
-                        [
-                            f"{100 * audit['accuracy_with_canaries']:.1f} % / "
-                            f"{100 * audit['accuracy_without_canaries']:.1f} %"
-                        ]
-                        if compared
-                        else []
-                    ),
-                ]
-            )
-    if len(lines) == 1:
-        return None
-    widths = [max(len(str(r[i])) for r in lines) for i in range(len(header))]
-    out = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in lines]
-    out.insert(1, "  ".join("-" * w for w in widths))
-    first = next(a["audit"] for a in summary["arms"].values() if a.get("audit"))
-    out.insert(
-        0,
-        f"in-run audit: {first['canaries']} canary clients per arm ({first['inserted']} inserted), "
-        f"{first['nulls']} null directions; an estimate is not a bound, a lower bound is (at "
-        "audit.confidence)",
-    )
-    return "\n".join(out)
-
-
-def relation_name(relation: str | None) -> str | None:
-    """The short name of a neighbour relation for the table: its words before a colon (``add/remove``,
-    ``zero-out``), or the words in their parentheses (``record level``); the whole text is in summary.json."""
-    if not relation:
-        return None
-    head = relation.split(":")[0].strip()
-    if "(" in head and ")" in head:
-        return head[head.index("(") + 1 : head.index(")")].strip()
-    return head

@@ -30,7 +30,8 @@ from sifl_ray.attacks.adversaries import (
 
 
 def _orthogonal_key(rng, n, n_tilde, alpha=1e-3, beta=1e3, K=None):
-    """SPEC's scaled-orthogonal key; K != None gives the oblique left inverse of the same P1."""
+    """The scaled-orthogonal key of docs/method.md "Choosing the matrices"; K != None gives the oblique left
+    inverse of the same P1."""
     Q, _ = np.linalg.qr(rng.standard_normal((n_tilde, n_tilde)))
     P1 = alpha * Q[:, :n]
     if K is None:

@@ -1,5 +1,5 @@
 """What an audit may say: its ceilings, its verdicts, a tail threshold with the power to reach the claim, one
-round compared with one round, and the secure aggregate audited through the shipped steps (issue 19, item 6).
+round compared with one round, and the secure aggregate audited through the shipped steps.
 
 The claims come from the dp_compare_small instance at ε = 1 (20 rounds, q = 1, δ = 1e-5, C = 1, 10 clients):
 z ≈ 18.09, one round's ε ≈ 0.199.
@@ -70,7 +70,8 @@ def test_verdicts_never_say_holds():
 def test_the_report_prints_ceilings_and_verdicts_not_holds():
     from sifl_ray.attacks.arm_audit import ArmAudit
     from sifl_ray.attacks.audit import AuditTest
-    from sifl_ray.attacks.report import _audit_table, _audits
+    from sifl_ray.attacks.report import _audits
+    from sifl_ray.attacks.report_console import _audit_table
     from sifl_ray.attacks.suite import SuiteResult
 
     def test(lb, n):

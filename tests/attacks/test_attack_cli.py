@@ -194,9 +194,9 @@ def test_attack_main_writes_outputs_and_ends_with_result_line(run):
 
 
 def test_threat_models_are_labelled_and_result_line_is_uploads_only(run):
-    """SPEC 'Parties': the aggregator sees only the uploads. Figures that use the broadcasts carry the
-    stronger threat model everywhere (JSON, report, TensorBoard); the RESULT line's projection_error is the
-    best uploads-only noise removal, the telescoped figure is reported apart."""
+    """docs/method.md 'Parties': the aggregator sees only the uploads. Figures that use the broadcasts carry
+    the stronger threat model everywhere (JSON, report, TensorBoard); the RESULT line's projection_error is
+    the best uploads-only noise removal, the telescoped figure is reported apart."""
     from sifl_ray.attacks.registry import AGGREGATOR, AGGREGATOR_BROADCASTS
 
     out, lines = run
@@ -413,7 +413,7 @@ def test_secure_aggregation_hides_each_upload_and_only_dp_noise_protects_the_agg
     assert fields["dp_fedavg_secagg_eps5_upload_audit_lb"] == 0
     assert fields["secagg_eps"] == float("inf") and fields["secagg_audit_lb"] > 5  # 1000 trials: ≤ 5.6
     # one round through the shipped steps, under the relation the arm declares: under add/remove an absent
-    # client's noise share is absent too (3 shares against 4), which the audit sees (SPEC "What a DP
+    # client's noise share is absent too (3 shares against 4), which the audit sees (docs/method.md "What a DP
     # guarantee must say"); under zero-out only the shift is left, and one round's ε is not refuted
     data = json.loads((tmp_path / "result.json").read_text())
     secure = next(a for a in data["audits"] if a["arm"] == "dp_fedavg_secagg_eps5" and not a["key"])

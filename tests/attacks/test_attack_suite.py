@@ -1,9 +1,10 @@
-"""The attack suite end to end, with the platform's real keys: every SPEC attack reproduces with its figures.
+"""The attack suite end to end, with the platform's real keys: every attack of docs/method.md reproduces with
+its figures.
 
 These are the measurements a later change must not silently lose: each test fails if its attack stops
 working (rank never full, noise not removed, geometry not exact, decoder not found, M2 correlation low, audit
 bound small), and the contrasts (block vs dense, oblique vs pinv, re-keyed vs fixed) fail if the designs stop
-differing as the SPEC says they do.
+differing as docs/method.md says they do.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ def test_geometry_exact_for_scaled_orthogonal_keys(suite):
 
 
 def test_threat_models_follow_the_spec_parties(suite):
-    """The SPEC's aggregator sees only the uploads: every figure that uses the broadcasts says so."""
+    """The method's aggregator sees only the uploads: every figure that uses the broadcasts says so."""
     from sifl_ray.attacks.registry import AGGREGATOR, AGGREGATOR_BROADCASTS
 
     for d in suite.designs:

@@ -1,5 +1,5 @@
 """Key 2 (π2) and the M2 chain: aggregator encode → server re-encode → client strip is a valid M1 encoding
-of the same model (SPEC "SIFL M2", Proposition 2)."""
+of the same model (docs/method.md "SIFL M2", Proposition 2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""One conformance suite for every key-1 backend × left inverse (STYLE habit 10): Proposition 1's
+"""One conformance suite for every key-1 backend × left inverse, so a new backend meets the same
+invariants as the others with no test of its own: Proposition 1's
 identities, the round trip within the precision model's bound, shapes, views, persistence."""
 
 from __future__ import annotations

@@ -72,7 +72,8 @@ def test_paper_size_round_trip_and_peak_memory():
     vector = res["vector"]
     assert res["control"] >= 11.5 * vector  # the measurement sees a 12-vector allocation
     assert res["error"] <= res["bound"]
-    assert 1e-9 < res["error"] < 1e-5  # SPEC: ≈ 1e-7..1e-6 for α = 1e-3, noise 1e6, w ≈ 0.05
+    # docs/method.md "Precision": ≈ 1e-7..1e-6 for α = 1e-3, noise 1e6, w ≈ 0.05
+    assert 1e-9 < res["error"] < 1e-5
     # First call: the result, the decoded vector and this thread's scratch vectors are created.
     assert res["first"] <= 7 * vector, res
     # Later calls reuse the scratch: result + decoded vector + one transient.

@@ -73,7 +73,8 @@ def test_fast_equals_its_dense_matrices(rounds, left_inverse):
     assert (P1L @ N1).abs().max() < 1e-12 * key.beta / key.alpha
     assert (P1.T @ P1 - key.alpha**2 * eye).abs().max() < 1e-16  # α·(orthonormal columns)
     if left_inverse == "pinv":
-        assert (P1.T @ N1).abs().max() < 1e-14  # kernel ⟂ col(P1): the weak choice (SPEC "Noise removal")
+        # kernel ⟂ col(P1): the weak choice (docs/method.md "Noise removal")
+        assert (P1.T @ N1).abs().max() < 1e-14
     else:
         assert (P1.T @ N1).abs().max() > 1e-3 * key.alpha * key.beta  # oblique: not orthogonal
     W, R = rand((70, 3), 0), rand((11, 3), 1)

@@ -1,4 +1,4 @@
-"""The precision model (SPEC "Precision"): measured float64 errors fall inside the prediction, the
+"""The precision model (docs/method.md "Precision"): measured float64 errors fall inside the prediction, the
 prediction is not absurdly loose, float32 at the paper's scales is refused, and the trade-off is exposed."""
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ def measured_and_predicted(
 
 @pytest.mark.parametrize("left_inverse", ["pinv", "oblique"])
 def test_paper_scales_float64(left_inverse):
-    """α = 1e-3, noise 1e6, w ≈ 0.05: SPEC measured ≈ 1e-7..1e-6; inside the bound, within 100x of it."""
+    """α = 1e-3, noise 1e6, w ≈ 0.05: docs/method.md "Precision" measured ≈ 1e-7..1e-6; inside the bound,
+    within 100x of it."""
     measured, report = measured_and_predicted("fast", left_inverse, n=50_000, m=129, sigma=1e3)
     assert 1e-8 < measured < 1e-5
     assert measured <= report.predicted_max_error <= 100 * measured

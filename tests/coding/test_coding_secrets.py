@@ -1,5 +1,5 @@
-"""Secrets (SPEC "Parties", "Mixing"): keys come from ≥ 128 secret bits, never print their material, and
-a client's view carries neither N1, nor β, nor the seed."""
+"""Secrets (docs/method.md "Parties", "Mixing"): keys come from ≥ 128 secret bits, never print their material,
+and a client's view carries neither N1, nor β, nor the seed."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The fast backend's transform Q: orthogonal, and mixing — every output depends on every input (SPEC
-"Mixing"), structurally (support propagation) and numerically, for powers of two and not."""
+"""The fast backend's transform Q: orthogonal, and mixing — every output depends on every input
+(docs/method.md "Mixing"), structurally (support propagation) and numerically, for powers of two and not."""
 
 from __future__ import annotations
 

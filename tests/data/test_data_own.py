@@ -1,4 +1,4 @@
-"""Your own data (issue 23, items 2 and 3): arrays on disk, LEAF JSON, a loader of yours, the natural
+"""Your own data: arrays on disk, LEAF JSON, a loader of yours, the natural
 partition by the data's own clients, the shipped MNIST sample, and data errors that exit 2 with the key."""
 
 from __future__ import annotations

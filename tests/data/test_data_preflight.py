@@ -88,7 +88,8 @@ CASES = {
 @pytest.mark.parametrize("entry", list(ENTRIES))
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_data_error_is_a_configuration_error_before_ray(tmp_path: Path, case: str, entry: str) -> None:
-    """Each used to be a 25–45-line traceback after Ray had started (exit 1), its fix in Python terms."""
+    """Each is a configuration error before Ray starts (exit 2) naming the key and the fix, not a traceback
+    after Ray has started with the fix in Python terms."""
     expected = CASES[case](tmp_path / "mnist")
     got = _run(entry, "data.name=mnist", "train.model=mlp", f"data.root={tmp_path}", "data.download=false")
     assert got.returncode == 2, got.stderr
@@ -141,7 +142,7 @@ def _serve(loopback: LoopbackServer, monkeypatch: pytest.MonkeyPatch) -> dict[st
 def test_a_corrupt_local_file_is_fetched_again_when_downloads_are_allowed(
     tmp_path: Path, loopback: LoopbackServer, monkeypatch: pytest.MonkeyPatch, damage: str
 ) -> None:
-    """It used to be refused (or read) even with downloads allowed: now the verified copy from the mirror
+    """With downloads allowed a damaged file is neither refused nor read: the verified copy from the mirror
     replaces it (a ``.gz`` in ``<root>/mnist/``, read before anything else there) and the others are left
     alone; with downloads off it is named, with the fix, and kept."""
     files = _serve(loopback, monkeypatch)

@@ -1,6 +1,6 @@
-"""Immersion (SPEC "SIFL M1"): K target steps on an encoded model decode to the trajectory of K plain steps
-on the same batches, for SGD, Momentum and Adam and every backend; the stepwise (paper) and fused forms
-agree. Tolerances come from the precision model, not from guesses."""
+"""Immersion (docs/method.md "SIFL M1"): K target steps on an encoded model decode to the trajectory of K
+plain steps on the same batches, for SGD, Momentum and Adam and every backend; the stepwise (paper) and fused
+forms agree. Tolerances come from the precision model, not from guesses."""
 
 from __future__ import annotations
 

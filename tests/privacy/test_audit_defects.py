@@ -1,5 +1,5 @@
-"""The trust issue's defects put back one at a time, with the in-run audit on (SPEC "Auditing inside the
-run"): for each, whether the audit catches it, and where it cannot, why, and which check of the run does.
+"""Privacy defects put back one at a time, with the in-run audit on (docs/method.md "Auditing inside
+the run"): for each, whether the audit catches it, and where it cannot, why, and which check of the run does.
 
 1. Skipping the noise on a round where nobody was sampled: the audit cannot see it. Its statistic is the
    cosine of the release's change with each direction; an unchanged release has change 0, so the round

@@ -1,5 +1,5 @@
-"""The in-run audit (SPEC "Auditing inside the run"): canary clients go through a run's own steps, and the
-figures it logs refute an arm whose noise is weaker than it claims, never the honest arm."""
+"""The in-run audit (docs/method.md "Auditing inside the run"): canary clients go through a run's own steps,
+and the figures it logs refute an arm whose noise is weaker than it claims, never the honest arm."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The glue between the DP formulas and a run: what the arms' steps (``arm.steps(ctx)``, the objects the
 parties run) and the runner's set-up do with the configuration. Each test here fails with one realistic
-single bug that left every other test green (issue 19, item 9): a denominator N instead of qN, the noise of
+single bug that leaves every other test green: a denominator N instead of qN, the noise of
 round 0 reused every round, a per-round NbAFL σ (L = 1 instead of T), the largest client's sensitivity
 instead of the smallest, and a clip flag raised at ‖w‖ = C exactly.
 
@@ -121,7 +121,8 @@ def test_nbafl_clients_draw_fresh_noise_every_round():
 
 
 def nbafl_classical_sigma(*, eps: float, delta: float, clip: float, smallest: int, rounds: int) -> float:
-    """NbAFL's Theorem 1 as SPEC "Baselines" has it: σ = c·L·Δs/ε, c = √(2 ln(1.25/δ)), Δs = 2C/m, L = T."""
+    """NbAFL's Theorem 1 as docs/method.md "Baselines" has it: σ = c·L·Δs/ε, c = √(2 ln(1.25/δ)), Δs = 2C/m,
+    L = T."""
     return math.sqrt(2 * math.log(1.25 / delta)) * rounds * (2 * clip / smallest) / eps
 
 

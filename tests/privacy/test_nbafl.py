@@ -194,8 +194,8 @@ def test_privatize_upload_uses_only_the_given_generator():
 
 
 def test_one_sample_moves_a_clipped_model_far_beyond_the_sensitivity_the_label_names():
-    """SPEC "Conditional sensitivities are named": NbAFL's σ assumes Δs = 2C/m (Lemma 1), but model clipping
-    bounds ‖w_i‖ ≤ C, not one sample's influence. A quickstart client trained as a run trains it (its
+    """docs/method.md "Conditional sensitivities are named": NbAFL's σ assumes Δs = 2C/m (Lemma 1), but model
+    clipping bounds ‖w_i‖ ≤ C, not one sample's influence. A quickstart client trained as a run trains it (its
     round-0 minibatches, the scenario's optimizer), once on its data and once with one sample scaled ×1e3
     (a neighbouring data set), moves its clipped model by ~69× 2C/m. The arm's privacy report says so."""
     import numpy as np

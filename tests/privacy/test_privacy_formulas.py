@@ -1,4 +1,5 @@
-"""Golden values and properties of the per-element DP formulas (paper §5, SPEC "Differential privacy")."""
+"""Golden values and properties of the per-element DP formulas (paper §5, docs/method.md "Differential
+privacy")."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def approx(expected, **kw):
     return pytest.approx(expected, **kw)
 
 
-# The paper's §6 worked example (SPEC "Differential privacy").
+# The paper's §6 worked example (docs/method.md "Differential privacy").
 P1_L2 = 1e-3  # ‖P1^j‖₂ (and ‖P1^j‖₁ for Laplace)
 P2R_L2 = 1e3  # ‖P2R‖₂
 N1_L2 = 1e3  # ‖N1^j‖₂
@@ -30,12 +31,12 @@ SIGMA = 1e3  # σ1 = σ2
 D_LOCAL = 0.33  # Δ^{w_i} as the paper rounds 2·1000/6000
 D_GLOBAL = 0.033  # Δ^w as the paper rounds 2·1000/60000
 DELTA = 1e-5
-# The global ≈ 1.4e-13 that SPEC quotes needs |P2^m| = 1e-3 (the paper's ‖Π2^m‖ from its Laplace example; the
-# Gaussian paragraph omits it), no ‖P2R‖ in the global noise (Theorem 2's second inequality has none), and an
-# R2 term ‖P1^j‖‖P1L‖‖N2‖σ2 much smaller than ‖N1^j‖σ1 = 1e6. With the scaled-orthogonal key ‖P1L‖ = 1/α =
-# 1e3; ‖N2‖ = 1 makes the R2 term 1e3, a 0.1 % change on THIS example only, because its ‖N1^j‖ = 1e3 is huge.
-# With the shipped β = 1, ‖N1^j‖ ≈ 0.02 and the R2 term dominates (see the quadrature test below).
-# (With |P2^m| = 1 the figure would be 1.4e-10.)
+# The global ≈ 1.4e-13 that docs/method.md quotes needs |P2^m| = 1e-3 (the paper's ‖Π2^m‖ from its Laplace
+# example; the Gaussian paragraph omits it), no ‖P2R‖ in the global noise (Theorem 2's second inequality has
+# none), and an R2 term ‖P1^j‖‖P1L‖‖N2‖σ2 much smaller than ‖N1^j‖σ1 = 1e6. With the scaled-orthogonal key
+# ‖P1L‖ = 1/α = 1e3; ‖N2‖ = 1 makes the R2 term 1e3, a 0.1 % change on THIS example only, because its ‖N1^j‖ =
+# 1e3 is huge. With the shipped β = 1, ‖N1^j‖ ≈ 0.02 and the R2 term dominates (see the quadrature test
+# below). (With |P2^m| = 1 the figure would be 1.4e-10.)
 P2_M = 1e-3
 P1L_SPECTRAL = 1e3
 N2_SPECTRAL = 1.0
@@ -50,7 +51,7 @@ deltas = st.floats(min_value=1e-12, max_value=0.4)
 def test_q_inverse_matches_spec_definition():
     assert F.gaussian_tail_inverse(delta=1e-5) == approx(4.265, abs=1e-3)
     assert F.gaussian_tail_inverse(delta=1e-5) == approx(NormalDist().inv_cdf(1 - 1e-5), rel=1e-9)
-    # SPEC's 1 − δ form loses everything at tiny δ; ours does not.
+    # The 1 − δ form loses everything at tiny δ; ours does not.
     assert F.gaussian_tail_inverse(delta=1e-20) == approx(9.262, abs=1e-3)
 
 

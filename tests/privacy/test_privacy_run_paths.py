@@ -1,7 +1,7 @@
-"""Every privacy figure holds on the path a run takes (SPEC "What a DP guarantee must say"), tested through
-the run's own code: empty Poisson rounds still release noise, the sample is the sampling party's secret,
-a replayed round draws the noise it drew the first time, and the distributed arm is attacked through its
-own client step under the relation it states."""
+"""Every privacy figure holds on the path a run takes (docs/method.md "What a DP guarantee must say"), tested
+through the run's own code: empty Poisson rounds still release noise, the sample is the sampling party's
+secret, a replayed round draws the noise it drew the first time, and the distributed arm is attacked through
+its own client step under the relation it states."""
 
 from __future__ import annotations
 

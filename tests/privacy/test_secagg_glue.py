@@ -1,8 +1,8 @@
 """Secure aggregation as the platform's parties run it (:mod:`sifl_ray.parties.secure`, with the public
 parameters a secure arm's ``steps(ctx)`` hands them): the client side refuses what the protocol forbids,
 forgets its secrets when a round ends, reveals one secret per neighbour, and each round has a fresh graph
-and the documented threshold. Each test fails with one realistic single bug that left every other test
-green (issue 19, item 9). In-process: no Ray, a few clients, vectors of 8 coordinates.
+and the documented threshold. Each test fails with one realistic single bug that leaves every other test
+green. In-process: no Ray, a few clients, vectors of 8 coordinates.
 """
 
 from __future__ import annotations

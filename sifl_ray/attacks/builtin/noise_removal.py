@@ -1,7 +1,7 @@
 """(b) Noise removal, once the differences gave ``col(P1)`` (:func:`.differences.subspace_pass`).
 
 Three ways to strip ``N1 r^t`` from an upload: orthogonal projection onto the recovered ``col(P1)`` and a
-regression of signal on noise coordinates over the key epoch (uploads only, the SPEC's aggregator), and a
+regression of signal on noise coordinates over the key epoch (uploads only, the method's aggregator), and a
 regression on telescoped broadcasts (needs the broadcasts). Scored up to the adversary's unknown map
 (:func:`sifl_ray.attacks.scoring.errors_up_to_map`).
 """
@@ -118,7 +118,7 @@ register_attack(
                 ),
                 figure=_ERROR,
                 explanation=(
-                    "Needs the broadcasts, which the SPEC's aggregator does not see (every client receives "
+                    "Needs the broadcasts, which the method's aggregator does not see (every client receives "
                     "them, so an eavesdropper on the server->client channel or one colluding client has "
                     "them): U^T(aggregate_t - broadcast_t) = A(w^{t+1} - w^t) is noise-free, so the "
                     "regression has no residual and is exact once the rounds of a key epoch exceed the "

@@ -6,9 +6,10 @@
 * :mod:`.shamir`: Shamir secret sharing over ``GF(2^521 − 1)``.
 * :mod:`.graph`: the masking graph (complete, or a shuffled Harary graph of degree k).
 * :mod:`.messages`: the messages of a round and the per-party costs (bytes, messages, compute).
-* :mod:`.protocol`: the client and server roles.
+* :mod:`.protocol`: the round step by step, and its parties: :mod:`.params` (public), :mod:`.client`,
+  :mod:`.server`.
 
-The platform's arms use it through :mod:`sifl_ray.roles.secure` (the client workers play the clients, the
+The platform's arms use it through :mod:`sifl_ray.parties.secure` (the client workers play the clients, the
 aggregator plays the server), driven by :mod:`sifl_ray.secure_aggregation`: one driver of the protocol, the
 one a run uses (its tests play rounds through it, with dropouts at any step).
 """
