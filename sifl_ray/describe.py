@@ -2,8 +2,8 @@
 
 The figures are the runner's own: the precision claims and ε of :mod:`sifl_ray.arms.sifl_figures` for the
 keys the parties would make (:func:`~sifl_ray.parties.server.make_server`), on the model and client sizes a
-run would have. A built-in data set split IID with a built-in model is described from its known sizes and shape (no
-data read); anything else is loaded and split exactly as a run does (:mod:`sifl_ray.runner.workload`).
+run would have. A built-in data set split IID with a built-in model is described from its known sizes and
+shape (no data read); anything else is loaded and split as a run does (:mod:`sifl_ray.runner.workload`).
 """
 
 from __future__ import annotations
