@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from sifl_ray.cli import main
+from sifl_ray.config.validation import Range, setting
 from sifl_ray.data.own import register_dataset
-from sifl_ray.validation import Range, setting
 
 
 @dataclass

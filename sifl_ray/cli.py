@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING
 
 from sifl_ray.config import ConfigError, ScenarioKindError, load_config
-from sifl_ray.plugins import PluginError, load_plugins
+from sifl_ray.config.plugins import PluginError, load_plugins
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -280,7 +280,7 @@ def cmd_bench(argv: list[str]) -> int:
 
 def cmd_config(argv: list[str]) -> int:
     """``sifl config``: every key of the resolved configuration (:mod:`sifl_ray.config_help`)."""
-    from sifl_ray.config_help import describe_keys, format_keys
+    from sifl_ray.config.help import describe_keys, format_keys
 
     print(format_keys(describe_keys(load_config(argv))))
     return 0

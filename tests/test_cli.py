@@ -220,7 +220,7 @@ def test_python_run_py_help_and_a_pipe_closed_early(tmp_path):
 def test_config_lists_every_key_with_its_default_type_allowed_values_and_meaning(capsys):
     from sifl_ray.cli import main
     from sifl_ray.config import load_config
-    from sifl_ray.config_help import describe_keys
+    from sifl_ray.config.help import describe_keys
 
     assert main(["config", "scenario=dp_compare_small", "train.lr=0.5"]) == 0
     out = capsys.readouterr().out

@@ -17,7 +17,7 @@ from torch import nn
 from sifl_ray import registry_names
 from sifl_ray.cli import main
 from sifl_ray.config import ConfigError, load_config
-from sifl_ray.import_paths import ImportPathError
+from sifl_ray.config.import_paths import ImportPathError
 from sifl_ray.models import (
     ModelError,
     build_model,

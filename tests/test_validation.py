@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from sifl_ray.validation import (
+from sifl_ray.config.validation import (
     Choice,
     ConfigError,
     Range,

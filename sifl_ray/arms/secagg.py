@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from sifl_ray.arms.base import Arm, ArmContext, PartySteps, Release
 from sifl_ray.arms.dp_fedavg import DpFedAvg, DpFedAvgConfig, clipped_update
 from sifl_ray.arms.steps import add_update, chain, fixed_denominator, noise_share
+from sifl_ray.config.validation import AT_LEAST_1, NONNEG, POSITIVE, Range, setting
 from sifl_ray.specs import Coding
-from sifl_ray.validation import AT_LEAST_1, NONNEG, POSITIVE, Range, setting
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
