@@ -1,4 +1,4 @@
-"""The one validator (:mod:`sifl_ray.validation`) on a schema of its own: every problem at once, each with its
+"""The one validator (:mod:`sifl_ray.config.validation`) on a schema of its own: every problem at once, each with its
 key and fix; choices read from their registry when validating; strict types; a read-only result."""
 
 from __future__ import annotations
