@@ -120,16 +120,55 @@ def test_partition_choices_are_read_from_the_partitioner_registry():
         assert load_config(["data.partition=toy"]).data.partition == "toy"
 
 
+def test_keys_that_moved_into_a_components_section_are_refused_with_their_new_name():
+    """A built-in data set's or partitioner's knob lives in its own section: the old ``data.*`` key is
+    refused by name, saying the new one, every one at once, from a scenario file as from an override."""
+    from sifl_ray.config import RENAMED
+
+    old = ["data.dirichlet_alpha=0.1", "data.shards_per_client=3", "data.n_train=500", "data.n_test=100"]
+    old += ["data.test_path=t.json"]
+    with pytest.raises(ConfigError) as info:
+        load_config(old)
+    assert info.value.problems == [
+        "data.dirichlet_alpha: renamed dirichlet.alpha (the section of the component that reads it); write "
+        "dirichlet.alpha=0.1 instead",
+        "data.shards_per_client: renamed shards.per_client (the section of the component that reads it); "
+        "write shards.per_client=3 instead",
+        "data.n_train: renamed synthetic.n_train (the section of the component that reads it); write "
+        "synthetic.n_train=500 instead",
+        "data.n_test: renamed synthetic.n_test (the section of the component that reads it); write "
+        "synthetic.n_test=100 instead",
+        "data.test_path: renamed leaf.test_path (the section of the component that reads it); write "
+        "leaf.test_path=t.json instead",
+    ]
+    assert set(RENAMED) == {key.split("=")[0] for key in old} | {"data.path"}
+    for name, new in (("arrays", "arrays.path"), ("leaf", "leaf.path")):  # the data set that reads it
+        with pytest.raises(ConfigError, match=rf"data\.path: renamed {new} .*; write {new}=x instead"):
+            load_config([f"data.name={name}", "data.path=x"])
+    cfg = load_config(
+        ["data.partition=shards", "shards.per_client=3", "data.name=synthetic", "synthetic.n_train=90"]
+    )
+    assert (cfg.shards.per_client, cfg.synthetic.n_train) == (3, 90)
+    with pytest.raises(
+        ConfigError, match=r"shards\.per_client: 10 clients × 10 shards = 100 shards, more than"
+    ):
+        load_config(
+            ["data.partition=shards", "shards.per_client=10", "data.name=synthetic", "synthetic.n_train=90"]
+        )
+
+
 def test_validation_stays_free_of_torch():
     """``sifl run`` validates before the heavy imports so that a typo answers at once; reading the
     registries (partitioners, models, optimizers, coding backends, noise laws, NbAFL, fault kinds) must not
     pull torch in."""
     code = (
         "import sys; from sifl_ray.config import load_config; "
-        "load_config(['data.partition=shards', 'train.model=cnn2', 'train.optimizer=momentum', "
+        "load_config(['data.partition=shards', 'shards.per_client=3', 'data.name=synthetic', "
+        "'synthetic.n_train=900', 'train.model=cnn2', 'train.optimizer=momentum', "
         "'coding.backend=block', 'coding.left_inverse=pinv', 'coding.noise.distribution=laplace', "
         "'nbafl.calibration=analytic', 'ray.num_workers=2', "
         "'faults.inject=[{kind: corrupt_partial, worker: 0, round: 1, corruption: inf}]']); "
+        "from sifl_ray.config.help import describe_keys; describe_keys(load_config([])); "
         "print('torch' in sys.modules)"
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)

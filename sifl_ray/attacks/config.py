@@ -278,7 +278,7 @@ def load_attack_config(argv: list[str] | None = None) -> DictConfig:
     parsed, problems = parse_overrides(argv or [], noun="argument", example="train.rounds=30")
     scenario = next((str(v) for k, v in parsed if k == "scenario"), DEFAULT_SCENARIO)
     path = scenario_path(scenario)
-    raw: dict = {}
+    raw: dict[str, Any] = {}
     if path.is_file():
         raw = read_scenario(path, "attack", problems)  # a scenario of sifl run: that command, one line
     else:

@@ -166,7 +166,7 @@ def _phase_problems(cfg: DictConfig, at: str, ev: DictConfig, arms: list[str]) -
     if ev.kind != "worker_exit":
         return [f"{at}.phase: {ev.phase} applies to worker_exit only, got kind {ev.kind}; remove it"]
     target = ev.arm or (arms[0] if arms else None)
-    kind_of = arm_instances(cfg).get(target)
+    kind_of = arm_instances(cfg).get(str(target))
     if kind_of is None or not ARMS[kind_of].secure_aggregation:
         return [
             f"{at}.phase: {ev.phase} is a step of secure aggregation, but arm {target!r} does not mask its "

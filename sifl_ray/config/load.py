@@ -21,7 +21,7 @@ import functools
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
@@ -78,7 +78,7 @@ def load_config(
     for key, value in parsed:
         if key == "scenario":
             scenario = str(value)
-    raw: dict = {}
+    raw: dict[str, Any] = {}
     if sections is not None:
         raw = copy.deepcopy(dict(sections))
         raw["scenario"] = scenario or str(raw.get("scenario", "custom"))
@@ -159,7 +159,7 @@ def _schema(declared: tuple[tuple[str, type], ...]) -> type:
     )
 
 
-def _validated(raw: dict, problems: list[str]) -> DictConfig:
+def _validated(raw: dict[str, Any], problems: list[str]) -> DictConfig:
     """``raw`` validated against :func:`scenario_schema`, as a plain read-only configuration.
 
     Why not the structured object the validator returns: its class is made for this set of sections and
@@ -172,7 +172,7 @@ def _validated(raw: dict, problems: list[str]) -> DictConfig:
     checked = validate(
         scenario_schema(), raw, RULES, cross_checks=(cross_checks, fault_checks), problems=problems
     )
-    cfg = OmegaConf.create(OmegaConf.to_container(checked))
+    cfg = OmegaConf.create(cast(dict[str, Any], OmegaConf.to_container(checked)))
     OmegaConf.set_struct(cfg, True)
     OmegaConf.set_readonly(cfg, True)
     return cfg

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
@@ -29,8 +30,9 @@ from sifl_ray.errors import SiflError
 T = TypeVar("T")
 E = TypeVar("E")
 
-#: Every registry made, by kind: what the test that enumerates registries walks.
-REGISTRIES: dict[str, Registry[Any]] = {}
+#: Every registry alive, by kind (the first made of a kind): what a test that enumerates registries walks.
+#: Weak: a registry a test makes for itself goes with the test.
+REGISTRIES: weakref.WeakValueDictionary[str, Registry[Any]] = weakref.WeakValueDictionary()
 
 
 class RegistryError(SiflError, ValueError):

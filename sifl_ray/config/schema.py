@@ -162,7 +162,7 @@ class PrecisionConfig:
 
 _FLOAT64_ONLY = (
     "coding arithmetic is float64: the encoded vector is dominated by noise, and float32 would lose the "
-    "model in it (docs/method.md 'Precision')"
+    "model in it; docs/method.md 'Precision'"
 )
 
 
@@ -187,6 +187,7 @@ class CodingConfig:
     eta: float = setting(1.0, rule=POSITIVE)  # scale of N2
     # fused | stepwise (sifl_ray.roles.client.ClientWorkerRole)
     client_form: str = setting("fused", rule=Choice(lambda: ("fused", "stepwise")))
+    # the coding's arithmetic: float64 only (the encoded vector is mostly noise; docs/method.md "Precision")
     dtype: str = setting("float64", rule=Choice(lambda: ("float64",), meaning=_FLOAT64_ONLY))
     key_seed: int | None = None  # None: keys from a secure random source; int: reproducible (not secure)
     noise: NoiseConfig = field(default_factory=NoiseConfig)

