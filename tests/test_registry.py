@@ -63,7 +63,7 @@ class WidthSettings:
 def test_an_entry_with_settings_owns_its_section_until_it_goes():
     from sifl_ray.data.partition import PARTITIONERS, Partitioner
 
-    def striped(labels, num_clients, generator, width):  # noqa: ANN001, ANN202 - a toy scheme
+    def striped(labels, num_clients, generator, width):
         raise AssertionError("never called here")
 
     with PARTITIONERS.restored():

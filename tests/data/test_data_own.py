@@ -14,8 +14,8 @@ from sifl_ray.config import ConfigError, load_config
 from sifl_ray.data import partition_dataset
 from sifl_ray.data.datasets import load_dataset
 from sifl_ray.data.own import DataInputError, load_any_dataset
-from sifl_ray.data.registry import DATASETS, register_dataset
 from sifl_ray.data.partition import PartitionError
+from sifl_ray.data.registry import DATASETS, register_dataset
 
 HERE = __name__
 
@@ -104,7 +104,7 @@ def test_a_loader_by_import_path_or_registered(monkeypatch):
         register_dataset("mine")(my_loader)
         assert "mine" in DATASETS and load_config(["data.name=mine"]).data.name == "mine"
         mine = load_any_dataset("mine", seed=0)
-        assert mine.name == "mine" and (mine.n_train, mine.n_test) == (30, 10)  # a stratified quarter held out
+        assert mine.name == "mine" and (mine.n_train, mine.n_test) == (30, 10)  # a stratified quarter out
         assert np.array_equal(mine.x_train, load_any_dataset("mine", seed=0).x_train)
         with pytest.raises(ValueError, match="already registered"):
             register_dataset("mine")(my_loader)
@@ -174,7 +174,7 @@ def test_mnist_sample_is_real_28x28_digits_split_stratified_by_seed():
     assert np.array_equal(ds.x_test, load_dataset("mnist_sample", seed=0).x_test)
     assert not np.array_equal(ds.x_test, other.x_test)
     with pytest.raises(
-        ConfigError, match=r"clients.num_clients: 4000 clients but only 3750 training samples \(data.name=mnist"
+        ConfigError, match=r"clients.num_clients: 4000 clients but only 3750 training samples \(data.name"
     ):
         load_config(["data.name=mnist_sample", "clients.num_clients=4000"])
 

@@ -51,7 +51,8 @@ def test_each_problem_names_its_key_and_fix(override, key, words):
     (problem,) = info.value.problems
     assert problem.startswith(f"{key}:"), problem
     assert words in problem, problem
-    assert any(fix in problem for fix in ("change", "set ", "remove", "lower", "did you mean", "write ")), problem
+    fixes = ("change", "set ", "remove", "lower", "did you mean", "write ")
+    assert any(fix in problem for fix in fixes), problem
 
 
 def test_more_clients_than_samples_and_a_missing_data_folder(tmp_path):
