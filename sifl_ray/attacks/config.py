@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from sifl_ray.config import names
 from sifl_ray.config.scenarios import read_scenario, scenario_kinds, scenario_path
@@ -37,6 +37,7 @@ from sifl_ray.config.validation import (
     parse_overrides,
     refuse_renamed,
     refuse_unread,
+    schema_keys,
     set_path,
     setting,
     validate,
@@ -210,6 +211,8 @@ PLATFORM_KEYS: tuple[str, ...] = (
     "coding.noise.sigma1",
 )
 
+_SHARED = {"clients": ClientsConfig, "train": TrainConfig, "coding": CodingConfig}
+
 #: Why a run's key is not the attack suite's (the others: the small model and its task are the suite's).
 UNREAD: dict[str, str] = {
     "coding.backend": "the key designs name the backend: designs=[fast-pinv]",
@@ -228,6 +231,24 @@ NARROWER: dict[str, Range] = {
 }
 #: The domain checks of :class:`AttackConfig` beyond its fields' own: the narrower ranges.
 RULES = Rules(ranges=NARROWER)
+
+
+def read_keys(cfg: DictConfig) -> dict[str, Any]:
+    """``cfg`` as the suite reads it, for the outputs: its own sections whole, the run's sections reduced to
+    :data:`PLATFORM_KEYS` (and ``train.init_scale``), so that a report never shows a run's key the suite
+    ignored (a ``train.model`` it never built)."""
+    data: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
+    kept = {*PLATFORM_KEYS, "train.init_scale"}
+    for name in _SHARED:
+        for key in schema_keys(_SHARED[name], f"{name}."):
+            *path, leaf = key.split(".")
+            section = data
+            for part in path:
+                section = section[part]
+            if key not in kept:
+                section.pop(leaf)
+        data[name] = {k: v for k, v in data[name].items() if v != {}}  # a section left with no key read
+    return data
 
 
 def _cross_checks(cfg: DictConfig, problems: list[str]) -> None:
@@ -289,10 +310,9 @@ def load_attack_config(argv: list[str] | None = None) -> DictConfig:
         if key != "scenario":
             set_path(raw, key, value)
     refuse_renamed(raw, RENAMED, problems, why="the platform's name, as in sifl run")
-    shared = {"clients": ClientsConfig, "train": TrainConfig, "coding": CodingConfig}
     refuse_unread(
         raw,
-        shared,
+        _SHARED,
         PLATFORM_KEYS,
         problems,
         command="sifl attack",
