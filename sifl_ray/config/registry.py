@@ -61,7 +61,8 @@ class Registry(Mapping[str, T], Generic[T]):
 
     Args:
         kind: what an entry is, in messages and as the owner of its section (``"partitioner"``).
-        key: the configuration key that names an entry (``"data.partition"``), for messages.
+        key: the configuration key that names an entry (``"data.partition"``): an unknown name's message
+            starts with it.
         declared: ``name → "module:attr"``: entries known by name now, imported when first read.
     """
 
@@ -112,7 +113,8 @@ class Registry(Mapping[str, T], Generic[T]):
         """The message for a name that is not registered: the registered ones, and the likely one."""
         close = did_you_mean(str(name), self.names())
         tip = f"did you mean {close}? " if close else ""
-        return f"unknown {self.kind} {name!r}; {tip}registered: {', '.join(self.names())}"
+        where = f"{self.key}: " if self.key else ""
+        return f"{where}unknown {self.kind} {name!r}; {tip}registered: {', '.join(self.names())}"
 
     def choice(self, **options: Any) -> Choice:
         """A schema field's rule: one of this registry's names, read when a value is checked (an entry
