@@ -68,7 +68,8 @@ def _module_comments(module: str) -> dict[str, dict[str, str]]:
                     comments[k] for k in range(line, (item.end_lineno or line) + 1) if k in comments
                 )
                 if not text:  # the comment lines right above the field
-                    above, k = [], line - 1
+                    above: list[str] = []
+                    k = line - 1
                     while k >= 1 and lines[k - 1].strip().startswith("#"):
                         above.insert(0, comments.get(k, ""))
                         k -= 1
@@ -82,7 +83,7 @@ def _type_name(annotation: Any) -> str:
     return text.replace("typing.", "")
 
 
-def _allowed(key: str, spec: dataclasses.Field) -> str:
+def _allowed(key: str, spec: dataclasses.Field[Any]) -> str:
     rule = rule_of(key, spec, RULES)
     if isinstance(rule, Choice):
         names = ", ".join(rule.names())
@@ -108,9 +109,9 @@ def describe_keys(cfg: DictConfig) -> list[KeyHelp]:
             current = value.get(f.name) if isinstance(value, dict) else None
             hint = hints.get(f.name)
             if dataclasses.is_dataclass(hint):
-                walk(hint, key + ".", current)
+                walk(typing.cast(type, hint), key + ".", current)
                 continue
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[operator]
             out.append(
                 KeyHelp(
                     key=key,

@@ -8,6 +8,7 @@ answers with the one command that plays it.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -48,7 +49,7 @@ def scenario_path(scenario: str) -> Path:
     return Path(scenario) if scenario.endswith((".yaml", ".yml")) else SCENARIO_DIR / f"{scenario}.yaml"
 
 
-def read_scenario(path: Path, kind: str, problems: list[str]) -> dict:
+def read_scenario(path: Path, kind: str, problems: list[str]) -> dict[str, Any]:
     """The sections of the scenario file at ``path`` (which exists), for the command of ``kind``, without
     its ``kind`` key; a file that is not a mapping is a problem appended to ``problems``.
 

@@ -142,7 +142,7 @@ def setting(
     )
 
 
-def rule_of(dotted: str, spec: dataclasses.Field, rules: Rules) -> Choice | Range | None:
+def rule_of(dotted: str, spec: dataclasses.Field[Any], rules: Rules) -> Choice | Range | None:
     """The domain check of one key: the schema's :class:`Rules` for it, else its field's :func:`setting`."""
     return rules.choices.get(dotted) or rules.ranges.get(dotted) or spec.metadata.get("rule")
 
@@ -181,10 +181,10 @@ def validate(
         raise ConfigError([*problems, f"configuration: cannot be merged ({err})"]) from None
     OmegaConf.set_readonly(merged, True)
     for check in cross_checks:
-        check(merged, problems)
+        check(merged, problems)  # type: ignore[arg-type]  # a dataclass merges into a mapping
     if problems:
         raise ConfigError(problems)
-    return merged
+    return merged  # type: ignore[return-value]
 
 
 def check_tree(
@@ -215,13 +215,16 @@ def check_tree(
                     f"{dotted}: expected a list of mappings, got {value!r}; for example {dotted}={example}"
                 )
                 continue
-            out[key] = [check_tree(item, v, rules, problems, f"{dotted}[{i}].") for i, v in enumerate(value)]
+            item_schema = typing.cast(type, item)
+            out[key] = [
+                check_tree(item_schema, v, rules, problems, f"{dotted}[{i}].") for i, v in enumerate(value)
+            ]
             continue
         if dataclasses.is_dataclass(hint):
             if not isinstance(value, dict):
                 problems.append(f"{dotted}: expected a section (mapping), got {value!r}")
                 continue
-            out[key] = check_tree(hint, value, rules, problems, f"{dotted}.")
+            out[key] = check_tree(typing.cast(type, hint), value, rules, problems, f"{dotted}.")
             continue
         ok, typed = check_type(hint, value)
         if not ok:
@@ -238,7 +241,7 @@ def check_tree(
     return out
 
 
-def _domain_problem(dotted: str, value: Any, spec: dataclasses.Field, rules: Rules) -> str | None:
+def _domain_problem(dotted: str, value: Any, spec: dataclasses.Field[Any], rules: Rules) -> str | None:
     if value is None:  # an optional key left unset: its meaning is the schema's, nothing to check
         return None
     choice = rules.choices.get(dotted)
@@ -388,7 +391,7 @@ def join_split_lists(texts: Iterable[str]) -> list[str]:
 
 
 def refuse_renamed(
-    raw: dict,
+    raw: dict[str, Any],
     renamed: Mapping[str, str | Callable[[Mapping[str, Any]], str]],
     problems: list[str],
     *,
@@ -428,7 +431,7 @@ def schema_keys(schema: type, prefix: str = "") -> list[str]:
 
 
 def refuse_unread(
-    raw: dict,
+    raw: dict[str, Any],
     shared: Mapping[str, type],
     reads: Iterable[str],
     problems: list[str],
@@ -461,7 +464,7 @@ def refuse_unread(
                 problems.append(f"{key}: a key of sifl run that {command} does not read ({reason}); drop it")
 
 
-def set_path(tree: dict, dotted: str, value: Any) -> None:
+def set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
     """``tree[a][b][c] = value`` for ``dotted`` = ``a.b.c``, making (or replacing) sections on the way."""
     node = tree
     *parents, leaf = dotted.split(".")
