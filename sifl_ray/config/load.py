@@ -36,10 +36,16 @@ from sifl_ray.config.validation import ConfigError, Rules, parse_overrides, refu
 RULES = Rules(examples={"faults.inject": "[{kind: worker_exit, worker: 0, round: 1}]"})
 
 
-def _file_dataset(raw: Mapping[str, Any]) -> str:
-    """The section an old ``data.path`` belongs in: the file data set the scenario names."""
-    name = (raw.get("data") or {}).get("name") if isinstance(raw.get("data"), dict) else None
-    return "leaf" if name == "leaf" else "arrays"
+def _path_key(raw: Mapping[str, Any]) -> str:
+    """Where an old ``data.path`` goes: the ``path`` of the data set the scenario names, if its section has
+    one (``leaf.path``), else the file data set's (``arrays.path``)."""
+    from sifl_ray.data.registry import DATASETS  # deferred: the data package loads numpy
+
+    data = raw.get("data")
+    name = data.get("name") if isinstance(data, dict) else None
+    settings = DATASETS.settings(name) if isinstance(name, str) and name in DATASETS else None
+    has_path = settings is not None and "path" in {f.name for f in dataclasses.fields(settings)}
+    return f"{name}.path" if has_path else "arrays.path"
 
 
 #: Keys that moved into the section of the component that reads them: refused with their new name.
@@ -48,7 +54,7 @@ RENAMED: dict[str, Any] = {
     "data.shards_per_client": "shards.per_client",
     "data.n_train": "synthetic.n_train",
     "data.n_test": "synthetic.n_test",
-    "data.path": lambda raw: f"{_file_dataset(raw)}.path",
+    "data.path": _path_key,
     "data.test_path": "leaf.test_path",
 }
 

@@ -87,9 +87,9 @@ def test_attack_and_run_configs_agree_on_every_shared_default():
     from omegaconf import OmegaConf
 
     from sifl_ray.attacks.config import PLATFORM_KEYS, AttackConfig
-    from sifl_ray.config import load_config
+    from sifl_ray.config import ScenarioConfig
 
-    run, attack = load_config([]), OmegaConf.structured(AttackConfig)
+    run, attack = OmegaConf.structured(ScenarioConfig), OmegaConf.structured(AttackConfig)
     for key in PLATFORM_KEYS:
         assert OmegaConf.select(attack, key) == OmegaConf.select(run, key), key
     assert attack.coding.key_seed is None
