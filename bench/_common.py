@@ -66,8 +66,8 @@ def reference_config(
     return load_config(
         [
             *REFERENCE,
-            f"data.n_train={n_train}",
-            f"data.n_test={n_test}",
+            f"synthetic.n_train={n_train}",
+            f"synthetic.n_test={n_test}",
             f"clients.num_clients={clients}",
             f"train.rounds={rounds}",
             f"ray.num_workers={workers}",

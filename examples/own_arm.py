@@ -21,7 +21,7 @@ from typing import ClassVar
 from sifl_ray.arms import Arm, ArmContext, PartySteps, register_arm
 from sifl_ray.arms.dp_fedavg import clipped_update
 from sifl_ray.arms.steps import add_update, chain
-from sifl_ray.validation import Range, setting
+from sifl_ray.config import Range, setting
 
 
 # 1. The arm's settings: a section of the configuration, its keys, types, defaults and ranges.

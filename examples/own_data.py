@@ -12,7 +12,8 @@ workers receive its arrays), is called with the section's typed values as keywor
 NumPy arrays or tensors: samples ``x`` (``(N, D)``, ``(N, H, W)`` or ``(N, C, H, W)``), integer
 labels ``y`` and, optionally, the client each sample belongs to. Without a test set a stratified
 ``data.test_fraction`` is held out. Files work the same way without code: ``data.name=arrays`` with
-``data.path=my.npz`` (``x_train``, ``y_train``, ``client_train``, ...) or ``data.name=leaf`` with LEAF's JSON.
+``arrays.path=my.npz`` (``x_train``, ``y_train``, ``client_train``, ...) or ``data.name=leaf`` with
+``leaf.path`` at LEAF's JSON.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from sifl_ray.cli import main
+from sifl_ray.config import Range, setting
 from sifl_ray.data.own import register_dataset
-from sifl_ray.validation import Range, setting
 
 
 @dataclass

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from torch import nn
 
 from sifl_ray.cli import main
+from sifl_ray.config import Range, setting
 from sifl_ray.models import register_model
-from sifl_ray.validation import Range, setting
 
 
 @dataclass

@@ -22,8 +22,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from sifl_ray.arms import ARMS, Arm, register_arm
 from sifl_ray.config import load_config
-from sifl_ray.plugins import load_plugins
-from sifl_ray.validation import ConfigError
+from sifl_ray.config.plugins import load_plugins
+from sifl_ray.config.validation import ConfigError
 
 if TYPE_CHECKING:
     import pandas

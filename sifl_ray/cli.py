@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING
 
 from sifl_ray.config import ConfigError, ScenarioKindError, load_config
-from sifl_ray.plugins import PluginError, load_plugins
+from sifl_ray.config.plugins import PluginError, load_plugins
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -280,8 +280,8 @@ def cmd_bench(argv: list[str]) -> int:
 
 
 def cmd_config(argv: list[str]) -> int:
-    """``sifl config``: every key of the resolved configuration (:mod:`sifl_ray.config_help`)."""
-    from sifl_ray.config_help import describe_keys, format_keys
+    """``sifl config``: every key of the resolved configuration (:mod:`sifl_ray.config.help`)."""
+    from sifl_ray.config.help import describe_keys, format_keys
 
     print(format_keys(describe_keys(load_config(argv))))
     return 0
@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             return _fail(f"unknown command {command!r}; expected one of {', '.join(COMMANDS)}")
     try:
-        load_plugins()  # arms, coding backends, partitioners the user registers (sifl_ray.plugins)
+        load_plugins()  # arms, coding backends, partitioners the user registers (sifl_ray.config.plugins)
         return COMMANDS[command](rest)
     except (PluginError, ScenarioKindError) as err:
         return _fail(str(err))

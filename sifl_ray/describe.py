@@ -51,7 +51,7 @@ def dataset_sizes(cfg: DictConfig, dataset: Any = None) -> tuple[int, int]:
             total = len(load_digits().target)
             total -= math.ceil(total * cfg.data.test_fraction)
         elif cfg.data.name == "synthetic":
-            total = cfg.data.n_train
+            total = cfg.synthetic.n_train
         else:
             total = TRAIN_SIZES[cfg.data.name]
         if cfg.data.limit_train:

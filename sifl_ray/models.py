@@ -33,15 +33,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from sifl_ray import registry_names
+from sifl_ray.config.import_paths import import_object, is_import_path
+from sifl_ray.config.names import MODELS
+from sifl_ray.config.sections import component_section, section_defaults
 from sifl_ray.errors import SiflError
-from sifl_ray.import_paths import import_object, is_import_path
-from sifl_ray.sections import (
-    component_section,
-    register_component_section,
-    section_defaults,
-    unregister_component_section,
-)
 
 __all__ = [
     "CNN",
@@ -134,18 +129,19 @@ class CNN2(nn.Module):
         return self.classifier(self.features(x))
 
 
-_Factory = Callable[[tuple[int, int, int], int], nn.Module]
+def mlp(input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
+    """The paper's MLP: two hidden layers of 200 units."""
+    return MLP(math.prod(input_shape), (200, 200), num_classes)
 
-_FACTORIES: dict[str, _Factory] = {
-    "mlp": lambda shape, k: MLP(math.prod(shape), (200, 200), k),
-    "cnn": CNN,
-    "cnn2": CNN2,
-    "digits_mlp": lambda shape, k: MLP(math.prod(shape), (32,), k),
-}
 
-# The names, spelled once in sifl_ray.registry_names (validation reads them there, without torch); the
-# factories above are keyed by them (tests/test_config.py checks that the two agree).
-MODEL_NAMES: tuple[str, ...] = registry_names.MODEL_NAMES
+def digits_mlp(input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
+    """A small MLP for scikit-learn's 8×8 digits: one hidden layer of 32 units."""
+    return MLP(math.prod(input_shape), (32,), num_classes)
+
+
+#: The paper's models, the built-in entries of the model registry (:data:`sifl_ray.config.names.MODELS`,
+#: where each is declared by name and import path, so validation knows them without torch).
+MODEL_NAMES: tuple[str, ...] = tuple(n for n in MODELS.names() if MODELS.declared(n))
 
 MODEL_INPUT_SHAPES: dict[str, tuple[int, int, int]] = {
     "mlp": (1, 28, 28),
@@ -166,8 +162,6 @@ MODEL_PARAM_COUNTS: dict[str, int] = {
 ModelFactory = Callable[..., nn.Module]
 """``factory(input_shape, num_classes, **settings) -> nn.Module``: a user's model."""
 
-_REGISTERED: dict[str, ModelFactory] = {}  # registered in this process; their paths in registry_names
-
 
 class ModelError(SiflError, ValueError):
     """A user's model cannot be built or cannot be trained under the platform's coding; the message says
@@ -179,10 +173,10 @@ def register_model(name: str, *, settings: type | None = None) -> Callable[[Mode
 
     The factory is called as ``factory(input_shape, num_classes, **settings)`` (``input_shape`` is
     ``(C, H, W)`` of one sample) and must return a ``torch.nn.Module``. With ``settings`` (a dataclass whose
-    fields have defaults and, through :func:`sifl_ray.validation.setting`, ranges), the section ``<name>``
+    fields have defaults and, through :func:`sifl_ray.config.setting`, ranges), the section ``<name>``
     is a key of the configuration (``my_cnn.width=64``), checked like every section, and its typed values
-    are the factory's keyword arguments; without, the factory takes ``train.model_args``. Its import path is
-    recorded in :data:`sifl_ray.registry_names.USER_MODELS`, so validation accepts the name at once. The
+    are the factory's keyword arguments; without, the factory takes ``train.model_args``. It joins the model
+    registry (:data:`sifl_ray.config.names.MODELS`), so validation accepts the name at once. The
     driver hands the factory and its arguments to every party (:attr:`sifl_ray.specs.ModelSpec.factory`;
     Ray pickles it by reference, or by value for a script's own function), so a worker need not have
     imported the plug-in.
@@ -194,14 +188,10 @@ def register_model(name: str, *, settings: type | None = None) -> Callable[[Mode
     """
 
     def register(factory: ModelFactory) -> ModelFactory:
-        if name in _FACTORIES or name in registry_names.USER_MODELS:
-            taken = registry_names.USER_MODELS.get(name, "a built-in model")
+        if name in MODELS:
+            taken = "a built-in model" if MODELS.declared(name) else MODELS.path(name)
             raise ValueError(f"model {name!r} is already registered ({taken}); choose another name")
-        if settings is not None:
-            register_component_section("model", name, settings, factory)
-        where = f"{getattr(factory, '__module__', '?')}:{getattr(factory, '__qualname__', repr(factory))}"
-        registry_names.USER_MODELS[name] = where
-        _REGISTERED[name] = factory
+        MODELS.register(name, factory, settings=settings)
         return factory
 
     return register
@@ -209,9 +199,8 @@ def register_model(name: str, *, settings: type | None = None) -> Callable[[Mode
 
 def unregister_model(name: str) -> None:
     """Remove the registered model ``name`` and its section (tests that register models of their own)."""
-    registry_names.USER_MODELS.pop(name, None)
-    _REGISTERED.pop(name, None)
-    unregister_component_section("model", name)
+    if name in MODELS and not MODELS.declared(name):
+        MODELS.unregister(name)
 
 
 def resolve_model_factory(name: str, *, key: str = "train.model") -> ModelFactory | None:
@@ -221,13 +210,11 @@ def resolve_model_factory(name: str, *, key: str = "train.model") -> ModelFactor
         ModelError: ``name`` is neither built in, registered in this process, nor an import path.
         ImportPathError: an import path that does not import (the message names ``key``).
     """
-    if name in _FACTORIES:
-        return None
-    if name in _REGISTERED:
-        return _REGISTERED[name]
+    if name in MODELS:
+        return None if MODELS.declared(name) else MODELS[name]
     if is_import_path(name):
         return import_object(name, key=key)
-    known = ", ".join((*_FACTORIES, *registry_names.USER_MODELS))
+    known = ", ".join(MODELS.names())
     raise ModelError(
         f"{key}: unknown model {name!r}; expected one of {known} or an import path package.module:factory. "
         "Fix: register yours with @sifl_ray.models.register_model in a module named in SIFL_PLUGINS"
@@ -351,7 +338,7 @@ def build_model(
     if factory is not None:
         return _build_user_model(factory, name, shape, int(num_classes), args or {}, generator, args_key)
     with torch.device("meta"):
-        model = _FACTORIES[name](shape, int(num_classes))
+        model = MODELS[name](shape, int(num_classes))
     _materialize_(model)
     _init_from_generator_(model, generator)
     return model

@@ -106,7 +106,7 @@ class CodingSpec:
     @classmethod
     def from_config(cls, cfg: Any) -> CodingSpec:
         """From the validated configuration (its ``coding`` section)."""
-        from sifl_ray.registry_names import CODING_BACKENDS
+        from sifl_ray.config.names import SERVER_KEYS
 
         c = cfg.coding
         return cls(
@@ -124,7 +124,7 @@ class CodingSpec:
             sigma1=float(c.noise.sigma1),
             sigma2=float(c.noise.sigma2),
             key_seed=None if c.key_seed is None else int(c.key_seed),
-            backend_path=CODING_BACKENDS.get(str(c.backend)),
+            backend_path=SERVER_KEYS.path(str(c.backend)),
         )
 
 

@@ -16,7 +16,7 @@ from sifl_ray.api import SimulationResult
 from sifl_ray.arms import Arm, ArmContext, PartySteps, unregister_arm
 from sifl_ray.arms.steps import clip
 from sifl_ray.config import load_config
-from sifl_ray.validation import ConfigError
+from sifl_ray.config.validation import ConfigError
 
 
 def _small(tmp_path) -> dict:
@@ -46,7 +46,7 @@ def test_a_refused_configuration_costs_no_torch_and_no_ray():
     code = (
         "import sys\n"
         "from sifl_ray import simulate\n"
-        "from sifl_ray.validation import ConfigError\n"
+        "from sifl_ray.config.validation import ConfigError\n"
         "try:\n"
         "    simulate('quickstart', {'train.lrr': 1})\n"
         "except ConfigError:\n"

@@ -220,7 +220,7 @@ def test_python_run_py_help_and_a_pipe_closed_early(tmp_path):
 def test_config_lists_every_key_with_its_default_type_allowed_values_and_meaning(capsys):
     from sifl_ray.cli import main
     from sifl_ray.config import load_config
-    from sifl_ray.config_help import describe_keys
+    from sifl_ray.config.help import describe_keys
 
     assert main(["config", "scenario=dp_compare_small", "train.lr=0.5"]) == 0
     out = capsys.readouterr().out
@@ -233,6 +233,22 @@ def test_config_lists_every_key_with_its_default_type_allowed_values_and_meaning
     meaning = {k.key: k.meaning for k in keys}
     assert "0: off" in meaning["audit.canaries"] and meaning["clients.sampling"].startswith("fixed: exactly")
     assert main(["config", "train.lr=-1"]) == 2  # a bad value is the validator's error, as for run
+
+
+def test_config_lists_the_sections_data_sets_and_partitioners_own(capsys):
+    """A built-in data set's and partitioner's settings are sections of their own, listed with the
+    platform's: value, default, type, allowed values and the meaning written beside the field."""
+    from sifl_ray.cli import main
+
+    assert main(["config", "data.partition=dirichlet", "dirichlet.alpha=0.1"]) == 0
+    out = capsys.readouterr().out
+    for section in ("[dirichlet]", "[shards]", "[synthetic]", "[arrays]", "[leaf]"):
+        assert section in out, section
+    assert "  dirichlet.alpha = 0.1   (default: 0.5)" in out
+    assert "type: float; allowed: a number > 0 (smaller means more label skew)" in out
+    assert "  shards.per_client = 2" in out and "shards dealt to each client" in out
+    assert "  synthetic.n_train = 60000" in out and "type: int; allowed: an integer ≥ 1" in out
+    assert "  coding.dtype = 'float64'\n      type: str; allowed: float64\n" in out  # no dead choice
 
 
 def _interrupt(tmp_path: Path, sig: int, after: str, rounds: int = 200) -> tuple[int, str, Path]:

@@ -19,20 +19,20 @@ import pytest
 from torch import nn
 
 from sifl_ray.config import load_config
-from sifl_ray.config_help import describe_keys
-from sifl_ray.data.own import USER_DATASETS, register_dataset, unregister_dataset
+from sifl_ray.config.help import describe_keys
+from sifl_ray.config.names import MODELS
+from sifl_ray.config.sections import SECTIONS, SectionError
+from sifl_ray.config.validation import Choice, ConfigError, Range, setting
 from sifl_ray.data.partition import (
     PARTITIONERS,
     partition_dataset,
     register_partitioner,
     unregister_partitioner,
 )
+from sifl_ray.data.registry import DATASETS, register_dataset, unregister_dataset
 from sifl_ray.models import build_model, count_params, register_model, unregister_model
-from sifl_ray.registry_names import USER_MODELS
 from sifl_ray.runner.workload import load_data, model_for, partition
-from sifl_ray.sections import SECTIONS, SectionError
 from sifl_ray.seeding import torch_generator
-from sifl_ray.validation import Choice, ConfigError, Range, setting
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -189,7 +189,7 @@ def test_a_section_the_function_cannot_take_or_anothers_name_is_refused_at_regis
 
     with pytest.raises(SectionError, match="need a default for block"):
         register_partitioner("st_nodefault", settings=NoDefault)(st_blocks)
-    assert "st_bad" not in USER_MODELS and "nbafl" not in USER_DATASETS and "st_nodefault" not in PARTITIONERS
+    assert "st_bad" not in MODELS and "nbafl" not in DATASETS and "st_nodefault" not in PARTITIONERS
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -209,7 +209,7 @@ from torch import nn
 from sifl_ray.data.own import register_dataset
 from sifl_ray.data.partition import register_partitioner
 from sifl_ray.models import register_model
-from sifl_ray.validation import Range, setting
+from sifl_ray.config.validation import Range, setting
 
 
 def record(what, **values):

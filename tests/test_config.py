@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sifl_ray.config import ConfigError, arm_names, load_config, scenario_names
+from sifl_ray.arms import arm_names
+from sifl_ray.config import ConfigError, load_config, scenario_names
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -108,14 +109,52 @@ def test_nbafl_exposures_and_calibration_keys():
     )
 
 
-def test_partition_choices_are_read_from_the_partitioner_registry(monkeypatch):
+def test_partition_choices_are_read_from_the_partitioner_registry():
     from sifl_ray.data.partition import PARTITIONERS
 
     registered = ", ".join(PARTITIONERS)  # read, not pinned: a new partitioner changes no test
     with pytest.raises(ConfigError, match=rf"data\.partition: expected one of {registered}, got 'toy'"):
         load_config(["data.partition=toy"])
-    monkeypatch.setitem(PARTITIONERS, "toy", PARTITIONERS["iid"])  # undone after the test
-    assert load_config(["data.partition=toy"]).data.partition == "toy"
+    with PARTITIONERS.restored():
+        PARTITIONERS.register("toy", PARTITIONERS["iid"])
+        assert load_config(["data.partition=toy"]).data.partition == "toy"
+
+
+def test_keys_that_moved_into_a_components_section_are_refused_with_their_new_name():
+    """A built-in data set's or partitioner's knob lives in its own section: the old ``data.*`` key is
+    refused by name, saying the new one, every one at once, from a scenario file as from an override."""
+    from sifl_ray.config import RENAMED
+
+    old = ["data.dirichlet_alpha=0.1", "data.shards_per_client=3", "data.n_train=500", "data.n_test=100"]
+    old += ["data.test_path=t.json"]
+    with pytest.raises(ConfigError) as info:
+        load_config(old)
+    assert info.value.problems == [
+        "data.dirichlet_alpha: renamed dirichlet.alpha (the section of the component that reads it); write "
+        "dirichlet.alpha=0.1 instead",
+        "data.shards_per_client: renamed shards.per_client (the section of the component that reads it); "
+        "write shards.per_client=3 instead",
+        "data.n_train: renamed synthetic.n_train (the section of the component that reads it); write "
+        "synthetic.n_train=500 instead",
+        "data.n_test: renamed synthetic.n_test (the section of the component that reads it); write "
+        "synthetic.n_test=100 instead",
+        "data.test_path: renamed leaf.test_path (the section of the component that reads it); write "
+        "leaf.test_path=t.json instead",
+    ]
+    assert set(RENAMED) == {key.split("=")[0] for key in old} | {"data.path"}
+    for name, new in (("arrays", "arrays.path"), ("leaf", "leaf.path")):  # the data set that reads it
+        with pytest.raises(ConfigError, match=rf"data\.path: renamed {new} .*; write {new}=x instead"):
+            load_config([f"data.name={name}", "data.path=x"])
+    cfg = load_config(
+        ["data.partition=shards", "shards.per_client=3", "data.name=synthetic", "synthetic.n_train=90"]
+    )
+    assert (cfg.shards.per_client, cfg.synthetic.n_train) == (3, 90)
+    with pytest.raises(
+        ConfigError, match=r"shards\.per_client: 10 clients × 10 shards = 100 shards, more than"
+    ):
+        load_config(
+            ["data.partition=shards", "shards.per_client=10", "data.name=synthetic", "synthetic.n_train=90"]
+        )
 
 
 def test_validation_stays_free_of_torch():
@@ -124,10 +163,12 @@ def test_validation_stays_free_of_torch():
     pull torch in."""
     code = (
         "import sys; from sifl_ray.config import load_config; "
-        "load_config(['data.partition=shards', 'train.model=cnn2', 'train.optimizer=momentum', "
+        "load_config(['data.partition=shards', 'shards.per_client=3', 'data.name=synthetic', "
+        "'synthetic.n_train=900', 'train.model=cnn2', 'train.optimizer=momentum', "
         "'coding.backend=block', 'coding.left_inverse=pinv', 'coding.noise.distribution=laplace', "
         "'nbafl.calibration=analytic', 'ray.num_workers=2', "
         "'faults.inject=[{kind: corrupt_partial, worker: 0, round: 1, corruption: inf}]']); "
+        "from sifl_ray.config.help import describe_keys; describe_keys(load_config([])); "
         "print('torch' in sys.modules)"
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -137,7 +178,8 @@ def test_validation_stays_free_of_torch():
 
 def test_choices_are_read_from_the_registries_that_own_them(monkeypatch):
     """A name added to its registry is a valid choice at once: validation holds no copy of any list."""
-    from sifl_ray import faults, registry_names
+    from sifl_ray import faults
+    from sifl_ray.config import names
 
     bad = ["coding.backend=toy", "train.model=toy_net", "train.optimizer=lion", "nbafl.calibration=exact"]
     with pytest.raises(ConfigError) as info:
@@ -148,14 +190,12 @@ def test_choices_are_read_from_the_registries_that_own_them(monkeypatch):
         "coding.backend",
         "nbafl.calibration",
     ]
-    for name, extra in [
-        ("CODING_BACKENDS", "toy"),
-        ("MODEL_NAMES", "toy_net"),
-        ("OPTIMIZER_NAMES", "lion"),
-        ("NBAFL_CALIBRATIONS", "exact"),
-    ]:
-        monkeypatch.setattr(registry_names, name, (*getattr(registry_names, name), extra))  # undone after
-    cfg = load_config(bad)
+    with names.SERVER_KEYS.restored(), names.MODELS.restored(), names.OPTIMIZERS.restored():
+        names.SERVER_KEYS.declare("toy", "toy_codes:ToyKey")  # declared by path: never imported here
+        names.MODELS.declare("toy_net", "toy_models:net")
+        names.OPTIMIZERS.register("lion", names.TorchOptimizer("Lion"))
+        monkeypatch.setattr(names, "NBAFL_CALIBRATIONS", (*names.NBAFL_CALIBRATIONS, "exact"))
+        cfg = load_config(bad)
     assert (cfg.coding.backend, cfg.train.model, cfg.train.optimizer) == ("toy", "toy_net", "lion")
     assert cfg.nbafl.calibration == "exact"
     fault = ["ray.num_workers=2", "faults.inject=[{kind: worker_hang, worker: 0, round: 1}]"]
@@ -165,27 +205,53 @@ def test_choices_are_read_from_the_registries_that_own_them(monkeypatch):
     assert load_config(fault).faults.inject[0].kind == "worker_hang"
 
 
-def test_each_registry_is_keyed_by_the_names_validation_reads():
-    """Registries behind torch keep their names in sifl_ray.registry_names (validation reads them there,
-    without torch); each must be keyed by exactly those names."""
+def test_no_registry_needs_a_hand_kept_copy_of_its_names():
+    """Every registry, enumerated: each declared entry imports from its path and is what its name says, and
+    the owners read their entries from the registry (a model, an optimizer, a coding backend registered
+    there is built, made and keyed by the owner with no other edit)."""
+    import sifl_ray.arms
+    import sifl_ray.attacks.builtin
+    import sifl_ray.data  # noqa: F401 - every registry's module, so that REGISTRIES holds them all
+    from sifl_ray.coding import keys
+    from sifl_ray.config import names
+    from sifl_ray.config.registry import REGISTRIES
+    from sifl_ray.models import MODEL_NAMES, build_model
+    from sifl_ray.optim.trainer import make_optimizer_factory
+
+    assert {"arm", "attack", "partitioner", "data set", "model", "optimizer", "coding backend"} <= set(
+        REGISTRIES
+    )
+    for registry in REGISTRIES.values():
+        for name in registry:
+            assert registry[name] is not None, (registry.kind, name)  # a declared path that imports
+    assert all(cls.backend == name for name, cls in names.SERVER_KEYS.items())
+    assert keys.SERVER_KEYS is names.SERVER_KEYS and names.MODELS.names() == MODEL_NAMES
+    torch = pytest.importorskip("torch")
+    with names.MODELS.restored(), names.OPTIMIZERS.restored():
+        names.MODELS.declare("digits_mlp_twin", "sifl_ray.models:digits_mlp")
+        names.OPTIMIZERS.register("rms", names.TorchOptimizer("RMSprop", {"alpha": 0.9}))
+        net = build_model(
+            "digits_mlp_twin", input_shape=(1, 8, 8), num_classes=10, generator=torch.Generator()
+        )
+        params = list(net.parameters())
+        assert isinstance(make_optimizer_factory("rms", 0.1)(params), torch.optim.RMSprop)
+
+
+def test_the_fixed_choices_are_the_owners_types():
+    """The method's fixed choices (not registries: a formula, not an entry) are spelled once in
+    sifl_ray.config.names; the owners' Literal types must say the same."""
     import typing
 
-    from sifl_ray import registry_names
-    from sifl_ray.coding import _common, base, keys, precision
-    from sifl_ray.models import _FACTORIES, MODEL_NAMES
-    from sifl_ray.optim.trainer import OPTIMIZERS
+    from sifl_ray.coding import _common, base, precision
+    from sifl_ray.config import names
     from sifl_ray.privacy import nbafl
 
-    assert tuple(keys.SERVER_KEYS) == tuple(registry_names.CODING_BACKENDS) == keys.BACKENDS
-    assert all(cls.backend == name for name, cls in keys.SERVER_KEYS.items())
-    assert _common.LEFT_INVERSES == registry_names.LEFT_INVERSES
-    assert typing.get_args(base.NoiseDistribution) == registry_names.NOISE_DISTRIBUTIONS
+    assert _common.LEFT_INVERSES == names.LEFT_INVERSES
+    assert typing.get_args(base.NoiseDistribution) == names.NOISE_DISTRIBUTIONS
     policy = typing.get_type_hints(precision.check_precision)["policy"]
-    assert typing.get_args(policy) == registry_names.PRECISION_POLICIES
-    assert tuple(_FACTORIES) == MODEL_NAMES == registry_names.MODEL_NAMES
-    assert tuple(OPTIMIZERS) == registry_names.OPTIMIZER_NAMES
-    assert typing.get_args(nbafl.Exposures) == nbafl.EXPOSURES == registry_names.NBAFL_EXPOSURES
-    assert typing.get_args(nbafl.Calibration) == nbafl.CALIBRATIONS == registry_names.NBAFL_CALIBRATIONS
+    assert typing.get_args(policy) == names.PRECISION_POLICIES
+    assert typing.get_args(nbafl.Exposures) == nbafl.EXPOSURES == names.NBAFL_EXPOSURES
+    assert typing.get_args(nbafl.Calibration) == nbafl.CALIBRATIONS == names.NBAFL_CALIBRATIONS
     assert tuple(nbafl.GUARANTEES) == nbafl.EXPOSURES
 
 

@@ -9,9 +9,11 @@ from sifl_ray.describe import dataset_sizes, describe_scenario
 
 
 def test_dataset_sizes_use_the_real_split():
-    cfg = load_config(["data.partition=dirichlet", "data.dirichlet_alpha=0.1"])
+    cfg = load_config(["data.partition=dirichlet", "dirichlet.alpha=0.1"])
     ds = load_dataset("digits", seed=cfg.seed, test_fraction=cfg.data.test_fraction)
-    parts = partition_dataset(ds.y_train, scheme="dirichlet", num_clients=10, seed=cfg.seed, alpha=0.1)
+    parts = partition_dataset(
+        ds.y_train, scheme="dirichlet", num_clients=10, seed=cfg.seed, settings={"alpha": 0.1}
+    )
     assert dataset_sizes(cfg) == (min(len(p) for p in parts), len(ds.y_train))
     iid = dataset_sizes(load_config([]))
     assert iid == (len(ds.y_train) // 10, len(ds.y_train))
@@ -31,7 +33,7 @@ def test_describe_builds_the_users_model_on_the_users_data_as_a_run_does(tmp_pat
     cfg = load_config(
         [
             "data.name=arrays",
-            f"data.path={tmp_path / 'd.npz'}",
+            f"arrays.path={tmp_path / 'd.npz'}",
             "data.partition=natural",
             "clients.num_clients=3",
             "train.model=tests.test_models_own:small_net",

@@ -14,10 +14,9 @@ import pytest
 import torch
 from torch import nn
 
-from sifl_ray import registry_names
 from sifl_ray.cli import main
 from sifl_ray.config import ConfigError, load_config
-from sifl_ray.import_paths import ImportPathError
+from sifl_ray.config.import_paths import ImportPathError
 from sifl_ray.models import (
     ModelError,
     build_model,
@@ -124,8 +123,7 @@ def test_another_process_builds_the_same_initial_model(tmp_path):
     assert outs[0].stdout == outs[1].stdout and len(eval(outs[0].stdout)) == 64 * 4 + 4 + 4 * 10 + 10
 
 
-def test_registered_models_are_choices_and_build(monkeypatch):
-    monkeypatch.setattr(registry_names, "USER_MODELS", {})
+def test_registered_models_are_choices_and_build():
     with pytest.raises(ConfigError, match=r"train.model: expected one of .*or an import path"):
         load_config(["train.model=my_small"])
     register_model("my_small")(small_net)
@@ -244,7 +242,7 @@ def test_an_lstm_on_leaf_text_trains_one_client_at_a_time_said_once(tmp_path, ca
     _shakespeare(tmp_path / "shakespeare.json")
     text = [
         "data.name=leaf",
-        f"data.path={tmp_path / 'shakespeare.json'}",
+        f"leaf.path={tmp_path / 'shakespeare.json'}",
         "data.partition=natural",  # one speaker a client
         f"train.model={HERE}:TextLSTM",
         "train.model_args={vocab: 4}",

@@ -15,9 +15,9 @@ import pytest
 from sifl_ray.arms import ARMS, Arm, register_arm, unregister_arm
 from sifl_ray.arms.dp_fedavg import DpFedAvgConfig
 from sifl_ray.config import load_config
-from sifl_ray.config_help import describe_keys
-from sifl_ray.sections import SECTIONS, SectionError
-from sifl_ray.validation import ConfigError, Range, setting
+from sifl_ray.config.help import describe_keys
+from sifl_ray.config.sections import SECTIONS, SectionError
+from sifl_ray.config.validation import ConfigError, Range, setting
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,11 +64,9 @@ def test_its_problems_are_reported_with_the_others_at_once(scale_arm):
 @pytest.fixture
 def registries():
     """The arm and section registries as they were, whatever the test removed from them."""
-    arms = dict(ARMS)
     sections = {name: copy.deepcopy(section) for name, section in SECTIONS.items()}
-    yield
-    ARMS.clear()
-    ARMS.update(arms)
+    with ARMS.restored():
+        yield
     SECTIONS.clear()
     SECTIONS.update(sections)
 
@@ -125,7 +123,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from sifl_ray.arms import Arm, PartySteps, register_arm
-from sifl_ray.validation import Range, setting
+from sifl_ray.config.validation import Range, setting
 
 
 @dataclass

@@ -1,5 +1,5 @@
-"""The one validator (:mod:`sifl_ray.validation`) on a schema of its own: every problem at once, each with its
-key and fix; choices read from their registry when validating; strict types; a read-only result."""
+"""The one validator (:mod:`sifl_ray.config.validation`) on a schema of its own: every problem at once, each
+with its key and fix; choices read from their registry when validating; strict types; a read-only result."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from sifl_ray.validation import (
+from sifl_ray.config.validation import (
     Choice,
     ConfigError,
     Range,

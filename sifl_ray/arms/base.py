@@ -184,7 +184,7 @@ class Arm:
         secure_aggregation: the uploads are masked so that the aggregator learns only their sum.
         settings: the configuration sections the arm owns, name → dataclass (``{"nbafl": NbaflConfig}``):
             registered with the arm, validated like every built-in section (a field's ``rule``, from
-            :func:`sifl_ray.validation.setting`, is its range or choice), read as ``ctx.cfg.<name>.<key>``.
+            :func:`sifl_ray.config.setting`, is its range or choice), read as ``ctx.cfg.<name>.<key>``.
             Arms that share a mechanism share its section (``dp_fedavg_secagg`` reads ``dp_fedavg``).
     """
 

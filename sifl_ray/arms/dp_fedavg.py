@@ -30,12 +30,12 @@ from functools import lru_cache
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sifl_ray import registry_names
 from sifl_ray.arms.base import Arm, ArmContext, ClientStep, PartySteps, Release
 from sifl_ray.arms.nbafl import eps_label
 from sifl_ray.arms.steps import add_update, chain, clip, to_update
+from sifl_ray.config import names
+from sifl_ray.config.validation import POSITIVE, PROBABILITY, Choice, Range, setting
 from sifl_ray.specs import Coding
-from sifl_ray.validation import POSITIVE, PROBABILITY, Choice, Range, setting
 
 if TYPE_CHECKING:
     import torch
@@ -61,7 +61,7 @@ class DpFedAvgConfig:
     accountant: str = setting(
         "rdp",
         rule=Choice(
-            lambda: registry_names.DP_ACCOUNTANTS,
+            lambda: names.DP_ACCOUNTANTS,
             meaning="rdp: Rényi DP (conservative); pld: privacy loss distributions (tighter, slower), both "
             "from Google's dp_accounting",
         ),

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sifl_ray import registry_names
 from sifl_ray.arms.base import Arm, ArmContext, PartySteps, Release, plain_releases
 from sifl_ray.arms.steps import chain, clip, gaussian
+from sifl_ray.config import names
+from sifl_ray.config.validation import POSITIVE, PROBABILITY, Choice, Range, setting
 from sifl_ray.specs import Coding
-from sifl_ray.validation import POSITIVE, PROBABILITY, Choice, Range, setting
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -39,7 +39,7 @@ class NbaflConfig:
     exposures: str = setting(
         "multi_round",
         rule=Choice(
-            lambda: registry_names.NBAFL_EXPOSURES,
+            lambda: names.NBAFL_EXPOSURES,
             meaning="multi_round: (ε, δ) for all T uploads of a client, NbAFL Theorem 1, σ grows with T; "
             "per_round: (ε, δ) per upload, per round only",
         ),
@@ -48,7 +48,7 @@ class NbaflConfig:
     calibration: str = setting(
         "classical",
         rule=Choice(
-            lambda: registry_names.NBAFL_CALIBRATIONS,
+            lambda: names.NBAFL_CALIBRATIONS,
             meaning="the Gaussian formula: classical, NbAFL's σ = c·L·Δ/ε, a proof for ε < 1 only; "
             "analytic, exact for every ε. How many uploads it covers is nbafl.exposures",
         ),

@@ -1,7 +1,9 @@
 """The arm registry: the names a scenario lists in ``arms`` mapped to their :class:`~sifl_ray.arms.base.Arm`.
 
 A module of its own so that the built-in arms (:mod:`sifl_ray.arms.builtin`) and a user's plug-in register
-through it without importing the package that imports them back.
+through it without importing the package that imports them back. :data:`ARMS` is the platform's one
+registry helper (:class:`~sifl_ray.config.registry.Registry`); an arm declares its sections itself
+(:attr:`Arm.settings`, several where it needs them), registered here.
 """
 
 from __future__ import annotations
@@ -9,13 +11,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sifl_ray.arms.base import UPLOADS, Arm
-from sifl_ray.sections import SectionError, register_section, unregister_section
+from sifl_ray.config.registry import Registry
+from sifl_ray.config.sections import SectionError, register_section, unregister_section
 from sifl_ray.specs import Coding
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-ARMS: dict[str, Arm] = {}
+#: The arms a scenario lists in ``arms``, by kind, in registration order (the built-in ones first).
+ARMS: Registry[Arm] = Registry("arm", key="arms")
 
 
 def register_arm(arm: Arm, *, replace: bool = False) -> Arm:
@@ -64,15 +68,15 @@ def register_arm(arm: Arm, *, replace: bool = False) -> Arm:
             for name, schema in previous.settings.items():
                 register_section(name, schema, owner=_owner(previous))
         raise
-    ARMS[arm.kind] = arm
+    ARMS.register(arm.kind, arm, replace=True)  # a taken kind was refused above unless replace
     return arm
 
 
 def unregister_arm(kind: str) -> None:
     """Remove ``kind`` and the sections only it declared (tests that register arms of their own)."""
-    arm = ARMS.pop(kind, None)
-    if arm is not None:
-        _drop_sections(arm)
+    if kind in ARMS:
+        _drop_sections(ARMS[kind])
+        ARMS.unregister(kind)
 
 
 def _owner(arm: Arm) -> str:
@@ -86,15 +90,13 @@ def _drop_sections(arm: Arm) -> None:
 
 def arm_kinds() -> tuple[str, ...]:
     """Every registered arm's name, in registration order (the built-in ones first)."""
-    return tuple(ARMS)
+    return ARMS.names()
 
 
 def get_arm(kind: str) -> Arm:
-    """The registered arm ``kind``; the error lists the registered ones, the fix for a typo."""
-    try:
-        return ARMS[kind]
-    except KeyError:
-        raise KeyError(f"no arm {kind!r}; registered: {', '.join(ARMS)}") from None
+    """The registered arm ``kind``; the error (a ``KeyError``) lists the registered ones, the fix for a
+    typo."""
+    return ARMS[kind]
 
 
 def arm_instances(cfg: DictConfig) -> dict[str, str]:

@@ -44,8 +44,8 @@ from sifl_ray.arms.dp_fedavg import DpFedAvg, DpFedAvgConfig, clipped_update
 from sifl_ray.arms.fedavg import FedAvg
 from sifl_ray.arms.nbafl import NbAFL
 from sifl_ray.arms.steps import add_update, chain, fixed_denominator, noise_share
+from sifl_ray.config.validation import AT_LEAST_1, NONNEG, POSITIVE, Range, setting
 from sifl_ray.specs import Coding
-from sifl_ray.validation import AT_LEAST_1, NONNEG, POSITIVE, Range, setting
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig

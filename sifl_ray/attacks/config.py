@@ -2,33 +2,46 @@
 
 Why a schema of its own: the attack suite simulates a small model (its own synthetic task, ``model`` and
 ``data``) and compares several key designs at once (``designs``, ``contrast``, ``m2``, ``audit``). Where a
-key means what it means to ``sifl run``, it has the platform's name and the platform's rule
-(``clients.num_clients``, ``train.rounds``, ``coding.key_seed``, ``coding.alpha``,
-``coding.noise.sigma1``, ...: :data:`PLATFORM_KEYS`); an old name of the attack suite's is refused with its
-new one (:data:`RENAMED`). The validator is the platform's (:func:`sifl_ray.validation.validate`): YAML
-scenario over the dataclass defaults, CLI overrides over that, every problem collected and raised at once
-(:class:`~sifl_ray.validation.ConfigError`, exit code 2), then a read-only OmegaConf object.
+key means what it means to ``sifl run``, it is the run's own: the sections ``clients``, ``train`` and
+``coding`` are the run schema's (:mod:`sifl_ray.config.schema`), with its defaults and its rules, read as
+:data:`PLATFORM_KEYS`; a run's key the attack suite does not read is refused by name (:data:`UNREAD`
+says why), and an old name of the attack suite's is refused with its new one (:data:`RENAMED`). The
+validator is the platform's (:func:`sifl_ray.config.validate`): YAML scenario over the dataclass
+defaults, CLI overrides over that, every problem collected and raised at once
+(:class:`~sifl_ray.config.ConfigError`, exit code 2), then a read-only OmegaConf object.
 
 Designs are named ``<backend>-<left inverse>[-rekey<k>]``, for example ``fast-pinv``, ``dense-oblique``,
 ``block-pinv`` or ``fast-pinv-rekey10`` (a new key epoch every 10 rounds). Backends and left inverses are the
-coding registry's (:mod:`sifl_ray.registry_names`), read when a design is parsed.
+coding registry's (:mod:`sifl_ray.config.names`), read when a design is parsed.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import re
-import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from sifl_ray import registry_names
-from sifl_ray.config import RULES as PLATFORM_RULES
-from sifl_ray.config import ScenarioConfig, read_scenario, scenario_kinds, scenario_path
-from sifl_ray.validation import Choice, Range, Rules, parse_overrides, set_path, validate
+from sifl_ray.config import names
+from sifl_ray.config.scenarios import read_scenario, scenario_kinds, scenario_path
+from sifl_ray.config.schema import ClientsConfig, CodingConfig, TrainConfig
+from sifl_ray.config.validation import (
+    AT_LEAST_1,
+    NONNEG,
+    POSITIVE,
+    PROBABILITY,
+    Choice,
+    Range,
+    Rules,
+    parse_overrides,
+    refuse_renamed,
+    refuse_unread,
+    schema_keys,
+    set_path,
+    setting,
+    validate,
+)
 
 DEFAULT_SCENARIO = "attack_small"
 _DESIGN = re.compile(r"^(?P<backend>[a-z]+)-(?P<left>[a-z]+)(?:-rekey(?P<k>\d+))?$")
@@ -40,8 +53,8 @@ class ModelSection:
     tanh MLP (n = features·hidden + 2·hidden + 1). Its updates span the whole parameter space, which the
     subspace attacks need to reach full rank."""
 
-    features: int = 199
-    hidden: int = 0
+    features: int = setting(199, rule=AT_LEAST_1)
+    hidden: int = setting(0, rule=NONNEG)
 
 
 @dataclass
@@ -49,56 +62,17 @@ class DataSection:
     """Synthetic data: Gaussian features, labels from a random logistic teacher (noisy, so gradients never
     vanish)."""
 
-    samples_per_client: int = 200
+    samples_per_client: int = setting(200, rule=AT_LEAST_1)
     teacher_scale: float = 3.0
 
 
 @dataclass
-class ClientsSection:
-    """The platform's ``clients`` keys the attack suite reads: every client takes part in every round."""
+class AttackTrainSection(TrainConfig):
+    """The run's ``train`` section (local SGD: K steps of minibatch SGD per round, the fused client of
+    docs/method.md "SIFL M1"), and the attack suite's own ``init_scale``, which scales the random initial
+    model."""
 
-    num_clients: int = 10
-
-
-@dataclass
-class TrainSection:
-    """Local SGD, the platform's ``train`` keys: K steps of minibatch SGD per round (the fused client of SPEC
-    "SIFL M1"); ``init_scale``, the attack suite's own, scales the random initial model."""
-
-    rounds: int = 40
-    local_steps: int = 2
-    batch_size: int = 32
-    lr: float = 0.5
-    init_scale: float = 0.1
-
-
-@dataclass
-class NoiseSection:
-    """The server's noise ``r1`` (the platform's ``coding.noise``): its law and scale. The aggregator's
-    ``R2`` of the M2 run takes its scales from ``m2.noise2_scales``."""
-
-    distribution: str = "gaussian"
-    sigma1: float = 1e3
-
-
-@dataclass
-class CodingSection:
-    """The keys, with the platform's ``coding`` names (``make_server_key``, ``make_aggregator_key``): ñ = n +
-    n_extra; ``kappa`` is ``‖K‖₂`` of an oblique left inverse (``None``: the coding default 1/α, 45° between
-    the kernel and col(P1)⊥); ``p``, ``gamma``, ``eta`` are key 2's, in the M2 run. ``key_seed``: an integer
-    gives reproducible simulation keys and noise (not secret: anyone with the number can rebuild them),
-    ``null`` draws 256 secure random bits per key."""
-
-    key_seed: int | None = 0
-    n_extra: int = 20
-    alpha: float = 1e-3
-    beta: float = 1e3
-    kappa: float | None = None
-    block_size: int = 20
-    p: int = 2
-    gamma: float = 1e-3
-    eta: float = 1.0
-    noise: NoiseSection = field(default_factory=NoiseSection)
+    init_scale: float = setting(0.1, rule=POSITIVE)
 
 
 @dataclass
@@ -107,23 +81,23 @@ class M2Section:
     ``coding.gamma``, ``coding.eta``, its noise ``R2`` at each scale of ``noise2_scales``)."""
 
     enabled: bool = True
-    features: int = 4999
-    clients: int = 10
-    samples_per_client: int = 100
-    rounds: int = 2
+    features: int = setting(4999, rule=AT_LEAST_1)
+    clients: int = setting(10, rule=AT_LEAST_1)
+    samples_per_client: int = setting(100, rule=AT_LEAST_1)
+    rounds: int = setting(2, rule=AT_LEAST_1)
     noise2_scales: list[float] = field(default_factory=lambda: [1.0, 1e3])
-    backend: str = "fast"
-    left_inverse: str = "pinv"
+    backend: str = setting("fast", rule=Choice(names.immersion_backends))
+    left_inverse: str = setting("pinv", rule=Choice(lambda: names.LEFT_INVERSES))
 
 
 @dataclass
 class AuditSection:
     """The DP audit (f): trials per hypothesis, Clopper–Pearson confidence, δ and Remark 3's clip C."""
 
-    trials: int = 5000
+    trials: int = setting(5000, rule=AT_LEAST_1)
     confidence: float = 0.95
-    delta: float = 1e-5
-    clip: float = 1.0
+    delta: float = setting(1e-5, rule=PROBABILITY)
+    clip: float = setting(1.0, rule=POSITIVE)
 
 
 @dataclass
@@ -131,7 +105,7 @@ class KnownPlaintextSection:
     """Known plaintext (d): a fitted decoder counts as exact when its relative error on a fresh encoding is
     below ``tolerance`` (the legitimate decoder's own round-off is printed beside it)."""
 
-    tolerance: float = 1e-3
+    tolerance: float = setting(1e-3, rule=POSITIVE)
 
 
 @dataclass
@@ -140,8 +114,8 @@ class ContrastSection:
     attack (at the paper's scales) from what the design does (it is the same design, the same attacks)."""
 
     designs: list[str] = field(default_factory=list)
-    beta: float = 1.0
-    noise_scale: float = 1.0
+    beta: float = setting(1.0, rule=POSITIVE)
+    noise_scale: float = setting(1.0, rule=NONNEG)
 
 
 @dataclass
@@ -149,7 +123,7 @@ class TranscriptSection:
     """What the recorder keeps of each transcript: at most ``max_coordinates`` coordinates per vector (the
     attacks need a sample, not a copy of every model), saved to the output folder or not."""
 
-    max_coordinates: int = 100_000
+    max_coordinates: int = setting(100_000, rule=AT_LEAST_1)
     save: bool = True
 
 
@@ -157,7 +131,7 @@ class TranscriptSection:
 class AttackConfig:
     """Everything ``sifl attack`` needs. ``designs`` are compared under the same attacks; ``primary`` is the
     design whose figures go on the RESULT line. ``seed`` drives data, initial model and minibatches;
-    ``coding.key_seed`` the keys and the parties' noise."""
+    ``coding.key_seed`` the keys and the parties' noise (null, as in a run: secure random keys)."""
 
     scenario: str = DEFAULT_SCENARIO
     seed: int = 0
@@ -177,13 +151,13 @@ class AttackConfig:
     # (``sifl run``'s keys) the arms read, e.g. arm_config.nbafl.epsilons=[1,5].
     arms: list[str] = field(default_factory=lambda: ["sifl_m1", "sifl_m2"])
     arm_config: dict[str, Any] = field(default_factory=dict)
-    rank_tol_factor: float = 4.0
+    rank_tol_factor: float = setting(4.0, rule=POSITIVE)
     out_dir: str | None = None
     model: ModelSection = field(default_factory=ModelSection)
     data: DataSection = field(default_factory=DataSection)
-    clients: ClientsSection = field(default_factory=ClientsSection)
-    train: TrainSection = field(default_factory=TrainSection)
-    coding: CodingSection = field(default_factory=CodingSection)
+    clients: ClientsConfig = field(default_factory=ClientsConfig)
+    train: AttackTrainSection = field(default_factory=AttackTrainSection)
+    coding: CodingConfig = field(default_factory=CodingConfig)
     m2: M2Section = field(default_factory=M2Section)
     audit: AuditSection = field(default_factory=AuditSection)
     known_plaintext: KnownPlaintextSection = field(default_factory=KnownPlaintextSection)
@@ -202,7 +176,7 @@ class Design:
 
     @classmethod
     def parse(cls, name: str) -> Design:
-        backends, lefts = registry_names.immersion_backends(), registry_names.LEFT_INVERSES
+        backends, lefts = names.immersion_backends(), names.LEFT_INVERSES
         m = _DESIGN.match(name)
         if not m or m["backend"] not in backends or m["left"] not in lefts or m["k"] == "0":
             raise ValueError(
@@ -213,7 +187,7 @@ class Design:
         return cls(name=name, backend=m["backend"], left_inverse=m["left"], rekey_every=int(m["k"] or 0))
 
 
-#: The attack suite's old names → the platform's: refused with the new name, all at once (:func:`_renamed`).
+#: The attack suite's old names → the platform's: refused with the new name, all at once.
 RENAMED: dict[str, str] = {
     "key_seed": "coding.key_seed",
     "data.clients": "clients.num_clients",
@@ -224,28 +198,29 @@ RENAMED: dict[str, str] = {
     **{f"m2.{k}": f"coding.{k}" for k in ("p", "gamma", "eta")},
 }
 
-
-def _schema_keys(schema: type, prefix: str = "") -> list[str]:
-    """Every dotted key of ``schema`` (its sections walked)."""
-    hints = typing.get_type_hints(schema)
-    out = []
-    for f in dataclasses.fields(schema):
-        if dataclasses.is_dataclass(hints[f.name]):
-            out += _schema_keys(hints[f.name], f"{prefix}{f.name}.")
-        else:
-            out.append(f"{prefix}{f.name}")
-    return out
-
-
-#: The keys the attack suite shares with ``sifl run``'s schema: checked by the platform's own rules.
-PLATFORM_KEYS: tuple[str, ...] = tuple(
-    k for k in _schema_keys(AttackConfig) if k in set(_schema_keys(ScenarioConfig))
+#: The keys of the run's sections the attack suite reads (checked by the run's own rules, beside its own
+#: ``train.init_scale``).
+PLATFORM_KEYS: tuple[str, ...] = (
+    "clients.num_clients",
+    *(f"train.{k}" for k in ("rounds", "local_steps", "batch_size", "lr")),
+    *(
+        f"coding.{k}"
+        for k in ("key_seed", "n_extra", "alpha", "beta", "kappa", "block_size", "p", "gamma", "eta")
+    ),
+    "coding.noise.distribution",
+    "coding.noise.sigma1",
 )
 
-_AT_LEAST_1 = Range(lambda v: v >= 1, "an integer >= 1")
-_POSITIVE = Range(lambda v: v > 0, "a number > 0")
-_NONNEG = Range(lambda v: v >= 0, "a number >= 0")
-_PROBABILITY = Range(lambda v: 0 < v < 1, "a number in (0, 1)")
+_SHARED = {"clients": ClientsConfig, "train": TrainConfig, "coding": CodingConfig}
+
+#: Why a run's key is not the attack suite's (the others: the small model and its task are the suite's).
+UNREAD: dict[str, str] = {
+    "coding.backend": "the key designs name the backend: designs=[fast-pinv]",
+    "coding.left_inverse": "the key designs name the left inverse: designs=[fast-pinv]",
+    "train.model": "the model is the suite's own: model.features, model.hidden",
+    "coding.noise.sigma2": "the M2 run's R2 takes each of m2.noise2_scales",
+}
+
 #: Where the attacks need more than a run does: two uploads a round (the differences), and local steps
 #: counted in steps (the platform's 0 means "epochs instead").
 NARROWER: dict[str, Range] = {
@@ -254,58 +229,29 @@ NARROWER: dict[str, Range] = {
     ),
     "train.local_steps": Range(lambda v: v >= 1, "an integer >= 1 (the attack suite counts local steps)"),
 }
-#: The domain checks of :class:`AttackConfig`: the platform's for :data:`PLATFORM_KEYS` (narrowed where
-#: :data:`NARROWER` says), the attack suite's own for the rest; the choices are the coding registry's.
-RULES = Rules(
-    choices={
-        **{k: c for k, c in PLATFORM_RULES.choices.items() if k in PLATFORM_KEYS},
-        "m2.backend": Choice(registry_names.immersion_backends),
-        "m2.left_inverse": Choice(lambda: registry_names.LEFT_INVERSES),
-    },
-    ranges={
-        **{k: r for k, r in PLATFORM_RULES.ranges.items() if k in PLATFORM_KEYS},
-        **NARROWER,
-        "model.features": _AT_LEAST_1,
-        "model.hidden": Range(lambda v: v >= 0, "an integer >= 0"),
-        "data.samples_per_client": _AT_LEAST_1,
-        "train.init_scale": _POSITIVE,
-        "m2.features": _AT_LEAST_1,
-        "m2.clients": _AT_LEAST_1,
-        "m2.samples_per_client": _AT_LEAST_1,
-        "m2.rounds": _AT_LEAST_1,
-        "audit.trials": _AT_LEAST_1,
-        "audit.delta": _PROBABILITY,
-        "audit.clip": _POSITIVE,
-        "known_plaintext.tolerance": _POSITIVE,
-        "transcript.max_coordinates": _AT_LEAST_1,
-        "rank_tol_factor": _POSITIVE,
-        "contrast.beta": _POSITIVE,
-        "contrast.noise_scale": _NONNEG,
-    },
-)
+#: The domain checks of :class:`AttackConfig` beyond its fields' own: the narrower ranges.
+RULES = Rules(ranges=NARROWER)
 
 
-def _renamed(raw: dict, problems: list[str]) -> None:
-    """Take every old name out of ``raw`` (a scenario's, an override's) and say its new one: the platform's
-    names are the only ones, so ``clients.num_clients=5`` means the same to ``sifl run`` and ``sifl
-    attack``."""
-    for old, new in RENAMED.items():
-        *path, leaf = old.split(".")
-        section = raw
-        for part in path:
-            section = section.get(part) if isinstance(section, dict) else None
-        if isinstance(section, dict) and leaf in section:
-            value = section.pop(leaf)
-            shown = value if isinstance(value, str) else json.dumps(value)
-            problems.append(
-                f"{old}: renamed {new} (the platform's name, as in sifl run); write {new}={shown} instead"
-            )
-    for old in ("training", "key"):  # emptied by the renames above: no "unknown key" besides
-        if raw.get(old) == {}:
-            raw.pop(old)
+def read_keys(cfg: DictConfig) -> dict[str, Any]:
+    """``cfg`` as the suite reads it, for the outputs: its own sections whole, the run's sections reduced to
+    :data:`PLATFORM_KEYS` (and ``train.init_scale``), so that a report never shows a run's key the suite
+    ignored (a ``train.model`` it never built)."""
+    data: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
+    kept = {*PLATFORM_KEYS, "train.init_scale"}
+    for name in _SHARED:
+        for key in schema_keys(_SHARED[name], f"{name}."):
+            *path, leaf = key.split(".")
+            section = data
+            for part in path:
+                section = section[part]
+            if key not in kept:
+                section.pop(leaf)
+        data[name] = {k: v for k, v in data[name].items() if v != {}}  # a section left with no key read
+    return data
 
 
-def _cross_checks(cfg: dict, problems: list[str]) -> None:
+def _cross_checks(cfg: DictConfig, problems: list[str]) -> None:
     designs = cfg["designs"]
     if not designs:
         problems.append("designs: expected at least one design, got []; for example designs=[fast-pinv]")
@@ -323,7 +269,7 @@ def _cross_checks(cfg: dict, problems: list[str]) -> None:
         problems.append(
             f"primary: {cfg['primary']!r} is not among designs {designs}; set primary to one of them"
         )
-    from sifl_ray.arms import ARMS
+    from sifl_ray.arms import ARMS  # deferred: the arms import torch-free but heavier modules
 
     if not cfg["arms"]:
         problems.append("arms: expected at least one registered arm, got []; for example arms=[sifl_m1]")
@@ -337,6 +283,11 @@ def _cross_checks(cfg: dict, problems: list[str]) -> None:
             f"train.batch_size: {cfg['train']['batch_size']} exceeds data.samples_per_client="
             f"{cfg['data']['samples_per_client']}; lower train.batch_size"
         )
+    if cfg.train.local_steps < 1:  # sifl run's default (0: epochs instead) when no scenario sets it
+        problems.append(
+            f"train.local_steps: expected an integer >= 1 (the attack suite counts local steps), got "
+            f"{cfg.train.local_steps}; set train.local_steps (for example train.local_steps=2)"
+        )
 
 
 def load_attack_config(argv: list[str] | None = None) -> DictConfig:
@@ -348,15 +299,24 @@ def load_attack_config(argv: list[str] | None = None) -> DictConfig:
     parsed, problems = parse_overrides(argv or [], noun="argument", example="train.rounds=30")
     scenario = next((str(v) for k, v in parsed if k == "scenario"), DEFAULT_SCENARIO)
     path = scenario_path(scenario)
-    raw: dict = {}
+    raw: dict[str, Any] = {}
     if path.is_file():
         raw = read_scenario(path, "attack", problems)  # a scenario of sifl run: that command, one line
     else:
-        names = [name for name, kind in scenario_kinds().items() if kind == "attack"]
-        problems.append(f"scenario: no file {path}; attack scenarios: {', '.join(names) or 'none'}")
+        kinds = [name for name, kind in scenario_kinds().items() if kind == "attack"]
+        problems.append(f"scenario: no file {path}; attack scenarios: {', '.join(kinds) or 'none'}")
     raw["scenario"] = path.stem
     for key, value in parsed:
         if key != "scenario":
             set_path(raw, key, value)
-    _renamed(raw, problems)
+    refuse_renamed(raw, RENAMED, problems, why="the platform's name, as in sifl run")
+    refuse_unread(
+        raw,
+        _SHARED,
+        PLATFORM_KEYS,
+        problems,
+        command="sifl attack",
+        why=UNREAD,
+        otherwise="the attack suite plays its own small task",
+    )
     return validate(AttackConfig, raw, RULES, cross_checks=(_cross_checks,), problems=problems)

@@ -1,6 +1,6 @@
 """The precision–privacy frontier: what a smaller per-element ε costs in float64 decode error.
 
-SPEC "Precision": the encoded vector is mostly noise, so every decode carries an error of about
+docs/method.md "Precision": the encoded vector is mostly noise, so every decode carries an error of about
 ``eps64·‖noise‖/α``. Shrinking the per-element ε means more noise (σ) or a smaller signal scale (α), and both
 raise that error. :func:`frontier` sweeps σ and α over one key configuration and reports, for each point:
 
@@ -12,7 +12,9 @@ raise that error. :func:`frontier` sweeps σ and α over one key configuration a
   Laplace ε): each ε is set against the error of the noise it is computed for.
 
 The ε are per-element, per-round figures, as the paper states them; the attack suite shows what they do not
-cover. ``frontier_main`` is the entry point of ``sifl describe --frontier``.
+cover. ``frontier_main`` is the entry point of ``sifl describe --frontier``. Its keys of the key and of the
+privacy inputs are a run's (``coding.n_extra``, ``coding.backend``, ``privacy.clip``, ...: the run's
+sections, defaults and rules, :mod:`sifl_ray.config.schema`), so a scenario's values need no translation.
 """
 
 from __future__ import annotations
@@ -29,36 +31,47 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
-from sifl_ray import registry_names
 from sifl_ray.coding.base import CODING_DTYPE, NoiseSpec, ServerKey
 from sifl_ray.coding.dense import DENSE_MAX_N  # the dense key's own limit: checked here before any work
+from sifl_ray.config.schema import CodingConfig, PrivacyConfig
+from sifl_ray.config.validation import (
+    AT_LEAST_1,
+    ConfigError,
+    Range,
+    Rules,
+    parse_overrides,
+    refuse_renamed,
+    refuse_unread,
+    set_path,
+    setting,
+    validate,
+)
 from sifl_ray.seeding import derive_bytes, torch_generator
 from sifl_ray.specs import Coding
-from sifl_ray.validation import Choice, ConfigError, Range, Rules, parse_overrides, validate
+
+_POSITIVE_LIST = Range(lambda v: bool(v) and all(x > 0 for x in v), "a non-empty list of numbers > 0")
 
 
 @dataclass
 class FrontierConfig:
-    """The sweep. ``scenario`` (a platform scenario) takes n, ñ − n, the key's backend and scales, the noise
-    family, C, δ and |D_i| from that scenario and adds its own (α, σ1) to the sweep."""
+    """The sweep: α × noise scale over one key (``coding``: ñ − n, backend, left inverse, β, κ, block size)
+    and the privacy inputs (``privacy``: C, δ), a run's keys with a run's defaults. ``coding.alpha`` and
+    ``coding.noise.sigma1``, where given, join the sweep. ``scenario`` (a run's scenario) takes n, |D_i|
+    and those keys from that scenario (each key given here wins)."""
 
     scenario: str | None = None
-    n: int = 1000
-    n_extra: int = 64
-    backend: str = "fast"
-    left_inverse: str = "pinv"
-    beta: float = 1e3
-    kappa: float | None = None
-    block_size: int = 64
-    alphas: list[float] = field(default_factory=lambda: [1e-4, 1e-3, 1e-2, 1e-1, 1.0])
-    noise_scales: list[float] = field(default_factory=lambda: [1.0, 10.0, 100.0, 1e3, 1e4])
+    n: int = setting(1000, rule=AT_LEAST_1)
+    alphas: list[float] = setting(default_factory=lambda: [1e-4, 1e-3, 1e-2, 1e-1, 1.0], rule=_POSITIVE_LIST)
+    noise_scales: list[float] = setting(
+        default_factory=lambda: [1.0, 10.0, 100.0, 1e3, 1e4], rule=_POSITIVE_LIST
+    )
     w_scale: float = 0.05
-    samples: int = 4
-    clip: float = 1000.0
-    local_size: int = 6000
-    delta: float = 1e-5
+    samples: int = setting(4, rule=AT_LEAST_1)
+    local_size: int = setting(6000, rule=AT_LEAST_1)
     seed: int = 0
     out_dir: str | None = None
+    coding: CodingConfig = field(default_factory=CodingConfig)
+    privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
 
 
 @dataclass(frozen=True)
@@ -156,6 +169,7 @@ def frontier(
         )
     points = []
     total = len(alphas) * len(noise_scales)
+    privacy = {"clip": clip, "local_size": local_size, "delta": delta}
     with single_threaded(), Progress("describe --frontier", total=total, enabled=progress) as bar:
         for alpha in map(float, alphas):
             key = make_server_key(
@@ -170,41 +184,53 @@ def frontier(
                 seed=derive_bytes(seed, "frontier", "server-key", alpha),
             )
             for scale in map(float, noise_scales):
-                eps_g, eps_lp, eps_ls = _upload_epsilons(
-                    key, scale=scale, clip=clip, local_size=local_size, delta=delta
-                )
-                gauss, lap = NoiseSpec("gaussian", scale), NoiseSpec("laplace", scale)
-                abs_g, rel_g = measure_decode_error(
-                    key,
-                    noise=gauss,
-                    w_scale=w_scale,
-                    samples=samples,
-                    generator=torch_generator(seed, "frontier", "measure", alpha, scale),
-                )
-                abs_l, rel_l = measure_decode_error(
-                    key,
-                    noise=lap,
-                    w_scale=w_scale,
-                    samples=samples,
-                    generator=torch_generator(seed, "frontier", "measure", "laplace", alpha, scale),
-                )
                 points.append(
-                    FrontierPoint(
-                        alpha=alpha,
-                        noise_scale=scale,
-                        eps_gaussian=eps_g,
-                        eps_laplace_paper=eps_lp,
-                        eps_laplace_sound=eps_ls,
-                        predicted_error=_predicted_error(key, noise=gauss, w_scale=w_scale),
-                        measured_error=abs_g,
-                        measured_relative_error=rel_g,
-                        laplace_predicted_error=_predicted_error(key, noise=lap, w_scale=w_scale),
-                        laplace_measured_error=abs_l,
-                        laplace_measured_relative_error=rel_l,
-                    )
+                    _point(key, alpha, scale, privacy=privacy, w_scale=w_scale, samples=samples, seed=seed)
                 )
                 bar.step(f"alpha {alpha:g}, noise scale {scale:g}")
     return points
+
+
+def _point(
+    key: ServerKey,
+    alpha: float,
+    scale: float,
+    *,
+    privacy: dict[str, Any],
+    w_scale: float,
+    samples: int,
+    seed: int,
+) -> FrontierPoint:
+    """One (α, σ) point of ``key``: the upload's ε and the decode error of each noise law at scale σ."""
+    eps_g, eps_lp, eps_ls = _upload_epsilons(key, scale=scale, **privacy)
+    gauss, lap = NoiseSpec("gaussian", scale), NoiseSpec("laplace", scale)
+    abs_g, rel_g = measure_decode_error(
+        key,
+        noise=gauss,
+        w_scale=w_scale,
+        samples=samples,
+        generator=torch_generator(seed, "frontier", "measure", alpha, scale),
+    )
+    abs_l, rel_l = measure_decode_error(
+        key,
+        noise=lap,
+        w_scale=w_scale,
+        samples=samples,
+        generator=torch_generator(seed, "frontier", "measure", "laplace", alpha, scale),
+    )
+    return FrontierPoint(
+        alpha=alpha,
+        noise_scale=scale,
+        eps_gaussian=eps_g,
+        eps_laplace_paper=eps_lp,
+        eps_laplace_sound=eps_ls,
+        predicted_error=_predicted_error(key, noise=gauss, w_scale=w_scale),
+        measured_error=abs_g,
+        measured_relative_error=rel_g,
+        laplace_predicted_error=_predicted_error(key, noise=lap, w_scale=w_scale),
+        laplace_measured_error=abs_l,
+        laplace_measured_relative_error=rel_l,
+    )
 
 
 def frontier_table(points: Sequence[FrontierPoint]) -> str:
@@ -290,76 +316,76 @@ def plot_frontier(points: Sequence[FrontierPoint], path: Path, *, title: str) ->
     return path
 
 
-def _platform_values(name: str) -> dict[str, Any]:
-    """n, key and privacy settings of a platform scenario (``scenarios/NAME.yaml``)."""
+#: The keys of the run's sections the frontier reads (the rest of those sections is no part of a sweep).
+READS: tuple[str, ...] = (
+    *(f"coding.{k}" for k in ("n_extra", "backend", "left_inverse", "beta", "kappa", "block_size", "alpha")),
+    "coding.noise.sigma1",
+    "privacy.clip",
+    "privacy.delta",
+)
+
+#: The frontier's old names → the run's: refused with the new name, all at once.
+RENAMED: dict[str, str] = {
+    **{k: f"coding.{k}" for k in ("n_extra", "backend", "left_inverse", "beta", "kappa", "block_size")},
+    **{k: f"privacy.{k}" for k in ("clip", "delta")},
+}
+
+
+def _scenario_values(name: str) -> dict[str, Any]:
+    """n, |D_i| and the keys of :data:`READS` of the run's scenario ``scenarios/NAME.yaml``, dotted.
+
+    Raises:
+        ConfigError: the scenario does not load.
+    """
     from sifl_ray.config import load_config
+    from sifl_ray.data.registry import train_samples
     from sifl_ray.models import build_model, count_params
 
     cfg = load_config([f"scenario={name}"])
     shape = (1, 8, 8) if cfg.data.name == "digits" else (1, 28, 28)
     model = build_model(cfg.train.model, input_shape=shape, num_classes=10, generator=torch.Generator())
-    coding = cfg.coding
-    clients = int(cfg.clients.num_clients)
-    n_train = int(cfg.data.limit_train or (cfg.data.n_train if cfg.data.name == "synthetic" else 60000))
-    if cfg.data.name == "digits":
-        n_train = int(1797 * (1 - cfg.data.test_fraction))
-    return {
-        "n": count_params(model),
-        "n_extra": int(coding.n_extra),
-        "backend": str(coding.backend),
-        "left_inverse": str(coding.left_inverse),
-        "beta": float(coding.beta),
-        "kappa": None if coding.kappa is None else float(coding.kappa),
-        "block_size": int(coding.block_size),
-        "alpha": float(coding.alpha),
-        "sigma1": float(coding.noise.sigma1),
-        "clip": float(cfg.privacy.clip),
-        "delta": float(cfg.privacy.delta),
-        "local_size": max(n_train // clients, 1),
-    }
+    samples = train_samples(cfg)
+    n_train = samples.count if samples is not None else 60000
+    values = {key: OmegaConf.select(cfg, key) for key in READS}
+    return {**values, "n": count_params(model), "local_size": max(n_train // int(cfg.clients.num_clients), 1)}
 
 
-_AT_LEAST_1 = Range(lambda v: v >= 1, "an integer >= 1")
-_POSITIVE_LIST = Range(lambda v: bool(v) and all(x > 0 for x in v), "a non-empty list of numbers > 0")
-#: The domain checks of :class:`FrontierConfig`; the backends and left inverses are the coding registry's.
-RULES = Rules(
-    choices={
-        "backend": Choice(registry_names.immersion_backends),
-        "left_inverse": Choice(lambda: registry_names.LEFT_INVERSES),
-    },
-    ranges={
-        **dict.fromkeys(("n", "n_extra", "samples", "local_size", "block_size"), _AT_LEAST_1),
-        "delta": Range(lambda v: 0 < v < 1, "a number in (0, 1)"),
-        **dict.fromkeys(("alphas", "noise_scales"), _POSITIVE_LIST),
-    },
-)
+#: The domain checks of :class:`FrontierConfig` beyond its fields' own (none: the run's rules hold).
+RULES = Rules()
 
 
 def load_frontier_config(argv: Sequence[str]) -> FrontierConfig:
-    """``key=value`` items over :class:`FrontierConfig` (all problems at once, as :class:`ConfigError`)."""
+    """``key=value`` items over :class:`FrontierConfig` (all problems at once, as :class:`ConfigError`).
+
+    Raises:
+        ConfigError: every problem, each with its key, what was expected, what arrived and the fix.
+    """
     parsed, problems = parse_overrides(argv, noun="argument", example="alphas=[1e-3,1e-2]")
-    raw: dict[str, Any] = dict(parsed)
+    raw: dict[str, Any] = {}
+    for key, value in parsed:
+        set_path(raw, key, value)
+    refuse_renamed(raw, RENAMED, problems, why="the run's name, as in sifl run")
+    shared = {"coding": CodingConfig, "privacy": PrivacyConfig}
+    refuse_unread(
+        raw,
+        shared,
+        READS,
+        problems,
+        command="sifl describe --frontier",
+        why={},
+        otherwise="no part of a sweep",
+    )
+    given = {key for key, _ in parsed}
+    scenario = raw.get("scenario")
+    if isinstance(scenario, str):
+        for key, value in _scenario_values(scenario).items():
+            if key not in given:
+                set_path(raw, key, value)
     cfg = OmegaConf.to_object(validate(FrontierConfig, raw, RULES, problems=problems))
-    if cfg.scenario:
-        plat = _platform_values(cfg.scenario)
-        for k in (
-            "n",
-            "n_extra",
-            "backend",
-            "left_inverse",
-            "beta",
-            "kappa",
-            "block_size",
-            "clip",
-            "delta",
-            "local_size",
-        ):
-            if k not in raw:
-                setattr(cfg, k, plat[k])
-        if plat["alpha"] not in cfg.alphas:
-            cfg.alphas = sorted([*cfg.alphas, plat["alpha"]])
-        if plat["sigma1"] not in cfg.noise_scales:
-            cfg.noise_scales = sorted([*cfg.noise_scales, plat["sigma1"]])
+    if scenario or "coding.alpha" in given:  # the scenario's own point joins the sweep
+        cfg.alphas = sorted({*cfg.alphas, cfg.coding.alpha})
+    if scenario or "coding.noise.sigma1" in given:
+        cfg.noise_scales = sorted({*cfg.noise_scales, cfg.coding.noise.sigma1})
     return cfg
 
 
@@ -372,28 +398,30 @@ def frontier_main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    coding, privacy = cfg.coding, cfg.privacy
     points = frontier(
         n=cfg.n,
-        n_extra=cfg.n_extra,
+        n_extra=coding.n_extra,
         alphas=cfg.alphas,
         noise_scales=cfg.noise_scales,
-        backend=cfg.backend,
-        left_inverse=cfg.left_inverse,
-        beta=cfg.beta,
-        kappa=cfg.kappa,
-        block_size=cfg.block_size,
+        backend=coding.backend,
+        left_inverse=coding.left_inverse,
+        beta=coding.beta,
+        kappa=coding.kappa,
+        block_size=coding.block_size,
         w_scale=cfg.w_scale,
         samples=cfg.samples,
-        clip=cfg.clip,
+        clip=privacy.clip,
         local_size=cfg.local_size,
-        delta=cfg.delta,
+        delta=privacy.delta,
         seed=cfg.seed,
     )
     out = Path(cfg.out_dir) if cfg.out_dir else Path("runs") / "frontier" / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     title = (
-        f"precision-privacy frontier: n = {cfg.n}, ñ - n = {cfg.n_extra}, {cfg.backend}/{cfg.left_inverse}, "
-        f"beta = {cfg.beta:g}, C = {cfg.clip:g}, |D_i| = {cfg.local_size}, delta = {cfg.delta:g}"
+        f"precision-privacy frontier: n = {cfg.n}, ñ - n = {coding.n_extra}, {coding.backend}/"
+        f"{coding.left_inverse}, beta = {coding.beta:g}, C = {privacy.clip:g}, |D_i| = {cfg.local_size}, "
+        f"delta = {privacy.delta:g}"
     )
     table = frontier_table(points)
     note = (
@@ -416,10 +444,18 @@ def frontier_main(argv: Sequence[str] | None = None) -> int:
 
 
 def _public(cfg: FrontierConfig) -> dict[str, Any]:
-    """The sweep's configuration as written out: without ``seed``, which reproduces the sweep's keys and noise
-    (the attack suite's rule: no seed that rebuilds keys or noise leaves the process)."""
+    """The sweep's configuration as written out: its own keys and the run's keys it reads, without ``seed``,
+    which reproduces the sweep's keys and noise (the attack suite's rule: no seed that rebuilds keys or noise
+    leaves the process)."""
     data = asdict(cfg)
     data.pop("seed")
+    sections = {"coding": data.pop("coding"), "privacy": data.pop("privacy")}
+    for key in READS:
+        section, *path = key.split(".")
+        value: Any = sections[section]
+        for part in path:
+            value = value[part]
+        data[key] = value
     return data
 
 

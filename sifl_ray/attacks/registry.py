@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from sifl_ray.config.registry import Registry
 from sifl_ray.errors import SiflError
 
 if TYPE_CHECKING:
@@ -117,7 +118,8 @@ class Attack:
     measure: Callable[[DesignView], dict[str, Measured]]
 
 
-ATTACKS: dict[str, Attack] = {}
+#: Every attack, by name, in registration order (the platform's registry helper).
+ATTACKS: Registry[Attack] = Registry("attack")
 
 
 def register_attack(attack: Attack) -> Attack:
@@ -154,13 +156,13 @@ def register_attack(attack: Attack) -> Attack:
             )
     if problems:
         raise AttackRegistryError("; ".join(problems))
-    ATTACKS[attack.name] = attack
+    ATTACKS.register(attack.name, attack)
     return attack
 
 
 def unregister_attack(name: str) -> None:
     """Remove ``name`` from the registry (tests that register attacks of their own)."""
-    ATTACKS.pop(name, None)
+    ATTACKS.unregister(name)
 
 
 def figure_specs() -> dict[str, FigureSpec]:

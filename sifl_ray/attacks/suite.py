@@ -42,7 +42,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sifl_ray.attacks.arm_audit import ArmAudit, audit_arm
 from sifl_ray.attacks.audit import AuditTest, audit_upload_release
-from sifl_ray.attacks.config import Design
+from sifl_ray.attacks.config import Design, read_keys
 from sifl_ray.attacks.design import DesignResult, evaluate_design
 from sifl_ray.attacks.m2 import M2Result, evaluate_m2
 from sifl_ray.attacks.plain import PlainResult, evaluate_plain
@@ -73,7 +73,7 @@ REDACTED_FIELDS = ("seed", "coding.key_seed")
 def public_config(cfg: DictConfig) -> dict[str, Any]:
     """The configuration as written to JSON, markdown and TensorBoard: :data:`REDACTED_FIELDS` removed, and
     a ``keys`` line saying what kind of keys were used (without any seed)."""
-    data: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
+    data = read_keys(cfg)  # the keys the suite reads, none it ignored
     reproducible = cfg.coding.key_seed is not None
     for name in REDACTED_FIELDS:
         *path, leaf = name.split(".")

@@ -21,8 +21,8 @@ import numpy as np
 import torch
 
 from sifl_ray.coding.base import CODING_DTYPE, ClientServerKey
+from sifl_ray.config.names import LEFT_INVERSES  # re-exported: spelled there, validation reads it
 from sifl_ray.errors import SiflError
-from sifl_ray.registry_names import LEFT_INVERSES  # re-exported: spelled there, validation reads it
 from sifl_ray.seeding import derive_bytes
 
 Seed = int | bytes

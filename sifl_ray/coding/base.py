@@ -22,7 +22,7 @@ from typing import ClassVar, Literal
 import numpy as np
 import torch
 
-from sifl_ray.registry_names import NOISE_DISTRIBUTIONS
+from sifl_ray.config.names import NOISE_DISTRIBUTIONS
 
 CODING_DTYPE = torch.float64
 

@@ -9,16 +9,14 @@ import torch
 from sifl_ray.coding._common import Seed
 from sifl_ray.coding.aggregator import DenseAggregatorKey
 from sifl_ray.coding.base import AggregatorKey, ServerKey
-from sifl_ray.coding.block import BlockServerKey
-from sifl_ray.coding.dense import DenseServerKey
-from sifl_ray.coding.fast import FastServerKey
 from sifl_ray.coding.identity import IdentityKey
-from sifl_ray.registry_names import CODING_BACKENDS
+from sifl_ray.config.names import SERVER_KEYS
+from sifl_ray.config.registry import RegistryError
 
-#: Every backend of key 1 this process has loaded, by the name a configuration and a key's state use. The
-#: names (and where each class lives) are :data:`sifl_ray.registry_names.CODING_BACKENDS`.
-SERVER_KEYS: dict[str, type[ServerKey]] = {}
-BACKENDS = tuple(CODING_BACKENDS)  # the built-in ones (a registered backend is in CODING_BACKENDS)
+#: Key 1's backends by the name a configuration and a key's state use: the registry
+#: (:data:`sifl_ray.config.names.SERVER_KEYS`) declares the built-in ones by import path, so their names
+#: are known without torch; a backend registered here is a name there at once.
+BACKENDS = SERVER_KEYS.names()  # the built-in ones (a registered backend joins the registry)
 DEFAULT_LEFT_INVERSE = "oblique"
 
 
@@ -28,7 +26,7 @@ def register_server_key(cls: type[ServerKey]) -> type[ServerKey]:
     The class needs ``create(*, n, n_tilde, alpha, beta, left_inverse, kappa, seed, epoch, device, ...)``
     (its extra options named in ``cls.create_options``), ``state_dict`` / ``from_state_dict``, and passes the
     conformance suite (``tests/coding/test_coding_conformance.py``). Its module must be importable where
-    the server runs (a Ray actor imports it by the path recorded here).
+    the server runs (a Ray actor imports it by the path the registry records).
 
     Raises:
         ValueError: not a key class, a bad name, or a name another class has.
@@ -38,32 +36,27 @@ def register_server_key(cls: type[ServerKey]) -> type[ServerKey]:
         raise ValueError(f"a coding backend must subclass sifl_ray.coding.ServerKey, got {cls!r}")
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"{cls.__name__}.backend must be a name like 'fast', got {name!r}")
-    path = f"{cls.__module__}:{cls.__qualname__}"
-    if CODING_BACKENDS.get(name, path) != path:
-        raise ValueError(f"coding backend {name!r} is already {CODING_BACKENDS[name]}; pick another name")
-    SERVER_KEYS[name] = cls
-    CODING_BACKENDS[name] = path
+    try:
+        SERVER_KEYS.register(name, cls)
+    except RegistryError:
+        raise ValueError(
+            f"coding backend {name!r} is already {SERVER_KEYS.path(name)}; pick another name"
+        ) from None
     return cls
-
-
-for _cls in (IdentityKey, DenseServerKey, FastServerKey, BlockServerKey):
-    register_server_key(_cls)
 
 
 def server_key_class(backend: str, path: str | None = None) -> type[ServerKey]:
     """The key class of ``backend``, imported from where it lives (``path``, else the registry's) if this
     process has not loaded it yet; a ValueError naming the choices for an unknown one."""
-    cls = SERVER_KEYS.get(backend)
-    where = path or CODING_BACKENDS.get(backend)
-    if cls is None and where:
-        module, _, qualname = where.partition(":")
+    if backend not in SERVER_KEYS and path:
+        module, _, qualname = path.partition(":")
         found: object = importlib.import_module(module)
         for part in qualname.split("."):
             found = getattr(found, part)
-        cls = register_server_key(found)  # type: ignore[arg-type]
-    if cls is None:
-        raise ValueError(f"backend must be one of {tuple(CODING_BACKENDS)}; got {backend!r}")
-    return cls
+        return register_server_key(found)  # type: ignore[arg-type]
+    if backend not in SERVER_KEYS:
+        raise ValueError(f"backend must be one of {SERVER_KEYS.names()}; got {backend!r}")
+    return SERVER_KEYS[backend]  # type: ignore[no-any-return]
 
 
 def transform_depth(backend: str, *, n_tilde: int, rounds: int = 1, block_rows: int | None = None) -> float:
@@ -149,7 +142,7 @@ def server_key_from_state_dict(state: dict, *, device: str | torch.device = "cpu
         cls = server_key_class(str(state.get("backend")))
     except ValueError:
         raise ValueError(
-            f"unknown server key state backend {state.get('backend')!r}; expected {tuple(CODING_BACKENDS)}"
+            f"unknown server key state backend {state.get('backend')!r}; expected {SERVER_KEYS.names()}"
         ) from None
     return cls.from_state_dict(state, device=device)
 

@@ -65,8 +65,8 @@ import torch
 
 from sifl_ray.coding.base import CODING_DTYPE, AggregatorKey, NoiseDistribution, NoiseSpec, ServerKey
 from sifl_ray.coding.keys import transform_depth
+from sifl_ray.config.names import PRECISION_POLICIES
 from sifl_ray.errors import SiflError
-from sifl_ray.registry_names import PRECISION_POLICIES
 
 SAFETY = 2.0
 DEFAULT_CONFIDENCE = 1e-6

@@ -9,6 +9,8 @@ One module per concern:
   digits, synthetic), scaling, standardisation and subsampling;
 - :mod:`~sifl_ray.data.own`: your own data (``.npz`` / ``.pt`` arrays, LEAF JSON, a loader by import path
   or registered name), with each sample's own client for the ``natural`` partition;
+- :mod:`~sifl_ray.data.registry` and :mod:`~sifl_ray.data.builtin`: the data sets ``data.name`` names,
+  built-in and yours registered alike, each with its settings section and its rules;
 - :mod:`~sifl_ray.data.partition`: how the training set is split across clients, one registered
   function per scheme (:data:`PARTITIONERS`);
 - :mod:`~sifl_ray.data.sampling`: per round, which clients take part and which minibatches they use.
@@ -21,6 +23,7 @@ mention the arm (FL, SIFL M1, SIFL M2), so every arm of a scenario sees the same
 the same minibatches: differences between arms come from the coding alone.
 """
 
+from sifl_ray.data import builtin as _builtin  # noqa: F401 - the built-in data sets register on import
 from sifl_ray.data.datasets import (
     DATASET_NAMES,
     Dataset,
@@ -38,7 +41,7 @@ from sifl_ray.data.download import (
     DatasetError,
 )
 from sifl_ray.data.idx import IDXFormatError, encode_idx, read_idx
-from sifl_ray.data.own import DataInputError, load_any_dataset, register_dataset
+from sifl_ray.data.own import DataInputError, load_any_dataset
 from sifl_ray.data.partition import (
     PARTITIONERS,
     Partitioner,
@@ -49,9 +52,11 @@ from sifl_ray.data.partition import (
     partition_shards,
     register_partitioner,
 )
+from sifl_ray.data.registry import DATASETS, register_dataset, unregister_dataset
 from sifl_ray.data.sampling import client_batches, sample_clients
 
 __all__ = [
+    "DATASETS",
     "DATASET_NAMES",
     "IDX_FILES",
     "MNIST_CHECKSUMS",
@@ -80,4 +85,5 @@ __all__ = [
     "register_dataset",
     "register_partitioner",
     "sample_clients",
+    "unregister_dataset",
 ]

@@ -4,8 +4,8 @@
 Text in LEAF (Shakespeare's strings) becomes character ids over the characters the files use, sorted,
 stored as floats (a model's embedding casts them back with ``.long()``). Without a test set, LEAF holds out
 that share of each user's samples, as LEAF's own sample split does. Every problem is a
-:class:`~sifl_ray.data.from_arrays.DataInputError` naming the key to change (``data.path``,
-``data.test_path``).
+:class:`~sifl_ray.data.from_arrays.DataInputError` naming the key to change (``arrays.path``,
+``leaf.path``, ``leaf.test_path``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ def _existing(path: str | os.PathLike[str] | None, key: str, what: str) -> Path:
     return p
 
 
-def load_arrays_file(path: str | os.PathLike[str] | None, *, key: str = "data.path") -> dict[str, np.ndarray]:
+def load_arrays_file(
+    path: str | os.PathLike[str] | None, *, key: str = "arrays.path"
+) -> dict[str, np.ndarray]:
     """The arrays of a ``.npz`` file or of a ``.pt`` file holding a dict of tensors (read with
     ``weights_only=True``: a data file must not run code)."""
     p = _existing(path, key, "data.name=arrays's .npz or .pt")
@@ -149,27 +151,27 @@ def load_leaf(
         test_path: the same for the test set; ``None``: ``test_fraction`` of each user's samples, at random
             (stream ``(seed, "data", "own_split", name)``), as LEAF's ``--sf`` sample split.
     """
-    train_users = _read_leaf(_existing(path, "data.path", "data.name=leaf's JSON"), "data.path")
+    train_users = _read_leaf(_existing(path, "leaf.path", "data.name=leaf's JSON"), "leaf.path")
     test_users = (
-        _read_leaf(_existing(test_path, "data.test_path", "LEAF test"), "data.test_path") if test_path else []
+        _read_leaf(_existing(test_path, "leaf.test_path", "LEAF test"), "leaf.test_path") if test_path else []
     )
     chars = {c for _, xs, ys in train_users + test_users for v in (*xs, *ys) if isinstance(v, str) for c in v}
     vocab = {c: i for i, c in enumerate(sorted(chars))}
     xs, ys, owners = [], [], []
     for u, (_, ux, uy) in enumerate(train_users):
         if ux:
-            x, y = _leaf_arrays(ux, uy, vocab, "data.path")
+            x, y = _leaf_arrays(ux, uy, vocab, "leaf.path")
             xs.append(x)
             ys.append(y)
             owners.append(np.full(len(y), u, dtype=np.int64))
     if len({x.shape[1:] for x in xs}) != 1:
         raise DataInputError(
-            "data.path", "the users' samples differ in length", "give every sample one length"
+            "leaf.path", "the users' samples differ in length", "give every sample one length"
         )
     x_all, y_all, c_all = np.concatenate(xs), np.concatenate(ys), np.concatenate(owners)
     if test_users:
         tx, ty = zip(
-            *(_leaf_arrays(ux, uy, vocab, "data.test_path") for _, ux, uy in test_users if ux), strict=True
+            *(_leaf_arrays(ux, uy, vocab, "leaf.test_path") for _, ux, uy in test_users if ux), strict=True
         )
         x_test, y_test = np.concatenate(tx), np.concatenate(ty)
         train = np.arange(y_all.size)
@@ -190,7 +192,7 @@ def load_leaf(
             raise DataInputError(
                 "data.test_fraction",
                 f"{test_fraction} of each LEAF user's samples holds out none",
-                "raise data.test_fraction or set data.test_path",
+                "raise data.test_fraction or set leaf.test_path",
             )
     num_classes = max(len(vocab), int(max(y_all.max(), y_test.max())) + 1)
     return Dataset(

@@ -4,9 +4,9 @@ Each partitioner returns ``num_clients`` sorted int64 index arrays that together
 exactly once, and draws its randomness from the generator it is given; :func:`partition_dataset` gives
 it the stream ``(seed, "partition", scheme)``.
 
-The schemes live in one registry, :data:`PARTITIONERS`, which :func:`partition_dataset` dispatches through
-and the configuration validator reads (``data.partition``). Adding a scheme is one function and one
-registration::
+The schemes live in one registry, :data:`PARTITIONERS` (the platform's registry helper,
+:class:`~sifl_ray.config.registry.Registry`), which :func:`partition_dataset` dispatches through and the
+configuration validator reads (``data.partition``). Adding a scheme is one function and one registration::
 
     @register_partitioner("round_robin")
     def partition_round_robin(labels, num_clients, generator):
@@ -14,11 +14,11 @@ registration::
 
 A scheme with knobs of its own declares them as a settings dataclass, which becomes the configuration
 section named after the scheme, validated like every section (unknown key, type, range through
-:func:`sifl_ray.validation.setting`, all problems at once), and whose typed values the scheme receives as
-keyword arguments::
+:func:`sifl_ray.config.setting`, all problems at once), and whose typed values the scheme receives as
+keyword arguments; a rule that spans other keys (the shards against the samples) is its ``problems``::
 
     from dataclasses import dataclass
-    from sifl_ray.validation import Range, setting
+    from sifl_ray.config import Range, setting
 
     @dataclass
     class BlocksSettings:
@@ -31,10 +31,8 @@ keyword arguments::
 
     # data.partition=blocks blocks.block=16
 
-The built-in schemes keep their knobs in the ``data`` section (``data.dirichlet_alpha``,
-``data.shards_per_client``, which scenarios and published figures use) and ask for them by name among
-:func:`partition_dataset`'s options (``options=("alpha",)``); a new scheme declares a section instead.
-``options=("groups",)`` still gives any scheme the data's own client id per sample.
+The built-in schemes register the same way: ``dirichlet.alpha``, ``shards.per_client``.
+``options=("groups",)`` gives any scheme the data's own client id per sample.
 """
 
 from __future__ import annotations
@@ -42,13 +40,18 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from sifl_ray.config.registry import Registry
+from sifl_ray.config.sections import section_defaults
+from sifl_ray.config.validation import AT_LEAST_1, Range, setting
 from sifl_ray.data.download import DatasetError
-from sifl_ray.sections import register_component_section, section_defaults, unregister_component_section
 from sifl_ray.seeding import numpy_generator
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 __all__ = [
     "PARTITIONERS",
@@ -64,9 +67,17 @@ __all__ = [
     "unregister_partitioner",
 ]
 
-PARTITION_OPTIONS = ("alpha", "shards_per_client", "min_size", "groups")
-"""The keyword options of :func:`partition_dataset` a partitioner can ask for: the scenario's knobs, and
+PARTITION_OPTIONS = ("min_size", "groups")
+"""The keyword options of :func:`partition_dataset` a partitioner can ask for: the smallest part, and
 ``groups``, the data's own client id per sample (:attr:`sifl_ray.data.Dataset.client_train`)."""
+
+Problems = Callable[["DictConfig"], list[str]]
+"""``problems(cfg)``: what is wrong with a configuration that uses the scheme, on keys beyond its own
+section (each message with its key and fix); run by the configuration's cross-checks."""
+
+
+def _no_problems(cfg: DictConfig) -> list[str]:
+    return []
 
 
 @dataclass(frozen=True)
@@ -78,21 +89,23 @@ class Partitioner:
         options: the names in :data:`PARTITION_OPTIONS` it takes, passed as keyword arguments.
         settings: its section's dataclass (the section is named after the scheme), whose values it takes
             as keyword arguments; ``None``: it declares no section.
+        problems: its rules on the rest of the configuration (:data:`Problems`).
     """
 
     function: Callable[..., list[np.ndarray]]
     options: tuple[str, ...] = ()
     settings: type | None = None
+    problems: Problems = _no_problems
 
 
-PARTITIONERS: dict[str, Partitioner] = {}
+PARTITIONERS: Registry[Partitioner] = Registry("partitioner", key="data.partition")
 """Scheme name → :class:`Partitioner`, in registration order: the names ``data.partition`` accepts."""
 
 _F = TypeVar("_F", bound=Callable[..., list[np.ndarray]])
 
 
 def register_partitioner(
-    name: str, *, options: Sequence[str] = (), settings: type | None = None
+    name: str, *, options: Sequence[str] = (), settings: type | None = None, problems: Problems | None = None
 ) -> Callable[[_F], _F]:
     """Decorator: register a partitioner under ``name`` and return it unchanged.
 
@@ -100,8 +113,9 @@ def register_partitioner(
         name: the scheme's name, as a scenario writes it (``data.partition=<name>``).
         options: which of :data:`PARTITION_OPTIONS` the function takes as keyword arguments.
         settings: a dataclass of the scheme's own knobs (defaults, and ranges through
-            :func:`sifl_ray.validation.setting`): the configuration section ``<name>``, whose values the
+            :func:`sifl_ray.config.setting`): the configuration section ``<name>``, whose values the
             function takes as keyword arguments.
+        problems: its rules on the rest of the configuration (:data:`Problems`).
 
     Raises:
         ValueError: ``name`` is already registered (two schemes must not silently share a name), or an
@@ -122,9 +136,8 @@ def register_partitioner(
             raise ValueError(
                 f"partition scheme {name!r} is already registered ({taken_by}); choose another name"
             )
-        if settings is not None:
-            register_component_section("partitioner", name, settings, function)
-        PARTITIONERS[name] = Partitioner(function, tuple(options), settings)
+        entry = Partitioner(function, tuple(options), settings, problems or _no_problems)
+        PARTITIONERS.register(name, entry, settings=settings, takes=function)
         return function
 
     return register
@@ -132,8 +145,7 @@ def register_partitioner(
 
 def unregister_partitioner(name: str) -> None:
     """Remove the scheme ``name`` and its section (tests that register schemes of their own)."""
-    if PARTITIONERS.pop(name, None) is not None:
-        unregister_component_section("partitioner", name)
+    PARTITIONERS.unregister(name)
 
 
 def _check_partition_args(labels: np.ndarray, num_clients: int) -> np.ndarray:
@@ -165,7 +177,14 @@ def partition_iid(labels: np.ndarray, num_clients: int, generator: np.random.Gen
     return _sorted_int64(np.array_split(generator.permutation(labels.size), num_clients))
 
 
-@register_partitioner("dirichlet", options=("alpha", "min_size"))
+@dataclass
+class DirichletSettings:
+    """Dirichlet label skew's knob (section ``dirichlet``)."""
+
+    alpha: float = setting(0.5, rule=Range(lambda v: v > 0, "a number > 0 (smaller means more label skew)"))
+
+
+@register_partitioner("dirichlet", options=("min_size",), settings=DirichletSettings)
 def partition_dirichlet(
     labels: np.ndarray,
     num_clients: int,
@@ -212,11 +231,33 @@ def partition_dirichlet(
     return _sorted_int64(parts)
 
 
-@register_partitioner("shards", options=("shards_per_client",))
+@dataclass
+class ShardsSettings:
+    """McMahan's shards' knob (section ``shards``)."""
+
+    per_client: int = setting(2, rule=AT_LEAST_1)  # shards dealt to each client
+
+
+def _shards_problems(cfg: DictConfig) -> list[str]:
+    """Every shard needs a sample: clients × shards.per_client at most the training samples."""
+    from sifl_ray.data.registry import train_samples
+
+    samples = train_samples(cfg)
+    shards = cfg.clients.num_clients * cfg.shards.per_client
+    if samples is None or shards <= samples.count:
+        return []
+    return [
+        f"shards.per_client: {cfg.clients.num_clients} clients × {cfg.shards.per_client} shards = {shards} "
+        f"shards, more than the {samples.count} training samples ({samples.source}); lower "
+        "shards.per_client or clients.num_clients"
+    ]
+
+
+@register_partitioner("shards", settings=ShardsSettings, problems=_shards_problems)
 def partition_shards(
     labels: np.ndarray,
     num_clients: int,
-    shards_per_client: int,
+    per_client: int,
     generator: np.random.Generator,
 ) -> list[np.ndarray]:
     """McMahan et al.'s pathological non-IID split: sort by label, cut into shards, deal shards out.
@@ -228,21 +269,21 @@ def partition_shards(
         ``num_clients`` sorted index arrays covering every sample exactly once.
 
     Raises:
-        ValueError: ``shards_per_client < 1`` or more shards than samples.
+        ValueError: ``per_client < 1`` or more shards than samples.
     """
     labels = _check_partition_args(labels, num_clients)
-    if shards_per_client < 1:
-        raise ValueError(f"shards_per_client must be at least 1; got {shards_per_client}")
-    n_shards = num_clients * shards_per_client
+    if per_client < 1:
+        raise ValueError(f"shards.per_client must be at least 1; got {per_client}")
+    n_shards = num_clients * per_client
     if n_shards > labels.size:
         raise ValueError(
-            f"{num_clients} clients × {shards_per_client} shards = {n_shards} shards, more than the "
+            f"{num_clients} clients × {per_client} shards = {n_shards} shards, more than the "
             f"{labels.size} samples"
         )
     order = generator.permutation(labels.size)
     order = order[np.argsort(labels[order], kind="stable")]
     shards = np.array_split(order, n_shards)
-    deal = generator.permutation(n_shards).reshape(num_clients, shards_per_client)
+    deal = generator.permutation(n_shards).reshape(num_clients, per_client)
     return _sorted_int64([np.concatenate([shards[j] for j in row]) for row in deal])
 
 
@@ -305,18 +346,16 @@ def partition_dataset(
     scheme: str,
     num_clients: int,
     seed: int,
-    alpha: float = 0.5,
-    shards_per_client: int = 2,
     min_size: int = 1,
     groups: np.ndarray | None = None,
     settings: Mapping[str, Any] | None = None,
 ) -> list[np.ndarray]:
     """Partition with the registered ``scheme``, drawing from the stream ``(seed, "partition", scheme)``.
 
-    Each scheme receives only the options it registered (``alpha`` and ``min_size`` for ``dirichlet``,
-    ``shards_per_client`` for ``shards``, ``groups``, the data's client id per sample, for ``natural``);
-    the others are ignored. A scheme that declared a section receives ``settings`` (a run passes the
-    section's validated values) over its dataclass's defaults.
+    Each scheme receives only the options it registered (``min_size`` for ``dirichlet``, ``groups``, the
+    data's client id per sample, for ``natural``); the others are ignored. A scheme that declared a section
+    receives ``settings`` (a run passes the section's validated values: ``{"alpha": 0.3}`` for
+    ``dirichlet``) over its dataclass's defaults.
 
     Raises:
         ValueError: ``scheme`` is not registered (the message lists the registered ones), ``settings``
@@ -328,7 +367,7 @@ def partition_dataset(
             f"unknown partition scheme {scheme!r}; registered: {', '.join(PARTITIONERS)}. Fix: use one of "
             "them, or register yours with @register_partitioner (sifl_ray.data.partition)"
         )
-    given = {"alpha": alpha, "shards_per_client": shards_per_client, "min_size": min_size, "groups": groups}
+    given = {"min_size": min_size, "groups": groups}
     options = {name: given[name] for name in partitioner.options}
     if partitioner.settings is not None:
         options.update(section_defaults(partitioner.settings), **(settings or {}))

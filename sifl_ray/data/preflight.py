@@ -20,6 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sifl_ray.config.import_paths import ImportPathError, import_object, is_import_path
+from sifl_ray.config.validation import ConfigError
 from sifl_ray.data.download import (
     MNIST_CHECKSUMS,
     CorruptFileError,
@@ -29,9 +31,7 @@ from sifl_ray.data.download import (
     mnist_files,
 )
 from sifl_ray.data.idx import IDXFormatError, check_idx_file
-from sifl_ray.data.own import FILE_DATASETS, resolve_data_loader
-from sifl_ray.import_paths import ImportPathError, import_object, is_import_path
-from sifl_ray.validation import ConfigError
+from sifl_ray.data.own import resolve_data_loader
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -91,15 +91,12 @@ def check_data(cfg: DictConfig, *, log: Callable[[str], None] | None = None) -> 
 
 
 def _check_own(cfg: DictConfig) -> None:
-    """A user's own data and model, as far as they can be checked before the data is read: the files exist,
-    and an import path (``data.name``, ``train.model``) imports. What the values hold is checked when they
-    are read (:class:`~sifl_ray.data.own.DataInputError`, exit code 2 as well)."""
+    """A user's own data and model, as far as they can be checked before the data is read: an import path
+    (``data.name``, ``train.model``) imports. The files a data set reads are its own rule, checked with the
+    configuration (:mod:`sifl_ray.data.builtin`); what the values hold is checked when they are read
+    (:class:`~sifl_ray.data.own.DataInputError`, exit code 2 as well)."""
     problems = []
     name = str(cfg.data.name)
-    for key in ("data.path", "data.test_path"):
-        value = cfg.data.path if key == "data.path" else cfg.data.test_path
-        if name in FILE_DATASETS and value is not None and not Path(str(value)).expanduser().exists():
-            problems.append(f"{key}: {value} does not exist; point {key} at your data's file or folder")
     try:
         resolve_data_loader(name)
     except DatasetError as err:

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from sifl_ray.coding.base import CODING_DTYPE
+from sifl_ray.config import names
 from sifl_ray.optim.rules import RuleOptimizer, UpdateRule, update_rule
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -56,15 +57,11 @@ def loss_values(losses: Sequence[float | torch.Tensor]) -> list[float]:
     return [next(read) if isinstance(x, torch.Tensor) else float(x) for x in losses]
 
 
-#: The optimizers known by a short name (``train.optimizer``): the torch class and its default settings.
-#: Its names are :data:`sifl_ray.registry_names.OPTIMIZER_NAMES` (where the configuration validator reads
-#: them without importing torch; tests/test_config.py checks the two agree). Any ``torch.optim`` class name
+#: The optimizers known by a short name (``train.optimizer``): a ``torch.optim`` class and its default
+#: settings, in the registry where the configuration validator reads them without importing torch
+#: (:data:`sifl_ray.config.names.OPTIMIZERS`). Any ``torch.optim`` class name
 #: (:func:`torch_optimizer_names`) works too.
-OPTIMIZERS: dict[str, tuple[type[torch.optim.Optimizer], dict[str, Any]]] = {
-    "sgd": (torch.optim.SGD, {}),
-    "momentum": (torch.optim.SGD, {"momentum": 0.9}),
-    "adam": (torch.optim.Adam, {}),
-}
+OPTIMIZERS = names.OPTIMIZERS
 
 
 def torch_optimizer_names() -> tuple[str, ...]:
@@ -85,8 +82,9 @@ def make_optimizer_factory(optimizer: str | Callable[..., torch.optim.Optimizer]
     if callable(optimizer):
         return lambda params: optimizer(params, lr=lr, **kwargs)
     if optimizer in OPTIMIZERS:
-        cls, defaults = OPTIMIZERS[optimizer]
-        kwargs = {**defaults, **kwargs}
+        known_as = OPTIMIZERS[optimizer]
+        cls = getattr(torch.optim, known_as.torch_class)
+        kwargs = {**known_as.defaults, **kwargs}
     elif optimizer in torch_optimizer_names():
         cls = getattr(torch.optim, optimizer)
     else:

@@ -39,8 +39,8 @@ import dp_accounting
 import torch
 from dp_accounting import pld, rdp
 
+from sifl_ray.config.names import DP_ACCOUNTANTS
 from sifl_ray.privacy.clipping import clip_norm_
-from sifl_ray.registry_names import DP_ACCOUNTANTS
 
 Accountant = Literal["rdp", "pld"]
 Sampling = Literal["poisson", "fixed_size"]

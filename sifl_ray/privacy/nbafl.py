@@ -22,13 +22,13 @@ from typing import Literal
 
 import torch
 
+from sifl_ray.config.names import NBAFL_CALIBRATIONS, NBAFL_EXPOSURES
 from sifl_ray.privacy import formulas as F
 from sifl_ray.privacy.clipping import clip_norm_
-from sifl_ray.registry_names import NBAFL_CALIBRATIONS, NBAFL_EXPOSURES
 
 Calibration = Literal["classical", "analytic"]
 Exposures = Literal["multi_round", "per_round"]
-# The values, spelled once in sifl_ray.registry_names (validation reads them there, without torch).
+# The values, spelled once in sifl_ray.config.names (validation reads them there, without torch).
 CALIBRATIONS: tuple[str, ...] = NBAFL_CALIBRATIONS
 EXPOSURES: tuple[str, ...] = NBAFL_EXPOSURES
 GUARANTEES: dict[Exposures, str] = {

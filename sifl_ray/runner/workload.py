@@ -12,10 +12,10 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from sifl_ray.config.sections import component_section
 from sifl_ray.data import partition_dataset
 from sifl_ray.data.own import load_any_dataset
 from sifl_ray.models import build_model, flatten_params, resolve_model_factory
-from sifl_ray.sections import component_section
 from sifl_ray.seeding import torch_generator
 from sifl_ray.specs import ModelSpec
 
@@ -39,8 +39,6 @@ def partition(cfg: DictConfig, labels: np.ndarray, groups: np.ndarray | None = N
         scheme=cfg.data.partition,
         num_clients=cfg.clients.num_clients,
         seed=cfg.seed,
-        alpha=cfg.data.dirichlet_alpha,
-        shards_per_client=cfg.data.shards_per_client,
         groups=groups,
         settings=component_settings(cfg, "partitioner", cfg.data.partition),
     )
@@ -67,22 +65,18 @@ def load_data(cfg: DictConfig, *, download: bool | None = None) -> Any:
     """The run's data set, whatever ``data.name`` names (built-in, arrays, LEAF, registered, import path).
 
     ``download=False``: only what is on disk (``sifl describe`` never downloads; its pre-flight check has
-    made sure of the files); default ``data.download``. A registered loader receives its section's values
-    when it declared one (:func:`component_settings`), else ``data.args``.
+    made sure of the files); default ``data.download``. A data set receives its section's values when it
+    declared one (:func:`component_settings`: ``synthetic.n_train``, ``arrays.path``), else ``data.args``.
     """
     settings = component_settings(cfg, "data set", cfg.data.name)
     return load_any_dataset(
         cfg.data.name,
-        path=cfg.data.path,
-        test_path=cfg.data.test_path,
         args=OmegaConf.to_container(cfg.data.args) if settings is None else settings,
         seed=cfg.seed,
         root=cfg.data.root or "data_cache",
         download=cfg.data.download if download is None else download,
         mirrors=None if cfg.data.mirrors is None else list(cfg.data.mirrors),
         test_fraction=cfg.data.test_fraction,
-        synthetic_train=cfg.data.n_train,
-        synthetic_test=cfg.data.n_test,
         limit_train=cfg.data.limit_train,
         limit_test=cfg.data.limit_test,
     )

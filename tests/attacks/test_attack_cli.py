@@ -61,22 +61,51 @@ def test_the_old_names_are_refused_all_at_once_each_with_the_platforms_name(caps
 
 
 def test_the_keys_shared_with_the_platform_are_checked_by_the_platforms_rules():
-    """A range of a platform key is read from the platform's rules, never restated; where the attacks need
-    more (two clients, local steps), the narrower rule is declared as such."""
-    from sifl_ray.attacks.config import NARROWER, PLATFORM_KEYS, RULES
-    from sifl_ray.config import RULES as PLATFORM_RULES
+    """One schema: the attack suite's clients, train and coding sections are the run's own (its fields, its
+    defaults, its rules, never restated); where the attacks need more (two clients, local steps), the
+    narrower rule is declared as such."""
+    from sifl_ray.attacks.config import NARROWER, PLATFORM_KEYS, RULES, AttackConfig
+    from sifl_ray.config import ClientsConfig, CodingConfig, TrainConfig
 
     assert {"clients.num_clients", "train.rounds", "coding.key_seed", "coding.noise.sigma1"} <= set(
         PLATFORM_KEYS
     )
-    for key in PLATFORM_KEYS:
-        if key in NARROWER:
-            assert RULES.ranges[key] is NARROWER[key]
-        else:
-            assert RULES.ranges.get(key) is PLATFORM_RULES.ranges.get(key), key
-        assert RULES.choices.get(key) is PLATFORM_RULES.choices.get(key), key
+    attack = AttackConfig()
+    assert isinstance(attack.clients, ClientsConfig) and isinstance(attack.coding, CodingConfig)
+    assert isinstance(attack.train, TrainConfig)  # the run's, and the suite's own train.init_scale
+    assert dict(RULES.ranges) == NARROWER  # the attack suite's only rules beyond the shared fields'
     with pytest.raises(ConfigError, match=r"clients\.num_clients: expected an integer >= 2"):
         load_attack_config(["clients.num_clients=1"])
+    with pytest.raises(ConfigError, match=r"coding\.alpha: expected a number > 0"):  # the run's own rule
+        load_attack_config(["coding.alpha=0"])
+
+
+def test_attack_and_run_configs_agree_on_every_shared_default():
+    """The attack suite's defaults of the shared sections are the run's (``coding.key_seed`` is null in
+    both: secure random keys unless a scenario asks for reproducible ones); the attack scenario sets what it
+    needs explicitly."""
+    from omegaconf import OmegaConf
+
+    from sifl_ray.attacks.config import PLATFORM_KEYS, AttackConfig
+    from sifl_ray.config import ScenarioConfig
+
+    run, attack = OmegaConf.structured(ScenarioConfig), OmegaConf.structured(AttackConfig)
+    for key in PLATFORM_KEYS:
+        assert OmegaConf.select(attack, key) == OmegaConf.select(run, key), key
+    assert attack.coding.key_seed is None
+    assert load_attack_config([]).coding.key_seed == 0  # attack_small.yaml: reproducible simulation keys
+
+
+def test_a_run_key_the_attack_suite_does_not_read_is_refused_by_name():
+    with pytest.raises(ConfigError) as err:
+        load_attack_config(["coding.backend=dense", "train.optimizer=adam", "coding.noise.sigma2=5"])
+    assert [p.split(":")[0] for p in err.value.problems] == [
+        "train.optimizer",
+        "coding.backend",
+        "coding.noise.sigma2",
+    ]
+    text = str(err.value)
+    assert "coding.backend: a key of sifl run that sifl attack does not read (the key designs name" in text
 
 
 def test_design_names_are_validated():
@@ -108,17 +137,18 @@ def test_type_domain_and_cross_field_problems_are_reported_together():
     assert "designs: design 'fast-pinvv'" in text and "backend in dense/fast/block" in text
 
 
-def test_design_backends_come_from_the_coding_registry(monkeypatch):
-    from sifl_ray import registry_names
+def test_design_backends_come_from_the_coding_registry():
+    from sifl_ray.config.names import SERVER_KEYS
 
     with pytest.raises(ValueError, match="backend in dense/fast/block"):
         Design.parse("toy-pinv")
-    monkeypatch.setattr(registry_names, "CODING_BACKENDS", (*registry_names.CODING_BACKENDS, "toy"))
-    assert Design.parse("toy-pinv-rekey3") == Design("toy-pinv-rekey3", "toy", "pinv", 3)
-    cfg = load_attack_config(["designs=[toy-oblique]", "primary=toy-oblique", "m2.backend=toy"])
-    assert (list(cfg.designs), cfg.m2.backend) == (["toy-oblique"], "toy")
-    with pytest.raises(ValueError, match="backend in dense/fast/block/toy"):
-        Design.parse("identity-pinv")  # plain FL's code is no key design
+    with SERVER_KEYS.restored():
+        SERVER_KEYS.declare("toy", "toy_codes:ToyKey")  # a name, never imported here
+        assert Design.parse("toy-pinv-rekey3") == Design("toy-pinv-rekey3", "toy", "pinv", 3)
+        cfg = load_attack_config(["designs=[toy-oblique]", "primary=toy-oblique", "m2.backend=toy"])
+        assert (list(cfg.designs), cfg.m2.backend) == (["toy-oblique"], "toy")
+        with pytest.raises(ValueError, match="backend in dense/fast/block/toy"):
+            Design.parse("identity-pinv")  # plain FL's code is no key design
 
 
 def test_attack_main_reports_config_errors_with_exit_code_2(capsys):

@@ -78,13 +78,14 @@ def test_dense_limit_is_the_coding_backends():
 
 def test_frontier_main_writes_table_and_png(tmp_path, capsys):
     code = frontier_main(
-        ["n=32", "n_extra=4", "alphas=[1e-2]", "noise_scales=[1,100]", f"out_dir={tmp_path}"]
+        ["n=32", "coding.n_extra=4", "alphas=[1e-2]", "noise_scales=[1,100]", f"out_dir={tmp_path}"]
     )
     assert code == 0
     assert (tmp_path / "frontier.png").stat().st_size > 1000
     data = json.loads((tmp_path / "frontier.json").read_text())
     assert len(data["points"]) == 2
     assert "seed" not in data["config"]  # it reproduces the sweep's keys and noise
+    assert "coding.key_seed" not in data["config"] and data["config"]["coding.n_extra"] == 4
     assert {"laplace_measured_error", "laplace_predicted_error"} <= set(data["points"][0])
     out = capsys.readouterr().out
     assert "| alpha | noise scale |" in out and "not a guarantee on the whole vector" in out
@@ -95,17 +96,42 @@ def test_frontier_config_errors():
         load_frontier_config(["alphas=[0]"])
     assert frontier_main(["n=zero"]) == 2
     with pytest.raises(ConfigError) as err:  # every problem at once, the choices the coding registry's
-        load_frontier_config(["n=zero", "backend=identity", "left_inverse=obliqe", "noise_scales=[]", "x"])
+        load_frontier_config(
+            ["n=zero", "coding.backend=identity", "coding.left_inverse=obliqe", "noise_scales=[]", "x"]
+        )
     assert [p.split(":")[0] for p in err.value.problems] == [
         "argument 'x'",
         "n",
-        "backend",
-        "left_inverse",
+        "coding.backend",
+        "coding.left_inverse",
         "noise_scales",
     ]
-    assert "left_inverse: expected one of pinv, oblique, got 'obliqe'; did you mean oblique?" in str(
+    assert "coding.left_inverse: expected one of pinv, oblique, got 'obliqe'; did you mean oblique?" in str(
         err.value
     )
+
+
+def test_the_frontier_reads_the_runs_keys_with_the_runs_defaults():
+    """One schema: the key and privacy inputs are a run's keys (its defaults, its rules); the frontier's old
+    names are refused with the run's, and a run's key the sweep does not read is refused by name."""
+    from sifl_ray.attacks.frontier import RENAMED
+    from sifl_ray.config import load_config
+
+    run = load_config([])
+    cfg = load_frontier_config([])
+    assert (cfg.coding.n_extra, cfg.coding.left_inverse, cfg.coding.beta, cfg.privacy.clip) == (
+        run.coding.n_extra,
+        run.coding.left_inverse,
+        run.coding.beta,
+        run.privacy.clip,
+    )
+    with pytest.raises(ConfigError) as err:
+        load_frontier_config([f"{old}=1" for old in RENAMED] + ["coding.p=3"])
+    problems = err.value.problems
+    assert len(problems) == len(RENAMED) + 1
+    for old, new in RENAMED.items():
+        assert f"{old}: renamed {new} (the run's name, as in sifl run); write {new}=1 instead" in problems
+    assert problems[-1].startswith("coding.p: a key of sifl run that sifl describe --frontier does not read")
 
 
 def test_frontier_takes_a_platform_scenario(tmp_path):

@@ -126,8 +126,9 @@ def test_every_registered_column_fits_the_console_table():
 
 def test_an_attack_that_measures_other_figures_than_it_declared_fails_loudly(monkeypatch):
     from sifl_ray.attacks import registry
+    from sifl_ray.config import Registry
 
-    monkeypatch.setattr(registry, "ATTACKS", {})
+    monkeypatch.setattr(registry, "ATTACKS", Registry("attack"))  # a fresh, empty registry
     register_attack(
         Attack(name="liar", figures=(_spec("declared"),), measure=lambda view: {"other": Measured(1.0)})
     )

@@ -18,7 +18,6 @@ from typing import ClassVar
 import pytest
 import torch
 
-from sifl_ray import registry_names
 from sifl_ray.coding import (
     DenseServerKey,
     make_server_key,
@@ -41,8 +40,7 @@ class TwinDenseKey(DenseServerKey):
 def twin():
     register_server_key(TwinDenseKey)
     yield TwinDenseKey
-    SERVER_KEYS.pop("dense_twin", None)
-    registry_names.CODING_BACKENDS.pop("dense_twin", None)
+    SERVER_KEYS.unregister("dense_twin")
 
 
 RUN = [
@@ -88,7 +86,7 @@ def test_keys_of_a_registered_backend_are_made_saved_and_restored_by_name(twin):
 
 def test_a_process_that_never_registered_it_imports_it_from_its_path(twin):
     """What a Ray actor does: it knows the backend only by the path the driver recorded."""
-    path = registry_names.CODING_BACKENDS["dense_twin"]
+    path = SERVER_KEYS.path("dense_twin")
     assert path.endswith(":TwinDenseKey")
     module = Path(__file__).stem
     code = (

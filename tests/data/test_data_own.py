@@ -13,14 +13,9 @@ from sifl_ray.cli import main
 from sifl_ray.config import ConfigError, load_config
 from sifl_ray.data import partition_dataset
 from sifl_ray.data.datasets import load_dataset
-from sifl_ray.data.own import (
-    USER_DATASETS,
-    DataInputError,
-    all_dataset_names,
-    load_any_dataset,
-    register_dataset,
-)
+from sifl_ray.data.own import DataInputError, load_any_dataset
 from sifl_ray.data.partition import PartitionError
+from sifl_ray.data.registry import DATASETS, register_dataset
 
 HERE = __name__
 
@@ -64,7 +59,7 @@ def test_npz_with_a_test_set_and_client_ids(tmp_path):
     a = _arrays()
     a["x_test"], a["y_test"] = a["x_train"][:7], a["y_train"][:7]
     np.savez(tmp_path / "d.npz", **a)
-    ds = load_any_dataset("arrays", seed=0, path=str(tmp_path / "d.npz"))
+    ds = load_any_dataset("arrays", seed=0, args={"path": str(tmp_path / "d.npz")})
     assert ds.x_train.shape == (60, 1, 3, 4) and ds.x_train.dtype == np.float32  # (N, H, W) → (N, 1, H, W)
     assert ds.n_test == 7 and ds.num_classes == 3
     assert np.array_equal(ds.client_train, np.arange(60) % 5)  # the users' ids, numbered in sorted order
@@ -74,9 +69,9 @@ def test_npz_with_a_test_set_and_client_ids(tmp_path):
 def test_a_pt_file_without_a_test_set_is_split_stratified_and_seeded(tmp_path):
     a = _arrays(90)
     torch.save({k: torch.as_tensor(v) for k, v in a.items() if k != "client_train"}, tmp_path / "d.pt")
-    one = load_any_dataset("arrays", seed=1, path=str(tmp_path / "d.pt"), test_fraction=0.2)
-    again = load_any_dataset("arrays", seed=1, path=str(tmp_path / "d.pt"), test_fraction=0.2)
-    other = load_any_dataset("arrays", seed=2, path=str(tmp_path / "d.pt"), test_fraction=0.2)
+    one = load_any_dataset("arrays", seed=1, args={"path": str(tmp_path / "d.pt")}, test_fraction=0.2)
+    again = load_any_dataset("arrays", seed=1, args={"path": str(tmp_path / "d.pt")}, test_fraction=0.2)
+    other = load_any_dataset("arrays", seed=2, args={"path": str(tmp_path / "d.pt")}, test_fraction=0.2)
     assert one.n_train == 72 and np.bincount(one.y_test).tolist() == [6, 6, 6]
     assert np.array_equal(one.x_test, again.x_test) and not np.array_equal(one.x_test, other.x_test)
     assert one.client_train is None
@@ -88,14 +83,15 @@ def test_leaf_images_and_text_with_their_users(tmp_path):
     _leaf(tmp_path / "train" / "a.json", {"w1": ([pixels(1), pixels(2)], [0, 1]), "w2": ([pixels(3)], [1])})
     _leaf(tmp_path / "train" / "b.json", {"w3": ([pixels(4), pixels(5), pixels(6)], [0, 2, 1])})
     _leaf(tmp_path / "test.json", {"w1": ([pixels(7)], [2])})
-    ds = load_any_dataset("leaf", seed=0, path=str(tmp_path / "train"), test_path=str(tmp_path / "test.json"))
+    leaf = {"path": str(tmp_path / "train"), "test_path": str(tmp_path / "test.json")}
+    ds = load_any_dataset("leaf", seed=0, args=leaf)
     assert ds.x_train.shape == (6, 1, 4, 4) and ds.n_test == 1 and ds.num_classes == 3
     assert ds.client_train.tolist() == [0, 0, 1, 2, 2, 2]
     text = tmp_path / "shakespeare.json"
     _leaf(
         text, {"romeo": (["abca", "bcab", "cabc", "abcc"], ["b", "c", "a", "a"]), "juliet": (["ccba"], ["a"])}
     )
-    ds = load_any_dataset("leaf", seed=0, path=str(text), test_fraction=0.5)
+    ds = load_any_dataset("leaf", seed=0, args={"path": str(text)}, test_fraction=0.5)
     assert ds.x_train.shape[1:] == (1, 1, 4) and ds.num_classes == 3  # characters a, b, c → 0, 1, 2
     assert ds.n_train + ds.n_test == 5 and ds.n_test == 2  # half of romeo's 4, none of juliet's 1
     assert set(np.unique(ds.x_train)) <= {0.0, 1.0, 2.0}
@@ -104,15 +100,16 @@ def test_leaf_images_and_text_with_their_users(tmp_path):
 def test_a_loader_by_import_path_or_registered(monkeypatch):
     ds = load_any_dataset(f"{HERE}:my_loader", seed=0, args={"n": 40, "as_tensors": True})
     assert ds.n_train + ds.n_test == 40 and ds.client_train is not None and ds.x_train.shape[1:] == (1, 3, 4)
-    monkeypatch.setitem(USER_DATASETS, "mine", my_loader)
-    assert "mine" in all_dataset_names() and load_config(["data.name=mine"]).data.name == "mine"
-    mine = load_any_dataset("mine", seed=0)
-    assert mine.name == "mine" and (mine.n_train, mine.n_test) == (30, 10)  # a stratified quarter held out
-    assert np.array_equal(mine.x_train, load_any_dataset("mine", seed=0).x_train)
-    with pytest.raises(ValueError, match="already registered"):
+    with DATASETS.restored():
         register_dataset("mine")(my_loader)
-    with pytest.raises(DataInputError, match=r"could not be called with data.args"):
-        load_any_dataset("mine", seed=0, args={"nope": 1})
+        assert "mine" in DATASETS and load_config(["data.name=mine"]).data.name == "mine"
+        mine = load_any_dataset("mine", seed=0)
+        assert mine.name == "mine" and (mine.n_train, mine.n_test) == (30, 10)  # a stratified quarter out
+        assert np.array_equal(mine.x_train, load_any_dataset("mine", seed=0).x_train)
+        with pytest.raises(ValueError, match="already registered"):
+            register_dataset("mine")(my_loader)
+        with pytest.raises(DataInputError, match=r"could not be called with data.args"):
+            load_any_dataset("mine", seed=0, args={"nope": 1})
 
 
 @pytest.mark.parametrize(
@@ -135,8 +132,8 @@ def test_a_loader_by_import_path_or_registered(monkeypatch):
 def test_bad_arrays_are_refused_with_what_is_wrong(tmp_path, arrays, message):
     np.savez(tmp_path / "d.npz", **arrays)
     with pytest.raises(DataInputError, match=message) as info:
-        load_any_dataset("arrays", seed=0, path=str(tmp_path / "d.npz"))
-    assert info.value.key == "data.path"
+        load_any_dataset("arrays", seed=0, args={"path": str(tmp_path / "d.npz")})
+    assert info.value.key == "arrays.path"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -177,7 +174,7 @@ def test_mnist_sample_is_real_28x28_digits_split_stratified_by_seed():
     assert np.array_equal(ds.x_test, load_dataset("mnist_sample", seed=0).x_test)
     assert not np.array_equal(ds.x_test, other.x_test)
     with pytest.raises(
-        ConfigError, match=r"clients.num_clients: 4000 clients but mnist_sample has only 3750"
+        ConfigError, match=r"clients.num_clients: 4000 clients but only 3750 training samples \(data.name"
     ):
         load_config(["data.name=mnist_sample", "clients.num_clients=4000"])
 
@@ -208,7 +205,7 @@ def test_a_leaf_run_with_the_natural_partition(tmp_path, capsys, monkeypatch):
     argv = [
         *RUN,
         "data.name=leaf",
-        f"data.path={tmp_path / 'leaf.json'}",
+        f"leaf.path={tmp_path / 'leaf.json'}",
         "data.partition=natural",
         "train.model=mlp",
     ]
@@ -225,22 +222,22 @@ def test_a_leaf_run_with_the_natural_partition(tmp_path, capsys, monkeypatch):
         (
             None,
             ["data.name=arrays"],
-            "data.path: data.name=arrays reads a .npz or .pt file, and data.path is not",
+            "arrays.path: data.name=arrays reads a .npz or .pt file, and arrays.path is not set",
         ),
         (
             None,
-            ["data.name=leaf", "data.path=/no/such/file.json"],
-            "data.path: /no/such/file.json does not exist",
+            ["data.name=leaf", "leaf.path=/no/such/file.json"],
+            "leaf.path: /no/such/file.json does not exist",
         ),
         (
             "broken",
-            ["data.name=leaf", "data.path=broken.json"],
-            "data.path: broken.json is not readable JSON",
+            ["data.name=leaf", "leaf.path=broken.json"],
+            "leaf.path: broken.json is not readable JSON",
         ),
         (
             "foreign",
-            ["data.name=leaf", "data.path=foreign.json"],
-            "data.path: foreign.json is not in LEAF's format",
+            ["data.name=leaf", "leaf.path=foreign.json"],
+            "leaf.path: foreign.json is not in LEAF's format",
         ),
         (None, ["data.name=no_such_module_xyz:load"], "data.name: cannot import module 'no_such_module_xyz'"),
         (None, ["data.partition=natural"], "data.partition: natural splits by the data's own client ids"),

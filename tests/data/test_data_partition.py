@@ -99,7 +99,7 @@ def test_shards_give_few_classes_per_client() -> None:
         (lambda y, g: partition_dirichlet(y, 2, float("nan"), g), "alpha must be a positive finite"),
         (lambda y, g: partition_dirichlet(y, 4, 1.0, g, min_size=3), "12 samples needed, only 10"),
         (lambda y, g: partition_shards(y, 3, 4, g), "12 shards, more than the 10 samples"),
-        (lambda y, g: partition_shards(y, 3, 0, g), "shards_per_client must be at least 1"),
+        (lambda y, g: partition_shards(y, 3, 0, g), "shards.per_client must be at least 1"),
         (lambda y, g: partition_iid(y.reshape(2, 5), 2, g), "labels must be a 1-D array"),
     ],
 )
@@ -110,7 +110,7 @@ def test_partition_errors(call, message: str) -> None:
 
 def test_partition_dataset_uses_named_streams() -> None:
     labels = _labels(500)
-    a = partition_dataset(labels, scheme="dirichlet", num_clients=5, seed=1, alpha=0.3)
+    a = partition_dataset(labels, scheme="dirichlet", num_clients=5, seed=1, settings={"alpha": 0.3})
     b = partition_dirichlet(labels, 5, 0.3, numpy_generator(1, "partition", "dirichlet"))
     assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
     assert len(partition_dataset(labels, scheme="shards", num_clients=5, seed=1)) == 5
@@ -121,10 +121,8 @@ def test_partition_dataset_uses_named_streams() -> None:
 @pytest.fixture
 def restore_partitioners() -> Iterator[None]:
     """Put :data:`PARTITIONERS` back as it was, so a toy scheme registered by a test does not leak."""
-    saved = dict(PARTITIONERS)
-    yield
-    PARTITIONERS.clear()
-    PARTITIONERS.update(saved)
+    with PARTITIONERS.restored():
+        yield
 
 
 def test_a_registered_partitioner_is_accepted_and_unknown_schemes_list_the_registry(
@@ -144,7 +142,7 @@ def test_a_registered_partitioner_is_accepted_and_unknown_schemes_list_the_regis
         return [np.arange(k, labels.size, num_clients, dtype=np.int64) for k in order]
 
     # Accepted by name, on its own stream, given none of the options it did not ask for.
-    parts = partition_dataset(labels, scheme="round_robin", num_clients=4, seed=1, alpha=0.1)
+    parts = partition_dataset(labels, scheme="round_robin", num_clients=4, seed=1)
     _assert_exact_cover(parts, labels.size)
     direct = partition_round_robin(labels, 4, numpy_generator(1, "partition", "round_robin"))
     assert all(np.array_equal(a, b) for a, b in zip(parts, direct, strict=True))

@@ -153,7 +153,7 @@ def test_the_run_calibrates_nbafl_to_its_smallest_client(tmp_path):
             "nbafl.epsilons=[2]",
             "train.rounds=3",
             "data.partition=dirichlet",
-            "data.dirichlet_alpha=0.3",
+            "dirichlet.alpha=0.3",
             "ray.backend=sequential",
             f"output.dir={tmp_path}",
         ]

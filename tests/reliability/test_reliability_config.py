@@ -22,8 +22,9 @@ CASES = [
     ("train.lr=-0.5", "train.lr", "expected a number > 0"),
     ("coding.n_extra=0", "coding.n_extra", "ñ − n ≥ 1"),
     ("coding.p=1", "coding.p", "an integer ≥ 2"),
-    ("clients.num_clients=5000", "clients.num_clients", "digits has only"),
-    ("data.dirichlet_alpha=0", "data.dirichlet_alpha", "a number > 0"),
+    ("clients.num_clients=5000", "clients.num_clients", "training samples (data.name=digits)"),
+    ("dirichlet.alpha=0", "dirichlet.alpha", "a number > 0"),
+    ("data.dirichlet_alpha=0", "data.dirichlet_alpha", "renamed dirichlet.alpha"),
     ("faults.worker_policy=restart", "faults.worker_policy", "expected one of retry, drop"),
     ("faults.deadline_s=0", "faults.deadline_s", "seconds > 0"),
     ("checkpoint.every=-1", "checkpoint.every", "0 turns checkpoints off"),
@@ -50,7 +51,8 @@ def test_each_problem_names_its_key_and_fix(override, key, words):
     (problem,) = info.value.problems
     assert problem.startswith(f"{key}:"), problem
     assert words in problem, problem
-    assert any(fix in problem for fix in ("change", "set ", "remove", "lower", "did you mean")), problem
+    fixes = ("change", "set ", "remove", "lower", "did you mean", "write ")
+    assert any(fix in problem for fix in fixes), problem
 
 
 def test_more_clients_than_samples_and_a_missing_data_folder(tmp_path):
@@ -68,7 +70,7 @@ def test_more_clients_than_samples_and_a_missing_data_folder(tmp_path):
     assert "clients.num_clients: 70000 clients but only 60000 training samples" in text
     with pytest.raises(ConfigError, match=r"data\.root: no mnist folder"):
         load_config(["data.name=mnist", f"data.root={tmp_path}", "data.download=false"])
-    with pytest.raises(ConfigError, match=r"data.limit_train=50 samples"):
+    with pytest.raises(ConfigError, match=r"only 50 training samples \(data\.limit_train=50\)"):
         load_config(["data.limit_train=50", "clients.num_clients=60"])
 
 
@@ -79,7 +81,7 @@ def test_cli_lists_every_problem_at_once_with_exit_code_2(tmp_path):
         "train.lr=0",
         "coding.n_extra=0",
         "coding.p=1",
-        "data.dirichlet_alpha=0",
+        "dirichlet.alpha=0",
         "data.name=mnist",
         "data.download=false",
         f"data.root={tmp_path / 'missing'}",
@@ -99,7 +101,7 @@ def test_cli_lists_every_problem_at_once_with_exit_code_2(tmp_path):
         "train.lr",
         "coding.n_extra",
         "coding.p",
-        "data.dirichlet_alpha",
+        "dirichlet.alpha",
         "data.root",
         "clients.num_clients",
         "faults.inject[0].worker",

@@ -1,10 +1,11 @@
 """One validator for every configuration schema: ``sifl run``'s, ``sifl attack``'s and the frontier's.
 
 A schema is a dataclass: its fields are the keys that exist, their annotations the types, their values the
-defaults. Its domain checks are declared once beside it: as :class:`Rules` (dotted key → range or choice),
-or on the field itself (:func:`setting`), which is how a component's own section carries them
-(:mod:`sifl_ray.sections`); each choice is read from the registry that owns it at the moment of validating
-(so an entry registered at run time is a valid choice, and no list is copied here). :func:`validate`
+defaults. Its domain checks are declared once, on the field itself (:func:`setting`), in the platform's
+sections (:mod:`sifl_ray.config.schema`) as in a component's (:mod:`sifl_ray.config.sections`); a schema
+that shares another's sections may narrow a rule with :class:`Rules` (dotted key → range or choice). Each
+choice is read from the registry that owns it at the moment of validating (so an entry registered at run
+time is a valid choice, and no list is copied here). :func:`validate`
 collects *every* problem — unknown keys with a suggestion, wrong types, values out of range, unknown
 choices, then the schema's own cross-field checks — and raises them together as a :class:`ConfigError`
 (exit code 2 at the command line), each naming the key, what was expected, what arrived and the fix. It
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import re
 import types
 import typing
@@ -130,16 +132,17 @@ def setting(
     """A schema field with its domain check beside it (``fraction: float`` with its default and its
     ``rule=Range(...)``).
 
-    Why on the field: a component's section (:mod:`sifl_ray.sections`) is one dataclass the component
-    declares, with no table of dotted keys elsewhere to keep in step; :func:`check_tree` reads the rule where
-    :class:`Rules` has none for the key, and ``sifl config`` shows it.
+    Why on the field: a section (the platform's own, :mod:`sifl_ray.config.schema`, or a component's,
+    :mod:`sifl_ray.config.sections`) is one dataclass, with no table of dotted keys elsewhere to keep in step;
+    :func:`check_tree` reads the rule where :class:`Rules` has none for the key (a schema that shares
+    another's section may narrow a rule there), and ``sifl config`` shows it.
     """
     return dataclasses.field(
         default=default, default_factory=default_factory, metadata={"rule": rule} if rule else {}
     )
 
 
-def rule_of(dotted: str, spec: dataclasses.Field, rules: Rules) -> Choice | Range | None:
+def rule_of(dotted: str, spec: dataclasses.Field[Any], rules: Rules) -> Choice | Range | None:
     """The domain check of one key: the schema's :class:`Rules` for it, else its field's :func:`setting`."""
     return rules.choices.get(dotted) or rules.ranges.get(dotted) or spec.metadata.get("rule")
 
@@ -178,10 +181,10 @@ def validate(
         raise ConfigError([*problems, f"configuration: cannot be merged ({err})"]) from None
     OmegaConf.set_readonly(merged, True)
     for check in cross_checks:
-        check(merged, problems)
+        check(merged, problems)  # type: ignore[arg-type]  # a dataclass merges into a mapping
     if problems:
         raise ConfigError(problems)
-    return merged
+    return merged  # type: ignore[return-value]
 
 
 def check_tree(
@@ -212,13 +215,16 @@ def check_tree(
                     f"{dotted}: expected a list of mappings, got {value!r}; for example {dotted}={example}"
                 )
                 continue
-            out[key] = [check_tree(item, v, rules, problems, f"{dotted}[{i}].") for i, v in enumerate(value)]
+            item_schema = typing.cast(type, item)
+            out[key] = [
+                check_tree(item_schema, v, rules, problems, f"{dotted}[{i}].") for i, v in enumerate(value)
+            ]
             continue
         if dataclasses.is_dataclass(hint):
             if not isinstance(value, dict):
                 problems.append(f"{dotted}: expected a section (mapping), got {value!r}")
                 continue
-            out[key] = check_tree(hint, value, rules, problems, f"{dotted}.")
+            out[key] = check_tree(typing.cast(type, hint), value, rules, problems, f"{dotted}.")
             continue
         ok, typed = check_type(hint, value)
         if not ok:
@@ -235,7 +241,7 @@ def check_tree(
     return out
 
 
-def _domain_problem(dotted: str, value: Any, spec: dataclasses.Field, rules: Rules) -> str | None:
+def _domain_problem(dotted: str, value: Any, spec: dataclasses.Field[Any], rules: Rules) -> str | None:
     if value is None:  # an optional key left unset: its meaning is the schema's, nothing to check
         return None
     choice = rules.choices.get(dotted)
@@ -384,7 +390,81 @@ def join_split_lists(texts: Iterable[str]) -> list[str]:
     return out
 
 
-def set_path(tree: dict, dotted: str, value: Any) -> None:
+def refuse_renamed(
+    raw: dict[str, Any],
+    renamed: Mapping[str, str | Callable[[Mapping[str, Any]], str]],
+    problems: list[str],
+    *,
+    why: str,
+) -> None:
+    """Take every old key of ``renamed`` out of ``raw`` (a scenario's, an override's) and say its new name.
+
+    ``renamed``: old dotted key → its new one, or a function of ``raw`` giving it (where the new name
+    depends on another key). ``why`` says, in the message, where keys of that kind now live. A section the
+    old keys leave empty is dropped, so it adds no "unknown key" besides.
+    """
+    for old, new in renamed.items():
+        *path, leaf = old.split(".")
+        section: Any = raw
+        for part in path:
+            section = section.get(part) if isinstance(section, dict) else None
+        if isinstance(section, dict) and leaf in section:
+            target = new(raw) if callable(new) else new
+            value = section.pop(leaf)
+            shown = value if isinstance(value, str) else json.dumps(value)
+            problems.append(f"{old}: renamed {target} ({why}); write {target}={shown} instead")
+    for head in {old.split(".")[0] for old in renamed if "." in old}:
+        if raw.get(head) == {}:
+            raw.pop(head)
+
+
+def schema_keys(schema: type, prefix: str = "") -> list[str]:
+    """Every dotted key of ``schema`` (its sections walked), ``prefix`` before each."""
+    hints = typing.get_type_hints(schema)
+    out = []
+    for f in dataclasses.fields(schema):
+        if dataclasses.is_dataclass(hints[f.name]):
+            out += schema_keys(hints[f.name], f"{prefix}{f.name}.")
+        else:
+            out.append(f"{prefix}{f.name}")
+    return out
+
+
+def refuse_unread(
+    raw: dict[str, Any],
+    shared: Mapping[str, type],
+    reads: Iterable[str],
+    problems: list[str],
+    *,
+    command: str,
+    why: Mapping[str, str],
+    otherwise: str,
+) -> None:
+    """Take every key of the sections a schema shares with a run's (``shared``: name → the run's section)
+    that the schema does not read out of ``raw``, and say so: a key accepted and then ignored would leave the
+    reader sure of a setting the command never used.
+
+    Args:
+        reads: the dotted keys of the shared sections the command reads.
+        command: the command, as the message names it (``sifl attack``).
+        why: dotted key → why the command does not read it; ``otherwise``: the reason for the rest.
+    """
+    read = set(reads)
+    for name, section_schema in shared.items():
+        for key in schema_keys(section_schema, f"{name}."):
+            if key in read:
+                continue
+            *path, leaf = key.split(".")
+            section: Any = raw
+            for part in path:
+                section = section.get(part) if isinstance(section, dict) else None
+            if isinstance(section, dict) and leaf in section:
+                section.pop(leaf)
+                reason = why.get(key, otherwise)
+                problems.append(f"{key}: a key of sifl run that {command} does not read ({reason}); drop it")
+
+
+def set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
     """``tree[a][b][c] = value`` for ``dotted`` = ``a.b.c``, making (or replacing) sections on the way."""
     node = tree
     *parents, leaf = dotted.split(".")

@@ -1,11 +1,11 @@
 """``sifl config``: every configuration key with its value, default, type, allowed values and meaning.
 
-Read from the schema itself (:func:`sifl_ray.config.scenario_schema`: the platform's sections and every
-registered component's, a plug-in arm's too): the dataclasses give the keys, types and defaults, the
-validator's rules (:data:`sifl_ray.config.RULES`, or a field's own :func:`~sifl_ray.validation.setting`)
-the allowed values, and the comment written beside a field (or just above it) its meaning, in whichever
-module declares it. So the reference cannot drift from what the validator accepts, and a user never has to
-read ``config.py``.
+Read from the schema itself (:func:`sifl_ray.config.load.scenario_schema`: the platform's sections and
+every registered component's: an arm's, a partitioner's, a data set's, a plug-in's): the dataclasses give
+the keys, types and defaults, each field's rule (:func:`~sifl_ray.config.validation.setting`) the allowed
+values, and the comment written beside a field (or just above it) its meaning, in whichever module declares
+it. So the reference cannot drift from what the validator accepts, and a user never has to read the
+schema's source.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from sifl_ray import config as schema
-from sifl_ray.validation import Choice, Range, rule_of
+from sifl_ray.config.load import RULES, scenario_schema
+from sifl_ray.config.validation import Choice, Range, rule_of
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,8 @@ def _module_comments(module: str) -> dict[str, dict[str, str]]:
                     comments[k] for k in range(line, (item.end_lineno or line) + 1) if k in comments
                 )
                 if not text:  # the comment lines right above the field
-                    above, k = [], line - 1
+                    above: list[str] = []
+                    k = line - 1
                     while k >= 1 and lines[k - 1].strip().startswith("#"):
                         above.insert(0, comments.get(k, ""))
                         k -= 1
@@ -82,15 +83,15 @@ def _type_name(annotation: Any) -> str:
     return text.replace("typing.", "")
 
 
-def _allowed(key: str, spec: dataclasses.Field) -> str:
-    rule = rule_of(key, spec, schema.RULES)
+def _allowed(key: str, spec: dataclasses.Field[Any]) -> str:
+    rule = rule_of(key, spec, RULES)
     if isinstance(rule, Choice):
         names = ", ".join(rule.names())
         return names + (f", or {rule.more_label}" if rule.more is not None else "")
     if isinstance(rule, Range):
         return rule.expected
     if key == "arms":
-        from sifl_ray.arms import ARMS
+        from sifl_ray.arms import ARMS  # deferred: the arms import the configuration (their settings)
 
         return "a list of: " + ", ".join(ARMS)
     return ""
@@ -108,9 +109,9 @@ def describe_keys(cfg: DictConfig) -> list[KeyHelp]:
             current = value.get(f.name) if isinstance(value, dict) else None
             hint = hints.get(f.name)
             if dataclasses.is_dataclass(hint):
-                walk(hint, key + ".", current)
+                walk(typing.cast(type, hint), key + ".", current)
                 continue
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[operator]
             out.append(
                 KeyHelp(
                     key=key,
@@ -122,7 +123,7 @@ def describe_keys(cfg: DictConfig) -> list[KeyHelp]:
                 )
             )
 
-    walk(schema.scenario_schema(), "", values)
+    walk(scenario_schema(), "", values)
     return out
 
 

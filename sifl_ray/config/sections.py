@@ -1,22 +1,23 @@
 """The configuration sections that components declare: an arm's, a partitioner's, a model's, a data set's.
 
-Why a registry of sections: a component owns its settings (STYLE habit 13). ``topk.fraction`` belongs to the
-arm ``topk`` as ``nbafl.epsilons`` belongs to ``nbafl``: the arm declares the section, a dataclass whose
-fields are its keys, types and defaults and whose fields' ``rule`` (:func:`sifl_ray.validation.setting`) is
-its range or choice, when it registers, and the one validator (:func:`sifl_ray.config.load_config`) checks it
-like every built-in section: an unknown key with a suggestion, a wrong type, a value out of range, all at
-once, exit code 2 from the command line. A plug-in's section is then a key of the command line and of a
-scenario's YAML, and nothing in the platform restates its defaults.
+Why a registry of sections: a component owns its settings. ``topk.fraction`` belongs to the arm ``topk`` as
+``nbafl.epsilons`` belongs to ``nbafl``: the arm declares the section, a dataclass whose fields are its keys,
+types and defaults and whose fields' ``rule`` (:func:`sifl_ray.config.setting`) is its range or choice, when
+it registers, and the one validator (:func:`sifl_ray.config.load_config`) checks it like every section of the
+platform's own: an unknown key with a suggestion, a wrong type, a value out of range, all at once, exit code 2
+from the command line. A plug-in's section is then a key of the command line and of a scenario's YAML, and
+nothing in the platform restates its defaults.
 
 An arm declares its sections in :attr:`sifl_ray.arms.Arm.settings` (:func:`sifl_ray.arms.register_arm`
 registers them here). A model, a data set or a partitioner declares one section, named after itself, when it
 registers (``register_model("my_cnn", settings=MyCnnSettings)``, likewise ``register_dataset`` and
-``register_partitioner``; :func:`register_component_section`): ``my_cnn.width=64`` is then a key, and the
-run hands the section's typed values to the factory, loader or partitioner as keyword arguments. Why a
+``register_partitioner``; the built-in ones too: ``dirichlet.alpha``, ``shards.per_client``,
+``synthetic.n_train``; :meth:`sifl_ray.config.registry.Registry.register`): ``my_cnn.width=64`` is then a key,
+and the run hands the section's typed values to the factory, loader or partitioner as keyword arguments. Why a
 top-level section named after the component rather than one nested under ``train`` or ``data``: it is the
-arms' form (``topk.fraction``), the one the schema already merges and ``sifl config`` already lists; it is
-one static dataclass whichever model the scenario picks (a scenario may set ``my_cnn.width`` and pick the
-model by an override); and an unknown key reads ``my_cnn.widht: unknown key; did you mean my_cnn.width?``.
+arms' form (``topk.fraction``), the one the schema already merges and ``sifl config`` already lists; it is one
+static dataclass whichever model the scenario picks (a scenario may set ``my_cnn.width`` and pick the model by
+an override); and an unknown key reads ``my_cnn.widht: unknown key; did you mean my_cnn.width?``.
 
 Several owners may declare one section with the same dataclass (``dp_fedavg`` and ``dp_fedavg_secagg``
 share ``dp_fedavg``); it exists while one of them is registered. This module imports nothing of the
