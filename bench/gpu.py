@@ -12,7 +12,7 @@ measured. The last line summarises.
    the evaluator run where the configuration puts them (the CPU). ``gpu_fallback`` counts the workers
    that fell back to the CPU and lists what runs on the CPU by design.
 2. **agreement** — ``fl``, ``sifl_m1``, ``sifl_m2`` on the paper's MLP (n = 199,210, its coding),
-   played on CUDA and again on the CPU (in this process: the sequential backend, the same roles) with
+   played on CUDA and again on the CPU (in this process: the local backend, the same parties) with
    the same keys and noise (``coding.key_seed``). Each SIFL round
    beside FedAvg from the same start must stay within the rigorous float64 bound (``round_bound``; float64
    coding on the GPU), and each arm's CUDA trajectory within 1e-3 (relative) of its CPU one.
@@ -249,10 +249,10 @@ class GpuBench:
         self.sections.setdefault("nvidia_smi", {})["agreement"] = smi
         self.pinning_figures(placements, problems)
         played = len(gpu_traj["fl"])
-        # The same run on the CPU, in this process: the sequential backend plays the same roles with the
+        # The same run on the CPU, in this process: the local backend plays the same parties with the
         # same workers, partition and summation tree, number for number what Ray CPU workers play
         # (tests/test_platform.py), without starting eight more processes.
-        cfg = self.config("mlp", **shape, extra=["ray.backend=sequential"])
+        cfg = self.config("mlp", **shape, extra=["backend=local"])
         threads = torch.get_num_threads()  # in-process parties set this process's threads: put them back
         sim = runner.Simulation(cfg, backend=runner.make_backend(cfg))
         try:

@@ -104,7 +104,7 @@ def run_once(overrides: list[str], interval: float) -> dict[str, Any]:
         "peak_by_process": by_kind,
         "load_before": load,
         "load_after": os.getloadavg()[0],
-        "actors": len((summary["placement"] or {}).get("parties", {})),  # none in-process (sequential)
+        "actors": len((summary["placement"] or {}).get("parties", {})),  # none in-process (backend=local)
         "result_line": next((ln for ln in output.splitlines() if ln.startswith("RESULT ")), ""),
     }
 

@@ -88,4 +88,4 @@ def main(overrides: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(["ray.backend=sequential", *sys.argv[1:]])
+    main(["backend=local", *sys.argv[1:]])

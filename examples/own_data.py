@@ -4,7 +4,7 @@ partition (each client holds whole writers, the non-IID split federated learning
 Run it (docs/data.md walks through it)::
 
     python examples/own_data.py                         # 30 writers on 10 clients, 20 rounds, on Ray
-    python examples/own_data.py train.rounds=2 ray.backend=sequential
+    python examples/own_data.py train.rounds=2 backend=local
 
 The loader's settings are a dataclass, the configuration section ``digit_writers``
 (``digit_writers.writers_per_class=5``), checked like every section. The loader runs in the driver only (the

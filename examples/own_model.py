@@ -3,7 +3,7 @@
 Run it (docs/models.md walks through it)::
 
     python examples/own_model.py                        # quickstart's digits, 20 rounds, on Ray
-    python examples/own_model.py train.rounds=2 ray.backend=sequential
+    python examples/own_model.py train.rounds=2 backend=local
 
 The model's settings are a dataclass, the configuration section ``tiny_cnn`` (``tiny_cnn.channels=4``),
 checked like every section (an unknown key, a wrong type, an odd number of channels: exit code 2 before

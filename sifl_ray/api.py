@@ -4,7 +4,7 @@ Why a function beside the command line: a notebook, a sweep script or a test wan
 every arm as a table, and wants a configuration problem as an exception it can catch, not as text on stderr
 and an exit code. The path is the command line's (``sifl run``): the same loader and validator
 (:func:`sifl_ray.config.load_config`), the same pre-flight check of the data set, the same backend (Ray, or
-in-process with ``ray.backend=sequential``) and the same runner (:func:`sifl_ray.runner.run_scenario`), so a
+in-process with ``backend=local``) and the same runner (:func:`sifl_ray.runner.run_scenario`), so a
 run started here writes the same run folder, TensorBoard logs and ``summary.json`` as ``sifl run``.
 
 Nothing here imports torch or Ray until the configuration is valid: a typo costs no start-up.
@@ -98,8 +98,8 @@ def simulate(
         arms: the arms to run, instead of the scenario's: registered names (``"fl"``, ``"nbafl"``) or
             :class:`~sifl_ray.arms.Arm` objects, which are registered under their ``kind`` first (replacing
             an arm of that kind: re-running a notebook cell that redefines an arm takes the new one).
-        backend: ``"ray"`` or ``"sequential"`` (in-process, the same roles and numbers), instead of the
-            scenario's ``ray.backend``.
+        backend: ``"ray"`` or ``"local"`` (in-process, the same parties and numbers), instead of the
+            scenario's ``backend``.
 
     Returns:
         The run folder, the summary and every arm's per-round history (:class:`SimulationResult`).
@@ -117,7 +117,7 @@ def simulate(
     if names is not None:
         settings["arms"] = names
     if backend is not None:
-        settings["ray.backend"] = backend
+        settings["backend"] = backend
     cfg = _config(scenario, texts, settings)
     return _run(cfg)
 

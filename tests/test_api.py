@@ -63,7 +63,7 @@ def test_a_missing_scenario_is_a_configuration_problem():
 
 
 def test_a_run_returns_every_arms_history_as_a_table(tmp_path):
-    got = simulate("quickstart", _small(tmp_path), arms=["fl", "nbafl"], backend="sequential")
+    got = simulate("quickstart", _small(tmp_path), arms=["fl", "nbafl"], backend="local")
     assert isinstance(got, SimulationResult)
     assert got.arms == ["fl", "nbafl_eps1"]
     assert [r["round"] for r in got.history["fl"]] == [0, 1]
@@ -78,14 +78,14 @@ def test_a_run_returns_every_arms_history_as_a_table(tmp_path):
     assert summary["arms"]["fl"]["final_accuracy"] == got.summary["arms"]["fl"]["final_accuracy"]
     assert got.history["fl"][-1]["test_accuracy"] == got.summary["arms"]["fl"]["final_accuracy"]
     assert got.result_line.startswith("RESULT ")
-    assert got.config.ray.backend == "sequential"
+    assert got.config.backend == "local"
 
 
 def test_the_api_and_a_loaded_configuration_give_the_same_numbers(tmp_path):
     # a scenario given as sections, as a loaded configuration and by name: one path, one result
-    by_name = simulate("quickstart", _small(tmp_path), arms=["fl"], backend="sequential")
+    by_name = simulate("quickstart", _small(tmp_path), arms=["fl"], backend="local")
     texts = [f"{k}={v}" for k, v in _small(tmp_path).items()]
-    cfg = load_config([*texts, "arms=[fl]", "ray.backend=sequential"])
+    cfg = load_config([*texts, "arms=[fl]", "backend=local"])
     by_config = simulate(cfg)
     by_sections = simulate(yaml.safe_load((by_name.run_dir / "config.yaml").read_text()))
     accuracy = [r["test_accuracy"] for r in by_name.history["fl"]]
@@ -109,7 +109,7 @@ def test_an_arm_object_is_registered_and_run(tmp_path):
             "quickstart",
             {**_small(tmp_path), "privacy.clip": 0.5},
             arms=["fl", HalfClip()],
-            backend="sequential",
+            backend="local",
         )
     finally:
         unregister_arm(HalfClip.kind)
@@ -121,7 +121,7 @@ def test_an_arm_object_is_registered_and_run(tmp_path):
 
 def test_to_pandas_is_the_rows(tmp_path):
     pandas = pytest.importorskip("pandas")
-    got = simulate("quickstart", _small(tmp_path), arms=["fl"], backend="sequential")
+    got = simulate("quickstart", _small(tmp_path), arms=["fl"], backend="local")
     frame = got.to_pandas()
     assert isinstance(frame, pandas.DataFrame)
     assert list(frame["round"]) == [0, 1]
@@ -133,8 +133,8 @@ def test_on_ray_and_in_process_the_history_is_the_same(ray_session, tmp_path):
     # a notebook on Ray gets the numbers of an in-process run (here Ray is the test session's, joined)
     small = {**_small(tmp_path), "ray.num_workers": 2}
     on_ray = simulate("quickstart", small, arms=["fl", "nbafl"], backend="ray")
-    in_process = simulate("quickstart", small, arms=["fl", "nbafl"], backend="sequential")
-    assert on_ray.config.ray.backend == "ray"
+    in_process = simulate("quickstart", small, arms=["fl", "nbafl"], backend="local")
+    assert on_ray.config.backend == "ray"
     for arm in ("fl", "nbafl_eps1"):
         for got, want in zip(on_ray.history[arm], in_process.history[arm], strict=True):
             assert got["test_accuracy"] == want["test_accuracy"] and got["train_loss"] == want["train_loss"]

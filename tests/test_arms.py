@@ -122,7 +122,7 @@ def test_toy_arm_runs_on_ray_and_in_process_with_identical_numbers(ray_session, 
     # and built-in arms with all three steps, and with the uploads under secure aggregation
     arms = "arms=[fl,toy_arm_plain,toy_arm_m1,dp_fedavg,secagg,dp_fedavg_secagg]"
     ray_result, ray_models = _run(tmp_path, arms, "train.rounds=2", name="ray")
-    seq_result, seq_models = _run(tmp_path, arms, "train.rounds=2", "ray.backend=sequential", name="seq")
+    seq_result, seq_models = _run(tmp_path, arms, "train.rounds=2", "backend=local", name="seq")
     for arm in ("fl", "toy_arm_plain", "toy_arm_m1", "dp_fedavg_eps5", "secagg", "dp_fedavg_secagg_eps5"):
         assert torch.equal(ray_models[arm], seq_models[arm]), arm
         assert [r["test_accuracy"] for r in ray_result.history[arm]] == [
@@ -135,7 +135,7 @@ def test_toy_arm_runs_on_ray_and_in_process_with_identical_numbers(ray_session, 
 
 
 def _initial_model(tmp_path) -> torch.Tensor:
-    cfg = load_config([*TINY, f"output.dir={tmp_path}", "arms=[fl]", "ray.backend=sequential"])
+    cfg = load_config([*TINY, f"output.dir={tmp_path}", "arms=[fl]", "backend=local"])
     sim = Simulation(cfg, run_dir=tmp_path / "w0")
     w0 = sim.w0.to(torch.float64)
     sim.close()
@@ -149,7 +149,7 @@ def test_toy_arm_steps_do_what_they_say(tmp_path):
         tmp_path,
         "arms=[fl,toy_arm_fedavg,toy_arm_half,toy_arm_m1_half]",
         "train.rounds=1",
-        "ray.backend=sequential",
+        "backend=local",
     )
     # w + 1·(avg − w) rounds twice (a subtraction, an addition): |error| ≤ 2u (|avg| + |w|) element by element
     u = torch.finfo(torch.float64).eps / 2
@@ -186,7 +186,7 @@ def test_an_m2_arm_cannot_ask_its_server_for_a_plain_model(tmp_path):
     up, before any round, not run on an encoded matrix."""
     register_arm(ToyArm("toy_arm_m2", coding=Coding.M2))
     try:
-        cfg = load_config([*TINY, f"output.dir={tmp_path}", "arms=[toy_arm_m2]", "ray.backend=sequential"])
+        cfg = load_config([*TINY, f"output.dir={tmp_path}", "arms=[toy_arm_m2]", "backend=local"])
         with pytest.raises(ValueError, match="an M2 server never holds one"):
             Simulation(cfg, run_dir=tmp_path / "m2")
     finally:

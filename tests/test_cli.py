@@ -66,7 +66,7 @@ def test_describe_refuses_nothing_but_reports_an_excess():
     info = json.loads(proc.stdout)
     assert info["modes"]["m2"]["within_tolerance"] is False
     run = subprocess.run(
-        [sys.executable, "run.py", "coding.gamma=1e-4", "ray.backend=sequential", "train.rounds=1"],
+        [sys.executable, "run.py", "coding.gamma=1e-4", "backend=local", "train.rounds=1"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -94,7 +94,7 @@ def test_describe_shows_round0_of_m2_as_an_m1_round():
 
 def test_run_refuses_an_unknown_optimizer_up_front_with_a_suggestion():
     """``train.optimizer`` is checked before any actor exists: exit code 2, the fix, no traceback."""
-    proc = sifl("run", "train.optimizer=adamw_typo", "ray.backend=sequential", "train.rounds=1", timeout=120)
+    proc = sifl("run", "train.optimizer=adamw_typo", "backend=local", "train.rounds=1", timeout=120)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     assert "1 configuration problem:" in proc.stderr
@@ -122,7 +122,7 @@ def test_an_arm_from_a_plugin_module_runs_from_the_command_line(tmp_path):
     args = [
         "run",
         "arms=[fl,plugin_fedavg]",
-        "ray.backend=sequential",
+        "backend=local",
         "train.rounds=1",
         "clients.num_clients=4",
         "output.progress=false",
@@ -151,7 +151,7 @@ def test_dp_compare_small_prints_every_arms_accuracy_and_epsilon_and_plots_them(
         "run",
         "scenario=dp_compare_small",
         "train.rounds=2",
-        "ray.backend=sequential",
+        "backend=local",
         "output.progress=false",
         f"output.dir={tmp_path}",
     )
@@ -257,7 +257,7 @@ def _interrupt(tmp_path: Path, sig: int, after: str, rounds: int = 200) -> tuple
         [
             sys.executable,
             "run.py",
-            "ray.backend=sequential",
+            "backend=local",
             f"train.rounds={rounds}",
             f"output.dir={tmp_path}",
             "output.plot=false",
@@ -303,7 +303,7 @@ def test_an_interrupt_before_any_round_leaves_no_key_folder(tmp_path):
 def test_resuming_a_finished_run_says_so_without_starting_ray(tmp_path):
     from sifl_ray.cli import main
 
-    cfg_args = ["ray.backend=sequential", "train.rounds=2", f"output.dir={tmp_path}", "output.plot=false"]
+    cfg_args = ["backend=local", "train.rounds=2", f"output.dir={tmp_path}", "output.plot=false"]
     assert main(["run", *cfg_args, "output.progress=false"]) == 0
     (run_dir,) = (p for p in (tmp_path / "quickstart").iterdir() if not p.name.startswith("."))
     got = sifl("run", "--resume", str(run_dir), timeout=120)

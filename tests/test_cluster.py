@@ -256,12 +256,12 @@ def _without_run_dir(line: str) -> str:
 
 @pytest.fixture(scope="module")
 def one_process(tmp_path_factory):
-    """The reference: the same scenario in-process (the sequential backend), its RESULT line and figures."""
+    """The reference: the same scenario in-process (backend=local), its RESULT line and figures."""
     from sifl_ray.config import load_config
     from sifl_ray.runner import run_scenario
 
     out = tmp_path_factory.mktemp("one_process")
-    cfg = load_config([*SPREAD, "ray.backend=sequential", f"output.dir={out}"])
+    cfg = load_config([*SPREAD, "backend=local", f"output.dir={out}"])
     result = run_scenario(cfg)
     return _without_run_dir(result.result_line), _figures(result.summary)
 

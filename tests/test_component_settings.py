@@ -266,7 +266,7 @@ def _run(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
         "train.model=pl_net",
         "data.name=pl_data",
         "data.partition=pl_blocks",
-        "ray.backend=sequential",
+        "backend=local",
         "train.rounds=1",
         "clients.num_clients=3",
         "output.plot=false",

@@ -305,3 +305,28 @@ def test_vectorised_clients_are_a_switch_on_by_default():
         assert TrainSpec.from_config(load_config([f"train.vectorise={off}"])).vectorise is False
     with pytest.raises(ConfigError, match=r"train\.vectorise: expected bool, got 'auto'"):
         load_config(["train.vectorise=auto"])
+
+
+def test_the_old_ray_backend_key_is_refused_with_the_new_one_and_its_new_value():
+    """``backend`` is a top-level key (what hosts the parties, Ray or not); ``ray.backend`` is refused by
+    name, and its in-process value ``sequential`` is said as ``local``, from a scenario as from an
+    override."""
+    for old, new in (("sequential", "local"), ("ray", "ray")):
+        with pytest.raises(ConfigError) as info:
+            load_config([f"ray.backend={old}"])
+        assert info.value.problems == [
+            f"ray.backend: renamed backend (what hosts the parties, Ray or not); write backend={new} instead"
+        ]
+    with pytest.raises(ConfigError) as info:
+        load_config(scenario=None, sections={"ray": {"backend": "sequential"}, "train": {"rounds": 0}})
+    assert any(p.startswith("ray.backend: renamed backend") for p in info.value.problems)
+    assert load_config(["backend=local"]).backend == "local"
+    with pytest.raises(ConfigError, match="backend: expected one of local, ray, got 'threads'"):
+        load_config(["backend=threads"])
+
+
+def test_a_fault_that_kills_a_party_is_refused_where_the_backend_cannot_kill():
+    fault = "faults.inject=[{kind: worker_kill, worker: 0, round: 1}]"
+    with pytest.raises(ConfigError, match="backend local cannot"):
+        load_config(["backend=local", fault, "faults.deadline_s=5"])
+    assert load_config(["backend=ray", fault]).faults.inject[0].kind == "worker_kill"

@@ -35,7 +35,7 @@ def test_own_arm_is_a_plugin_of_the_command_line(tmp_path):
         str(ROOT / "run.py"),
         "arms=[fl,topk]",
         "topk.fraction=0.5",
-        "ray.backend=sequential",
+        "backend=local",
         "train.rounds=1",
         "clients.num_clients=3",
         "output.plot=false",

@@ -1,5 +1,5 @@
 """The examples the docs walk through (docs/models.md, docs/data.md) run as scripts, as a reader runs them:
-a few clients, two rounds, the sequential backend. Each must finish, print its RESULT line with every arm,
+a few clients, two rounds, the in-process backend. Each must finish, print its RESULT line with every arm,
 and have really used the user's model or data (its size, its split)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-QUICK = ["train.rounds=2", "ray.backend=sequential", "output.plot=false", "output.tensorboard=false"]
+QUICK = ["train.rounds=2", "backend=local", "output.plot=false", "output.tensorboard=false"]
 
 
 def _run(script: str, *overrides: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -52,7 +52,7 @@ RECIPES = recipes(PAGE.read_text())
 
 
 def test_the_page_has_a_recipe_for_each_kind_of_component():
-    assert set(RECIPES) == {"arm", "attack", "partitioner", "model", "data"}
+    assert set(RECIPES) == {"arm", "attack", "partitioner", "model", "data", "backend", "remote_call"}
 
 
 @pytest.fixture
@@ -73,11 +73,13 @@ def run_recipe(tmp_path, monkeypatch) -> Iterator:
     yield run
     from sifl_ray.arms import unregister_arm
     from sifl_ray.attacks.registry import unregister_attack
+    from sifl_ray.backends import BACKENDS
     from sifl_ray.data.own import unregister_dataset
     from sifl_ray.data.partition import unregister_partitioner
     from sifl_ray.models import unregister_model
 
     unregister_arm("topk")
+    BACKENDS.unregister("threads")
     unregister_attack("inflation")
     unregister_partitioner("blocks")
     unregister_model("small_mlp")
@@ -140,3 +142,26 @@ def test_the_model_recipe_trains_the_registered_model_under_sifl(run_recipe):
 def test_the_data_recipe_trains_on_the_registered_data(run_recipe):
     got = run_recipe("data")
     assert got.result.summary["arms"]["fl"]["final_accuracy"] > 0.1
+
+
+def test_the_backend_recipe_runs_a_scenario_with_the_numbers_of_the_other_backends(run_recipe):
+    from sifl_ray import simulate
+
+    got = run_recipe("backend")
+    local = simulate("quickstart", got.settings, arms=["fl", "sifl_m1"], backend="local")
+    assert got.result.config.backend == "threads" and local.config.backend == "local"
+    assert len(local.rows()) == 4 and _same_figures(got.result.rows(), local.rows())
+
+
+def _same_figures(a: list[dict], b: list[dict]) -> bool:
+    """Every figure of every round equal, timings aside (they are the wall clock's)."""
+    strip = [{k: v for k, v in row.items() if not k.startswith("time/")} for row in a]
+    return strip == [{k: v for k, v in row.items() if not k.startswith("time/")} for row in b]
+
+
+def test_the_remote_call_recipe_calls_by_the_method_and_gets_its_record(run_recipe):
+    import torch
+
+    got = run_recipe("remote_call")
+    assert got.norm == float(torch.linalg.vector_norm(torch.arange(6.0)))
+    assert isinstance(got.halves, got.Halves) and torch.equal(got.tail, torch.arange(2.0, 6.0))

@@ -214,7 +214,7 @@ def test_a_test_file_model_runs_on_ray_and_in_process_with_identical_numbers(ray
     arms = "arms=[fl,sifl_m1,sifl_m2,dp_fedavg]"
     model = [f"train.model={HERE}:small_net", "train.model_args={hidden: 6}", arms]
     ray_result, ray_models = _run(tmp_path, *model, name="ray")
-    seq_result, seq_models = _run(tmp_path, *model, "ray.backend=sequential", name="seq")
+    seq_result, seq_models = _run(tmp_path, *model, "backend=local", name="seq")
     assert set(ray_models) == {"fl", "sifl_m1", "sifl_m2", "dp_fedavg_eps5"}
     for arm in ray_models:
         assert torch.equal(ray_models[arm], seq_models[arm]), arm
@@ -248,7 +248,7 @@ def test_an_lstm_on_leaf_text_trains_one_client_at_a_time_said_once(tmp_path, ca
         "train.model_args={vocab: 4}",
         "train.rounds=3",
     ]
-    result, models = _run(tmp_path, *text, "arms=[fl,sifl_m1]", "ray.backend=sequential", name="lstm")
+    result, models = _run(tmp_path, *text, "arms=[fl,sifl_m1]", "backend=local", name="lstm")
     err = capfd.readouterr().err
     said = [line for line in err.splitlines() if "train their clients one at a time" in line]
     assert len(said) == 1 and "LSTM" in said[0], err
@@ -259,9 +259,9 @@ def test_an_lstm_on_leaf_text_trains_one_client_at_a_time_said_once(tmp_path, ca
 
 def test_a_refused_model_exits_2_with_the_reason(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    code = main(["run", *TINY, f"train.model={HERE}:bn_cnn", "ray.backend=sequential", "arms=[fl]"])
+    code = main(["run", *TINY, f"train.model={HERE}:bn_cnn", "backend=local", "arms=[fl]"])
     err = capsys.readouterr().err
     assert code == 2
     assert "train.model: model" in err and "running statistics" in err and "Traceback" not in err
-    code = main(["run", *TINY, "train.model=no_such_module_xyz:net", "ray.backend=sequential"])
+    code = main(["run", *TINY, "train.model=no_such_module_xyz:net", "backend=local"])
     assert code == 2 and "train.model: cannot import module 'no_such_module_xyz'" in capsys.readouterr().err

@@ -54,9 +54,9 @@ def ray_run(ray_session, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def sequential_run(tmp_path_factory):
+def local_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("seq_run")
-    cfg = load_config([*TINY, f"output.dir={out}", "ray.backend=sequential"])
+    cfg = load_config([*TINY, f"output.dir={out}", "backend=local"])
     sim = Simulation(cfg, run_dir=out / "run")
     result = sim.run()
     models = {arm: sim.global_model(arm) for arm in sim.arms}
@@ -64,9 +64,9 @@ def sequential_run(tmp_path_factory):
     return cfg, result, models
 
 
-def test_ray_and_in_process_runs_agree(ray_run, sequential_run):
+def test_ray_and_in_process_runs_agree(ray_run, local_run):
     _, ray_result, ray_models, _ = ray_run
-    _, seq_result, seq_models = sequential_run
+    _, seq_result, seq_models = local_run
     for arm, rows in ray_result.history.items():
         assert [r["test_accuracy"] for r in rows] == [r["test_accuracy"] for r in seq_result.history[arm]], (
             arm
@@ -103,7 +103,7 @@ def test_a_deviation_beyond_the_additive_estimate_is_flagged(tmp_path, capsys):
     """A model whose training amplifies the coding error (the paper's CNNs do; far too slow for a test)
     is stood in for by an estimate below the measured deviation: the run says so and marks it."""
     cfg = load_config(
-        [*TINY, "train.rounds=2", "arms=[fl,sifl_m1]", "ray.backend=sequential", f"output.dir={tmp_path}"]
+        [*TINY, "train.rounds=2", "arms=[fl,sifl_m1]", "backend=local", f"output.dir={tmp_path}"]
     )
     sim = Simulation(cfg, run_dir=tmp_path / "run")
     sim.precision["sifl_m1"]["deviation_estimate"] = 1e-30
@@ -138,14 +138,14 @@ def test_tensorboard_files_carry_every_tag_for_every_arm(ray_run):
     assert (Path(result.run_dir) / "accuracy.png").stat().st_size > 1000
 
 
-def test_summary_rounds_carry_the_tensorboard_epsilons(sequential_run):
+def test_summary_rounds_carry_the_tensorboard_epsilons(local_run):
     """Every per-round row of summary.json carries the privacy/epsilon_* figures TensorBoard shows, with the
     same values, under tags that say their scope: SIFL's per element (one tag per release), NbAFL's for the
     whole model (one tag), never one tag for both; M2's round 0 is an M1 round: M1's broadcast, and a local
     ε ‖P2R‖ = 1/γ times round 1's."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    cfg, result, _ = sequential_run
+    cfg, result, _ = local_run
     summary = json.loads((Path(result.run_dir) / "summary.json").read_text())
     for arm, a in summary["arms"].items():
         acc = EventAccumulator(str(Path(result.run_dir) / "tb" / arm))
@@ -202,7 +202,7 @@ def test_nbafl_arm_sigma_covers_the_uploads_it_claims(tmp_path, exposures, uploa
     from sifl_ray.arms.steps import Gaussian
     from sifl_ray.privacy.nbafl import GUARANTEES, nbafl_sigma
 
-    overrides = ["arms=[fl,nbafl]", "ray.backend=sequential", f"nbafl.exposures={exposures}"]
+    overrides = ["arms=[fl,nbafl]", "backend=local", f"nbafl.exposures={exposures}"]
     cfg = load_config([*TINY, *overrides, f"output.dir={tmp_path}"])
     sim = Simulation(cfg, run_dir=tmp_path / "run")
     try:

@@ -186,7 +186,7 @@ def test_a_run_with_fifteen_arms_keeps_its_round_lines_short_and_the_clipping_ca
             "run.py",
             "scenario=dp_compare_small",
             "train.rounds=2",
-            "ray.backend=sequential",
+            "backend=local",
             "output.plot=false",
             "output.tensorboard=false",
             f"output.dir={tmp_path}",

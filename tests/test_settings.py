@@ -164,7 +164,7 @@ def _run(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
     }
     args = [
         "arms=[fl,topk]",
-        "ray.backend=sequential",
+        "backend=local",
         "train.rounds=2",
         "clients.num_clients=3",
         "output.plot=false",

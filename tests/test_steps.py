@@ -121,7 +121,7 @@ def test_a_composed_arms_metrics_reach_its_history_and_tensorboard(tmp_path):
         "output.progress": False,
     }
     try:
-        got = simulate("quickstart", overrides, arms=["fl", SparseNoisy()], backend="sequential")
+        got = simulate("quickstart", overrides, arms=["fl", SparseNoisy()], backend="local")
     finally:
         unregister_arm(SparseNoisy.kind)
     for record in got.history["sparse_noisy_test"]:
@@ -271,7 +271,7 @@ def test_a_composed_server_step_and_the_aggregators_noise_reach_the_history_and_
         "output.progress": False,
     }
     try:
-        got = simulate("quickstart", overrides, arms=["dp_fedavg", ServerClipped()], backend="sequential")
+        got = simulate("quickstart", overrides, arms=["dp_fedavg", ServerClipped()], backend="local")
     finally:
         unregister_arm(ServerClipped.kind)
     plug_in = got.history["server_clipped_test"]

@@ -27,7 +27,7 @@ def run(tmp_path_factory):
             "scenario=quickstart",
             "train.rounds=2",
             "clients.num_clients=4",
-            "ray.backend=sequential",
+            "backend=local",
             "output.progress=false",
             "output.plot=false",
             f"arms=[{','.join(ARMS)}]",

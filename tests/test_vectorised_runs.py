@@ -41,8 +41,8 @@ def _models(tmp_path, *extra: str) -> dict[str, torch.Tensor]:
 @pytest.mark.ray
 def test_ray_and_in_process_runs_agree_with_vectorised_clients(ray_session, tmp_path):
     ray_models = _models(tmp_path / "ray")
-    seq_models = _models(tmp_path / "seq", "ray.backend=sequential")
-    loop_models = _models(tmp_path / "loop", "ray.backend=sequential", "train.vectorise=false")
+    seq_models = _models(tmp_path / "seq", "backend=local")
+    loop_models = _models(tmp_path / "loop", "backend=local", "train.vectorise=false")
     for arm in ray_models:
         assert torch.equal(ray_models[arm], seq_models[arm]), arm
     # the clients were trained together: another summation order, other last bits
@@ -51,7 +51,7 @@ def test_ray_and_in_process_runs_agree_with_vectorised_clients(ray_session, tmp_
 
 def test_a_fallback_is_said_once_per_run(tmp_path, capfd, monkeypatch):
     monkeypatch.setattr(vectorised, "_SAID", set())
-    _models(tmp_path, "ray.backend=sequential", "train.optimizer=RMSprop", "arms=[fl,sifl_m1]")
+    _models(tmp_path, "backend=local", "train.optimizer=RMSprop", "arms=[fl,sifl_m1]")
     lines = [line for line in capfd.readouterr().err.splitlines() if "one at a time" in line]
     assert lines == [
         "[sifl] client workers train their clients one at a time: optimizer RMSprop has no vectorised form "

@@ -11,7 +11,7 @@ recovers from whole vectors, with figures, and prints the per-element ε beside 
   view; the per-element ε does not hold against it);
 * :mod:`.audit`: an empirical DP audit with Clopper–Pearson bounds (keys granted);
 * :mod:`.record`: any registered arm played on a small model through the platform's own parties (server
-  and aggregator actors, the client role, ``run_round`` on the sequential backend), every channel recorded,
+  and aggregator actors, the client role, ``run_round`` in-process), every channel recorded,
   the plain models kept on the side by a simulation-only tap for scoring;
 * :mod:`.registry`: the attacks on a key design's transcript, each registered once with its figures and
   their explanations; :mod:`.builtin`: the built-in ones, (a) to (d), one module each;

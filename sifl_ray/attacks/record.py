@@ -216,7 +216,7 @@ def platform_config(
         "train.dtype": "float64",
         "coding.client_form": "fused",
         "coding.key_seed": None if cfg.coding.key_seed is None else int(cfg.coding.key_seed),
-        "ray.backend": "sequential",
+        "backend": "local",
     }
     values.update(_dotted("coding.", dict(coding or {})))
     values.update(_dotted("", OmegaConf.to_container(cfg.arm_config, resolve=True)))

@@ -130,7 +130,7 @@ def markdown(result: SuiteResult) -> str:
         "",
         "What an adversary actually recovers from what the arms release, measured on a small model played "
         "through the platform's own parties (server and aggregator actors, the client role, run_round, on "
-        "the sequential backend; keys made by the actors), every channel recorded "
+        "the in-process backend; keys made by the server and aggregator), every channel recorded "
         "(docs/method.md 'Attacks the design must be judged against'). Every figure is scored against the "
         "plain models the clients trained, taken by a simulation-only tap, which no party of a real "
         "deployment holds.",

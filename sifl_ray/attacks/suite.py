@@ -2,7 +2,7 @@
 
 The transcripts come from the platform's own parties (:mod:`sifl_ray.attacks.record`): every arm of
 ``cfg.arms`` is played on a small model through the shipped server, aggregator and client roles on the
-sequential backend, with keys the server and aggregator actors make, and every channel recorded (uploads,
+in-process backend, with keys the server and aggregator hosts make, and every channel recorded (uploads,
 broadcasts, the server's inputs). No second implementation of the protocol exists here. What is attacked
 depends on the arm's coding:
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from sifl_ray.config import names
 from sifl_ray.config.sections import component_section
 from sifl_ray.config.validation import Choice
 
@@ -102,9 +103,10 @@ def fault_checks(cfg: DictConfig, problems: list[str]) -> None:
         return
     in_process = ("corrupt_upload", "corrupt_partial")  # garbage in the data, no process dies
     killing = sorted({ev.kind for ev in events} - set(in_process))
-    if cfg.ray.backend == "sequential" and killing:
+    if killing and not names.BACKENDS[cfg.backend].capabilities.kill:
         problems.append(
-            f"faults.inject: {', '.join(map(str, killing))} kill or stall Ray actors; set ray.backend=ray "
+            f"faults.inject: {', '.join(map(str, killing))} kill or stall a party's process, which backend "
+            f"{cfg.backend} cannot (it runs every party in this process); set backend=ray "
             f"(in-process runs take only {' and '.join(in_process)})"
         )
     arms = arm_names(cfg)

@@ -48,6 +48,15 @@ def _path_key(raw: Mapping[str, Any]) -> str:
     return f"{name}.path" if has_path else "arrays.path"
 
 
+def _backend_key(raw: Mapping[str, Any]) -> str:
+    """``ray.backend`` became the top-level ``backend`` (what hosts the parties, Ray or not), and its
+    in-process value ``sequential`` is ``local``."""
+    ray = raw.get("ray")
+    if isinstance(ray, dict) and ray.get("backend") == "sequential":
+        ray["backend"] = "local"
+    return "backend"
+
+
 #: Keys that moved into the section of the component that reads them: refused with their new name.
 RENAMED: dict[str, Any] = {
     "data.dirichlet_alpha": "dirichlet.alpha",
@@ -175,6 +184,7 @@ def _validated(raw: dict[str, Any], problems: list[str]) -> DictConfig:
     if os.environ.get("RAY_ADDRESS") and not (raw.get("ray") or {}).get("address"):
         set_path(raw, "ray.address", os.environ["RAY_ADDRESS"])
     refuse_renamed(raw, RENAMED, problems, why="the section of the component that reads it")
+    refuse_renamed(raw, {"ray.backend": _backend_key}, problems, why="what hosts the parties, Ray or not")
     checked = validate(
         scenario_schema(), raw, RULES, cross_checks=(cross_checks, fault_checks), problems=problems
     )

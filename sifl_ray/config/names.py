@@ -17,6 +17,7 @@ names                    read by                                              co
 :data:`SERVER_KEYS`      :mod:`sifl_ray.coding.keys` (key 1's backends)       ``coding.backend``, designs
 :data:`MODELS`           :mod:`sifl_ray.models`                               ``train.model``
 :data:`OPTIMIZERS`       :mod:`sifl_ray.optim.trainer`                        ``train.optimizer``
+:data:`BACKENDS`         :mod:`sifl_ray.backends` (what hosts the parties)   ``backend``
 ``LEFT_INVERSES``        :func:`sifl_ray.coding._common.left_inverse`         ``coding.left_inverse``
 ``NOISE_DISTRIBUTIONS``  :class:`sifl_ray.coding.base.NoiseSpec`              ``coding.noise.distribution``
 ``PRECISION_POLICIES``   :func:`sifl_ray.coding.precision.check_precision`    ``coding.precision.policy``
@@ -79,6 +80,15 @@ OPTIMIZERS: Registry[TorchOptimizer] = Registry("optimizer", key="train.optimize
 OPTIMIZERS.register("sgd", TorchOptimizer("SGD"))
 OPTIMIZERS.register("momentum", TorchOptimizer("SGD", {"momentum": 0.9}))
 OPTIMIZERS.register("adam", TorchOptimizer("Adam"))
+
+#: What hosts the parties (``backend``): name → its class (:class:`~sifl_ray.backends.Backend`). Imported
+#: only when chosen (Ray costs a second or more); a user's registers with
+#: :func:`sifl_ray.backends.register_backend`.
+BACKENDS: Registry[Any] = Registry(
+    "backend",
+    key="backend",
+    declared={"local": "sifl_ray.backends.local:LocalBackend", "ray": "sifl_ray.backends.ray:RayBackend"},
+)
 
 LEFT_INVERSES: tuple[str, ...] = ("pinv", "oblique")
 NOISE_DISTRIBUTIONS: tuple[str, ...] = ("gaussian", "laplace")

@@ -204,11 +204,9 @@ class PrivacyConfig:
 
 @dataclass
 class RayConfig:
-    """Where the parties run: Ray (local or a cluster) or in-process, and how many workers and resources each
-    gets."""
+    """How the parties are laid out: how many client workers and aggregator hosts, the resources each gets,
+    and, on Ray, which cluster."""
 
-    # ray | sequential (in-process, same roles)
-    backend: str = setting("ray", rule=Choice(lambda: ("ray", "sequential")))
     # unset/local: a private local Ray instance; auto: join the cluster `ray start` recorded on this
     # machine; HOST:PORT or ray://HOST:PORT: join that one (RAY_ADDRESS also sets it, as a Ray job does)
     address: str | None = None
@@ -329,6 +327,9 @@ class ScenarioConfig:
 
     scenario: str = "quickstart"
     seed: int = 0
+    # what hosts the parties: ray (a process per party, on this machine or a cluster: the ray section) or
+    # local (every party in this process, the same parties and the same numbers)
+    backend: str = setting("ray", rule=names.BACKENDS.choice())
     arms: list[str] = field(default_factory=lambda: list(DEFAULT_ARMS))
     data: DataConfig = field(default_factory=DataConfig)
     clients: ClientsConfig = field(default_factory=ClientsConfig)

@@ -115,7 +115,7 @@ def compare_without_canaries(cfg: DictConfig, result: RunResult) -> None:
         cfg,
         {
             "audit": {"canaries": 0, "compare": False},
-            "ray": {"backend": "sequential"},
+            "backend": "local",
             "output": {"plot": False, "progress": False},
             "checkpoint": {"every": 0},
         },

@@ -31,7 +31,7 @@ PLATFORM = [
     "clients.num_clients=4",
     "coding.key_seed=7",
     "ray.num_workers=2",
-    "ray.backend=sequential",
+    "backend=local",
     "output.progress=false",
     "output.plot=false",
 ]

@@ -1,7 +1,7 @@
 """The transcripts come from the shipped parties: what the recorder holds is what the real roles exchanged.
 
 The harness (:mod:`sifl_ray.attacks.record`) plays an arm through the server and aggregator actors, the client
-role and :func:`~sifl_ray.round.run_round` on the sequential backend. These tests catch it (or a later change)
+role and :func:`~sifl_ray.round.run_round` on the in-process backend. These tests catch it (or a later change)
 recording something other than what travelled: an upload that is not what the aggregator summed, a server
 input that is not what the server decoded, a truth that is not what the clients trained, a key that is not
 the one the server actor made.

@@ -84,7 +84,7 @@ def test_startup_bench(tmp_path, capsys):
     """``python run.py`` launched for real (a tiny in-process run): wall time, the run's own start-up marks,
     the end of the run and the peak PSS of its process tree."""
     out = tmp_path / "startup.json"
-    run = ["train.rounds=1", "clients.num_clients=2", "arms=[fl]", "ray.backend=sequential"]
+    run = ["train.rounds=1", "clients.num_clients=2", "arms=[fl]", "backend=local"]
     run.append("output.plot=false")
     assert bench_main(["startup", "--runs", "1", "--out", str(out), *run]) == 0
     lines, name, ratio, target = _result(capsys)

@@ -49,7 +49,7 @@ RUN = [
     "coding.key_seed=3",
     "train.rounds=1",
     "arms=[sifl_m1]",
-    "ray.backend=sequential",
+    "backend=local",
     "output.progress=false",
     "output.plot=false",
 ]

@@ -185,7 +185,7 @@ def test_mnist_sample_is_real_28x28_digits_split_stratified_by_seed():
 
 RUN = [
     "scenario=quickstart",
-    "ray.backend=sequential",
+    "backend=local",
     "train.rounds=2",
     "arms=[fl,sifl_m1]",
     "coding.key_seed=3",

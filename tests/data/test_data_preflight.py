@@ -25,7 +25,7 @@ NO_PROXY = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}  # 
 
 def _run(entry: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, *ENTRIES[entry], *args, "ray.backend=ray", "train.rounds=1"],
+        [sys.executable, *ENTRIES[entry], *args, "backend=ray", "train.rounds=1"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -199,7 +199,7 @@ def test_sifl_run_fetches_a_corrupt_file_again_and_trains(
         "arms=[fl]",
         "clients.num_clients=4",
         "train.rounds=1",
-        "ray.backend=sequential",
+        "backend=local",
         "output.plot=false",
         "output.progress=false",
         f"output.dir={tmp_path / 'runs'}",
@@ -222,7 +222,7 @@ def test_a_bad_value_seen_only_when_the_data_is_read_is_a_configuration_error_to
     labels[3] = 12
     (folder / IDX_FILES["train_labels"]).write_bytes(encode_idx(labels))
     args = ["data.name=mnist", "train.model=mlp", f"data.root={tmp_path}", "data.download=false"]
-    args += ["ray.backend=sequential", "train.rounds=1", f"output.dir={tmp_path / 'runs'}"]
+    args += ["backend=local", "train.rounds=1", f"output.dir={tmp_path / 'runs'}"]
     got = subprocess.run(
         [sys.executable, "run.py", *args],
         cwd=ROOT,

@@ -20,7 +20,7 @@ def round_sizes(tmp_path, sampling: str, arms: str) -> list[int]:
             "clients.num_clients=10",
             "clients.fraction=0.5",
             f"clients.sampling={sampling}",
-            "ray.backend=sequential",
+            "backend=local",
             "ray.num_workers=3",
             "output.progress=false",
             "output.plot=false",

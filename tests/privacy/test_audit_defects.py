@@ -111,7 +111,7 @@ def test_an_empty_round_without_noise_gives_the_audit_nothing_and_the_release_ch
     sim = _sim(
         tmp_path,
         [
-            "ray.backend=sequential",
+            "backend=local",
             "arms=[dp_fedavg,dp_fedavg_skips]",
             "clients.sampling=poisson",
             "clients.fraction=0.05",
@@ -175,7 +175,7 @@ def test_fresh_noise_on_replay_is_out_of_the_audits_sight_and_the_replay_check_c
         tmp_path,
         [
             *over,
-            "ray.backend=ray",
+            "backend=ray",
             "ray.num_workers=2",
             "checkpoint.every=3",
             "faults.inject=[{kind: aggregator_kill, round: 4, arm: dp_fedavg_eps5}]",
@@ -187,7 +187,7 @@ def test_fresh_noise_on_replay_is_out_of_the_audits_sight_and_the_replay_check_c
     finally:
         faulted.close()
     assert [r["replayed_from_round"] for r in result.summary["restored"]] == [3]
-    clean = _sim(tmp_path, [*over, "ray.backend=sequential", "arms=[dp_fedavg]"], "clean")
+    clean = _sim(tmp_path, [*over, "backend=local", "arms=[dp_fedavg]"], "clean")
     try:
         reference = clean.run()
     finally:

@@ -15,7 +15,7 @@ from sifl_ray.config import load_config
 from sifl_ray.runner import Simulation
 
 AUDITED = [
-    "ray.backend=sequential",
+    "backend=local",
     "clients.num_clients=20",
     "train.rounds=10",
     "dp_fedavg.epsilons=[1]",
@@ -165,7 +165,7 @@ def test_ray_and_in_process_runs_audit_alike(ray_session, tmp_path):
         "dp_fedavg.epsilons=[5]",
     ]
     local = _run(tmp_path, over, "local")
-    on_ray = _run(tmp_path, [*over, "ray.backend=ray", "ray.num_workers=2"], "ray")
+    on_ray = _run(tmp_path, [*over, "backend=ray", "ray.num_workers=2"], "ray")
     for arm in ("fl", "dp_fedavg_secagg_eps5"):
         assert on_ray.summary["arms"][arm]["audit"] == local.summary["arms"][arm]["audit"], arm
         assert on_ray.summary["arms"][arm]["final_accuracy"] == local.summary["arms"][arm]["final_accuracy"]

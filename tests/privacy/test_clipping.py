@@ -76,7 +76,7 @@ def test_a_run_with_a_small_clip_clips_every_arm_and_counts_it(tmp_path, capsys)
             "coding.key_seed=3",
             "privacy.clip=0.5",
             "arms=[fl,sifl_m1,sifl_m2]",
-            "ray.backend=sequential",
+            "backend=local",
             "output.progress=false",
             "output.plot=false",
             f"output.dir={tmp_path}",

@@ -89,7 +89,7 @@ def test_dp_fedavg_run_reports_the_accountants_epsilon_round_by_round(tmp_path):
             "clients.sampling=poisson",
             "clients.fraction=0.5",
             "train.rounds=3",
-            "ray.backend=sequential",
+            "backend=local",
             "coding.key_seed=2",
             "output.progress=false",
             "output.plot=false",

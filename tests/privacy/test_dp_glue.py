@@ -154,7 +154,7 @@ def test_the_run_calibrates_nbafl_to_its_smallest_client(tmp_path):
             "train.rounds=3",
             "data.partition=dirichlet",
             "dirichlet.alpha=0.3",
-            "ray.backend=sequential",
+            "backend=local",
             f"output.dir={tmp_path}",
         ]
     )

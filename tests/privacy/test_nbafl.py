@@ -262,7 +262,7 @@ def test_summary_and_tensorboard_label_each_guarantee_with_its_relation_threat_m
             "train.rounds=1",
             "clients.num_clients=4",
             "coding.key_seed=3",
-            "ray.backend=sequential",
+            "backend=local",
             "output.progress=false",
             "output.plot=false",
             f"output.dir={tmp_path}",

@@ -23,7 +23,7 @@ from sifl_ray.runner.state import Checkpoints
 from sifl_ray.specs import Coding, CodingSpec
 
 SMALL = [
-    "ray.backend=sequential",
+    "backend=local",
     "clients.num_clients=10",
     "output.progress=false",
     "output.plot=false",
@@ -181,7 +181,7 @@ def test_an_aggregator_killed_mid_run_replays_the_releases_it_made(ray_session, 
     sim = _sim(
         tmp_path,
         [
-            "ray.backend=ray",
+            "backend=ray",
             "ray.num_workers=2",
             "arms=[dp_fedavg]",
             "dp_fedavg.epsilons=[5]",

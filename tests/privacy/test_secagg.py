@@ -99,7 +99,7 @@ def test_codec_rejects_non_finite_updates():
 # ------------------------------------------------------------------------------------------------------------
 # Protocol: exactness under dropouts, on the platform's own parties
 #
-# A secure arm's round as a run plays it: run_round on the sequential backend, the platform's server and
+# A secure arm's round as a run plays it: run_round on the in-process backend, the platform's server and
 # aggregator actors, and client workers that are the platform's SecAgg halves (WorkerSecAgg, and the ring sum
 # a worker masks its clients' uploads into) hosting one client each, with its update given instead of
 # trained. A client vanishes before a step by its worker dying there: the backend reports it lost, as Ray

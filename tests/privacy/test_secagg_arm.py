@@ -63,7 +63,7 @@ def within_bound(row: dict) -> bool:
 
 def test_secagg_equals_fedavg_within_the_ring_quantisation_bound_in_process(tmp_path):
     cfg = load_config(
-        [*BASE, "arms=[fl,secagg]", "ray.backend=sequential", "train.rounds=3", f"output.dir={tmp_path}"]
+        [*BASE, "arms=[fl,secagg]", "backend=local", "train.rounds=3", f"output.dir={tmp_path}"]
     )
     sim = Simulation(cfg, run_dir=tmp_path / "run")
     try:
@@ -100,7 +100,7 @@ def test_rejected_uploads_and_refused_partials_are_recovered_or_skipped(tmp_path
         [
             *BASE,
             "arms=[fl,secagg]",
-            "ray.backend=sequential",
+            "backend=local",
             "ray.num_workers=5",
             "train.rounds=2",
             faults,
@@ -116,7 +116,7 @@ def test_rejected_uploads_and_refused_partials_are_recovered_or_skipped(tmp_path
                 *BASE,
                 "clients.num_clients=4",
                 "arms=[secagg]",
-                "ray.backend=sequential",
+                "backend=local",
                 "ray.num_workers=2",
                 "train.rounds=1",
                 "faults.inject=[{kind: corrupt_partial, worker: 0, round: 0, arm: secagg,"
@@ -148,7 +148,7 @@ def test_distributed_noise_reaches_the_sum_through_the_masks(tmp_path):
         [
             *BASE,
             "arms=[dp_fedavg_secagg]",
-            "ray.backend=sequential",
+            "backend=local",
             "train.rounds=1",
             "train.skip_training=true",
             "dp_fedavg.epsilons=[2]",

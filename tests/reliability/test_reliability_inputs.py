@@ -59,7 +59,7 @@ def test_rounds_with_bad_updates_code_within_the_rigorous_bound(tmp_path):
     uploads, a refused partial reduced again and renormalised weights stay inside the float64 bound on any
     CPU. A mis-weighted sum would miss it by orders of magnitude: it moves the model by (Σa − 1)·‖w‖."""
     faults = f"faults.inject=[{', '.join(FAULTS)}]"
-    errors, bounds = paired_run([*BASE, faults, "ray.backend=sequential"], tmp_path / "run")
+    errors, bounds = paired_run([*BASE, faults, "backend=local"], tmp_path / "run")
     for arm, rows in errors.items():
         assert [accepted for _, accepted in rows] == [6, 4, 2, 5, 5], arm
         assert all(0.0 <= err <= bounds[arm] for err, _ in rows), (arm, rows, bounds[arm])
@@ -73,7 +73,7 @@ def test_a_round_that_accepts_nothing_is_skipped_and_the_summary_is_still_writte
     import json
 
     bad = ", ".join(per_arm("corrupt_upload", 0, client=c, corruption="nan") for c in range(6))
-    overrides = ["train.rounds=3", f"faults.inject=[{bad}]", "ray.backend=sequential"]
+    overrides = ["train.rounds=3", f"faults.inject=[{bad}]", "backend=local"]
     cfg = load_config([*BASE, *overrides, f"output.dir={tmp_path}"])
     sim = Simulation(cfg, run_dir=tmp_path / "run")
     try:
