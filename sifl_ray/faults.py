@@ -35,25 +35,17 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sifl_ray.config import names
+from sifl_ray.config.names import FAULT_CORRUPTIONS, FAULT_PHASES
+
 if TYPE_CHECKING:  # no torch at run time: the configuration validator reads the kinds below without it
     import torch
 
-#: Every kind of fault, in the order of the table above (``faults.inject[i].kind``).
-FAULT_KINDS = (
-    "worker_exit",
-    "worker_kill",
-    "straggle",
-    "corrupt_upload",
-    "corrupt_partial",
-    "server_kill",
-    "aggregator_kill",
-    "evaluator_kill",
-    "driver_kill",
-)
-PHASES = ("train", "unmask")  # when a worker_exit fires: in train_round, or in secure aggregation's step 3
-CORRUPTIONS = ("nan", "inf", "shape", "round", "epoch")  # what a corrupt_* fault sends (corrupt, upload_hook)
+FAULT_KINDS = names.FAULT_KINDS  # every kind of fault, in the order of the table above
+PHASES = FAULT_PHASES  # when a worker_exit fires: in training, or in secure aggregation's step 3
+CORRUPTIONS = FAULT_CORRUPTIONS  # what a corrupt_* fault sends (corrupt, upload_hook)
 WORKER_KINDS = ("worker_exit", "straggle", "corrupt_upload", "corrupt_partial")  # fire inside the worker
-ONCE_KINDS = ("server_kill", "aggregator_kill", "evaluator_kill", "driver_kill")  # once per run folder
+ONCE_KINDS = names.FAULT_ONCE_KINDS  # once per run folder
 JOURNAL = "faults.jsonl"
 
 

@@ -178,7 +178,6 @@ def test_validation_stays_free_of_torch():
 
 def test_choices_are_read_from_the_registries_that_own_them(monkeypatch):
     """A name added to its registry is a valid choice at once: validation holds no copy of any list."""
-    from sifl_ray import faults
     from sifl_ray.config import names
 
     bad = ["coding.backend=toy", "train.model=toy_net", "train.optimizer=lion", "nbafl.calibration=exact"]
@@ -201,7 +200,7 @@ def test_choices_are_read_from_the_registries_that_own_them(monkeypatch):
     fault = ["ray.num_workers=2", "faults.inject=[{kind: worker_hang, worker: 0, round: 1}]"]
     with pytest.raises(ConfigError, match=r"faults\.inject\[0\]\.kind: expected one of worker_exit"):
         load_config(fault)
-    monkeypatch.setattr(faults, "FAULT_KINDS", (*faults.FAULT_KINDS, "worker_hang"))
+    monkeypatch.setattr(names, "FAULT_KINDS", (*names.FAULT_KINDS, "worker_hang"))
     assert load_config(fault).faults.inject[0].kind == "worker_hang"
 
 

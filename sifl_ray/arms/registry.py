@@ -11,6 +11,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sifl_ray.arms.base import UPLOADS, Arm
+from sifl_ray.config.components import ARMS as _ARMS
+from sifl_ray.config.components import arm_instances as arm_instances
+from sifl_ray.config.components import arm_names as arm_names
 from sifl_ray.config.registry import Registry
 from sifl_ray.config.sections import SectionError, register_section, unregister_section
 from sifl_ray.specs import Coding
@@ -19,7 +22,7 @@ if TYPE_CHECKING:
     from omegaconf import DictConfig
 
 #: The arms a scenario lists in ``arms``, by kind, in registration order (the built-in ones first).
-ARMS: Registry[Arm] = Registry("arm", key="arms")
+ARMS: Registry[Arm] = _ARMS  # held by the configuration, which reads it without importing the arms
 
 
 def register_arm(arm: Arm, *, replace: bool = False) -> Arm:
@@ -97,25 +100,6 @@ def get_arm(kind: str) -> Arm:
     """The registered arm ``kind``; the error (a ``KeyError``) lists the registered ones, the fix for a
     typo."""
     return ARMS[kind]
-
-
-def arm_instances(cfg: DictConfig) -> dict[str, str]:
-    """Concrete arm names of ``cfg`` → their kind (``nbafl`` runs as ``nbafl_eps1``, ``nbafl_eps5``, ...).
-
-    ``cfg`` is a configuration (validated, or merged and typed inside the validator's cross-checks);
-    unknown kinds are skipped (the validator reports them).
-    """
-    out: dict[str, str] = {}
-    for kind in cfg.arms:
-        if kind in ARMS:
-            for name in ARMS[kind].instances(cfg):
-                out[name] = kind
-    return out
-
-
-def arm_names(cfg: DictConfig) -> list[str]:
-    """Concrete arm names of ``cfg``, in the order the scenario lists them."""
-    return list(arm_instances(cfg))
 
 
 def arm_of(cfg: DictConfig, name: str) -> Arm:

@@ -338,7 +338,7 @@ def _scenario_values(name: str) -> dict[str, Any]:
         ConfigError: the scenario does not load.
     """
     from sifl_ray.config import load_config
-    from sifl_ray.data.registry import train_samples
+    from sifl_ray.config.components import train_samples
     from sifl_ray.models import build_model, count_params
 
     cfg = load_config([f"scenario={name}"])

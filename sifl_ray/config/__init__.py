@@ -24,8 +24,7 @@ their settings' rules, and are imported by :func:`load_config` when it builds th
 
 from __future__ import annotations
 
-from typing import Any
-
+from sifl_ray.config.components import arm_names
 from sifl_ray.config.import_paths import ImportPathError, import_object, is_import_path
 from sifl_ray.config.load import RENAMED, RULES, load_config, load_run_config, scenario_schema, to_yaml
 from sifl_ray.config.plugins import PluginError, load_plugins
@@ -107,13 +106,3 @@ __all__ = [
     "to_yaml",
     "validate",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    """``arm_names``, the concrete arms of a configuration, is the arm registry's
-    (:func:`sifl_ray.arms.arm_names`); read from there on first use, because the arms import this package."""
-    if name == "arm_names":
-        from sifl_ray.arms import arm_names
-
-        return arm_names
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

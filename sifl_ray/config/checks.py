@@ -10,11 +10,11 @@ every client having a sample, the audit's replay, and the injected faults.
 from __future__ import annotations
 
 import difflib
-from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from sifl_ray.config import names
+from sifl_ray.config.components import ARMS, DATASETS, PARTITIONERS, arm_instances, arm_names, train_samples
 from sifl_ray.config.sections import component_section
 from sifl_ray.config.validation import Choice
 
@@ -47,7 +47,6 @@ def _free_form_checks(cfg: DictConfig, problems: list[str]) -> None:
 
 
 def _arm_checks(cfg: DictConfig, problems: list[str]) -> None:
-    from sifl_ray.arms import ARMS  # deferred: the arms import the configuration (their settings)
 
     arms = list(cfg.arms)
     for arm in arms:
@@ -66,9 +65,6 @@ def _arm_checks(cfg: DictConfig, problems: list[str]) -> None:
 
 def _data_checks(cfg: DictConfig, problems: list[str]) -> None:
     """The data set's and the partitioner's own rules, and one sample for every client."""
-    from sifl_ray.data.partition import PARTITIONERS  # deferred: the data package loads numpy
-    from sifl_ray.data.registry import DATASETS, train_samples
-
     data = cfg.data
     if data.name in DATASETS:
         problems.extend(DATASETS[data.name].problems(cfg))
@@ -84,20 +80,12 @@ def _data_checks(cfg: DictConfig, problems: list[str]) -> None:
         )
 
 
-_FAULT_KIND = Choice(lambda: _faults().FAULT_KINDS)
+_FAULT_KIND = Choice(lambda: names.FAULT_KINDS)
 _WORKER_KINDS = ("worker_exit", "worker_kill", "straggle", "corrupt_partial")  # take faults.inject[i].worker
-
-
-def _faults() -> Any:
-    from sifl_ray import faults  # deferred: faults is the runner's module
-
-    return faults
 
 
 def fault_checks(cfg: DictConfig, problems: list[str]) -> None:
     """Each injected fault must name something that exists in this run (see :mod:`sifl_ray.faults`)."""
-    from sifl_ray.arms import arm_names  # deferred: the arms import the configuration (their settings)
-
     events = list(cfg.faults.inject)
     if not events:
         return
@@ -151,7 +139,7 @@ def _event_problems(cfg: DictConfig, at: str, ev: DictConfig, arms: list[str]) -
             f"{at}.shard: expected a shard in [0, {shards}) (ray.num_shards={shards}), got {ev.shard}; "
             f"change {at}.shard"
         )
-    if kind in _faults().ONCE_KINDS and not cfg.checkpoint.every:
+    if kind in names.FAULT_ONCE_KINDS and not cfg.checkpoint.every:
         out.append(
             f"{at}: recovering from a {kind} needs a checkpoint, but checkpoint.every=0; "
             "set checkpoint.every ≥ 1"
@@ -161,8 +149,6 @@ def _event_problems(cfg: DictConfig, at: str, ev: DictConfig, arms: list[str]) -
 
 def _phase_problems(cfg: DictConfig, at: str, ev: DictConfig, arms: list[str]) -> list[str]:
     """A phase other than ``train`` is a step of secure aggregation: a worker_exit of a masking arm."""
-    from sifl_ray.arms import ARMS, arm_instances  # deferred: the arms import the configuration
-
     if ev.phase == "train":
         return []
     if ev.kind != "worker_exit":

@@ -23,6 +23,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from sifl_ray.config.components import ARMS
 from sifl_ray.config.load import RULES, scenario_schema
 from sifl_ray.config.validation import Choice, Range, rule_of
 
@@ -91,8 +92,6 @@ def _allowed(key: str, spec: dataclasses.Field[Any]) -> str:
     if isinstance(rule, Range):
         return rule.expected
     if key == "arms":
-        from sifl_ray.arms import ARMS  # deferred: the arms import the configuration (their settings)
-
         return "a list of: " + ", ".join(ARMS)
     return ""
 

@@ -27,6 +27,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from sifl_ray.config.checks import cross_checks, fault_checks
+from sifl_ray.config.components import DATASETS, load_components
 from sifl_ray.config.scenarios import read_scenario, scenario_kinds, scenario_path
 from sifl_ray.config.schema import ScenarioConfig
 from sifl_ray.config.sections import SectionError, owners, sections
@@ -39,8 +40,6 @@ RULES = Rules(examples={"faults.inject": "[{kind: worker_exit, worker: 0, round:
 def _path_key(raw: Mapping[str, Any]) -> str:
     """Where an old ``data.path`` goes: the ``path`` of the data set the scenario names, if its section has
     one (``leaf.path``), else the file data set's (``arrays.path``)."""
-    from sifl_ray.data.registry import DATASETS  # deferred: the data package loads numpy
-
     data = raw.get("data")
     name = data.get("name") if isinstance(data, dict) else None
     settings = DATASETS.settings(name) if isinstance(name, str) and name in DATASETS else None
@@ -133,17 +132,6 @@ def load_run_config(path: str | Path) -> DictConfig:
     if not isinstance(raw, dict):
         raise ConfigError([f"{path}: expected a mapping of sections, got {type(raw).__name__}"])
     return _validated(raw, [])
-
-
-def load_components() -> None:
-    """Import the modules whose components declare sections: the arms (``nbafl``, ``dp_fedavg``, ...), the
-    partitioners (``dirichlet``, ``shards``) and the data sets (``synthetic``, ``arrays``, ``leaf``).
-
-    Why deferred to here: they import the configuration (their settings' rules), which must import
-    without them; they import no torch.
-    """
-    import sifl_ray.arms
-    import sifl_ray.data  # noqa: F401
 
 
 def scenario_schema() -> type:

@@ -96,6 +96,39 @@ PRECISION_POLICIES: tuple[str, ...] = ("refuse", "warn")
 NBAFL_EXPOSURES: tuple[str, ...] = ("multi_round", "per_round")
 NBAFL_CALIBRATIONS: tuple[str, ...] = ("classical", "analytic")
 DP_ACCOUNTANTS: tuple[str, ...] = ("rdp", "pld")
+#: How a round's clients are drawn (``clients.sampling``): ``fixed``, exactly ⌈qN⌉ of them without
+#: replacement; ``poisson``, each independently with probability q (what DP-FedAvg's accountant assumes).
+SAMPLINGS: tuple[str, ...] = ("fixed", "poisson")
+#: Every kind of fault a drill injects (``faults.inject[i].kind``; what each does: :mod:`sifl_ray.faults`).
+FAULT_KINDS: tuple[str, ...] = (
+    "worker_exit",
+    "worker_kill",
+    "straggle",
+    "corrupt_upload",
+    "corrupt_partial",
+    "server_kill",
+    "aggregator_kill",
+    "evaluator_kill",
+    "driver_kill",
+)
+#: The faults that fire once per run folder (a respawned party must not die again on the replay).
+FAULT_ONCE_KINDS: tuple[str, ...] = ("server_kill", "aggregator_kill", "evaluator_kill", "driver_kill")
+#: When a ``worker_exit`` fault fires: in training, or in secure aggregation's step 3
+#: (:mod:`sifl_ray.faults`).
+FAULT_PHASES: tuple[str, ...] = ("train", "unmask")
+#: What a ``corrupt_*`` fault sends (:func:`sifl_ray.faults.corrupt`).
+FAULT_CORRUPTIONS: tuple[str, ...] = ("nan", "inf", "shape", "round", "epoch")
+
+
+def torch_optimizer_names() -> tuple[str, ...]:
+    """The ``torch.optim`` class names a configuration may give besides :data:`OPTIMIZERS` (``"AdamW"``).
+    Asked only for a name that is not in the registry: it imports torch, which validation otherwise never
+    loads."""
+    import torch.optim  # deferred: torch, a second or more, for a name outside the registry only
+
+    base = torch.optim.Optimizer
+    found = (k for k, v in vars(torch.optim).items() if isinstance(v, type) and issubclass(v, base))
+    return tuple(sorted((k for k in found if k != base.__name__), key=str.lower))
 
 
 def immersion_backends() -> tuple[str, ...]:

@@ -18,35 +18,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sifl_ray.config import names
+from sifl_ray.config.components import DATASETS, PARTITIONERS
 from sifl_ray.config.import_paths import is_import_path
 from sifl_ray.config.validation import AT_LEAST_1, NONNEG, POSITIVE, PROBABILITY, Choice, Range, setting
 
 DEFAULT_ARMS = ("fl", "sifl_m1", "sifl_m2", "nbafl")  # the arms a scenario runs when it lists none
 
 
-def _samplings() -> tuple[str, ...]:
-    from sifl_ray.data.sampling import SAMPLINGS  # deferred: the data package loads numpy
-
-    return SAMPLINGS
-
-
 def _partitioners() -> tuple[str, ...]:
-    from sifl_ray.data.partition import PARTITIONERS  # deferred: the data package loads numpy
-
     return PARTITIONERS.names()
 
 
 def _datasets() -> tuple[str, ...]:
-    from sifl_ray.data.registry import DATASETS  # deferred: the data package loads numpy
-
     return DATASETS.names()
-
-
-def _torch_optimizers() -> tuple[str, ...]:
-    """Asked only for a name that is not in the optimizer registry: it imports torch."""
-    from sifl_ray.optim.trainer import torch_optimizer_names
-
-    return torch_optimizer_names()
 
 
 @dataclass(frozen=True)
@@ -111,7 +95,7 @@ class ClientsConfig:
     fraction: float = setting(1.0, rule=Range(lambda v: 0 < v <= 1, "a number in (0, 1]"))
     # fixed: exactly ⌈fraction·N⌉ clients a round; poisson: each client with probability fraction (a round
     # may have none; what DP-FedAvg's accountant assumes). The same clients in every arm either way.
-    sampling: str = setting("fixed", rule=Choice(_samplings))
+    sampling: str = setting("fixed", rule=Choice(lambda: names.SAMPLINGS))
 
 
 @dataclass
@@ -126,7 +110,9 @@ class TrainConfig:
     # sgd | momentum | adam | any torch.optim class name
     optimizer: str = setting(
         "sgd",
-        rule=Choice(names.OPTIMIZERS.names, more=_torch_optimizers, more_label="a torch.optim class name"),
+        rule=Choice(
+            names.OPTIMIZERS.names, more=names.torch_optimizer_names, more_label="a torch.optim class name"
+        ),
     )
     lr: float = setting(0.05, rule=POSITIVE)
     batch_size: int = setting(32, rule=AT_LEAST_1)
@@ -238,18 +224,6 @@ class OutputConfig:
     progress: bool = True
 
 
-def _phases() -> tuple[str, ...]:
-    from sifl_ray.faults import PHASES  # deferred: faults is the runner's module
-
-    return PHASES
-
-
-def _corruptions() -> tuple[str, ...]:
-    from sifl_ray.faults import CORRUPTIONS  # deferred: faults is the runner's module
-
-    return CORRUPTIONS
-
-
 @dataclass
 class FaultEventConfig:
     """One injected fault (tests, benchmarks, drills). See :mod:`sifl_ray.faults` for what each kind does.
@@ -264,12 +238,12 @@ class FaultEventConfig:
     client: int | None = None  # corrupt_upload
     shard: int = 0  # aggregator_kill
     corruption: str = setting(
-        "nan", rule=Choice(_corruptions)
+        "nan", rule=Choice(lambda: names.FAULT_CORRUPTIONS)
     )  # corrupt_*: nan | inf | shape | round | epoch
     # straggle: the delay; worker_exit: how long the worker trains before it dies
     seconds: float = setting(0.0, rule=Range(lambda v: v >= 0, "a number ≥ 0"))
     # worker_exit: train | unmask (secure aggregation: after the masked upload)
-    phase: str = setting("train", rule=Choice(_phases))
+    phase: str = setting("train", rule=Choice(lambda: names.FAULT_PHASES))
 
 
 @dataclass

@@ -44,6 +44,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from sifl_ray.config.components import PARTITIONERS as _PARTITIONERS
+from sifl_ray.config.components import train_samples
 from sifl_ray.config.registry import Registry
 from sifl_ray.config.sections import section_defaults
 from sifl_ray.config.validation import AT_LEAST_1, Range, setting
@@ -98,8 +100,9 @@ class Partitioner:
     problems: Problems = _no_problems
 
 
-PARTITIONERS: Registry[Partitioner] = Registry("partitioner", key="data.partition")
-"""Scheme name → :class:`Partitioner`, in registration order: the names ``data.partition`` accepts."""
+PARTITIONERS: Registry[Partitioner] = _PARTITIONERS
+"""Scheme name → :class:`Partitioner`, in registration order: the names ``data.partition`` accepts (held by
+the configuration, :mod:`sifl_ray.config.components`, which reads it without importing this module)."""
 
 _F = TypeVar("_F", bound=Callable[..., list[np.ndarray]])
 
@@ -240,8 +243,6 @@ class ShardsSettings:
 
 def _shards_problems(cfg: DictConfig) -> list[str]:
     """Every shard needs a sample: clients × shards.per_client at most the training samples."""
-    from sifl_ray.data.registry import train_samples
-
     samples = train_samples(cfg)
     shards = cfg.clients.num_clients * cfg.shards.per_client
     if samples is None or shards <= samples.count:

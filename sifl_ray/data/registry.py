@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sifl_ray.config.registry import Registry
+from sifl_ray.config.components import DATASETS, Samples, train_samples
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -75,10 +75,6 @@ class DataSource:
     more: str = "use a larger data set"
 
 
-#: Every data set ``data.name`` accepts besides an import path, in registration order.
-DATASETS: Registry[DataSource] = Registry("data set", key="data.name")
-
-
 def register_dataset(
     name: str,
     *,
@@ -121,26 +117,3 @@ def register_dataset(
 def unregister_dataset(name: str) -> None:
     """Remove the data set ``name`` and its section (tests that register data sets of theirs)."""
     DATASETS.unregister(name)
-
-
-@dataclass(frozen=True)
-class Samples:
-    """How many training samples a configuration gives, where that number comes from, and how to get more
-    (for a message)."""
-
-    count: int
-    source: str
-    more: str
-
-
-def train_samples(cfg: DictConfig) -> Samples | None:
-    """The training samples ``cfg`` gives (its data set's, at most ``data.limit_train``); ``None`` where
-    they are known only once the data is read (a user's files or loader without a limit)."""
-    source = DATASETS.get(cfg.data.name)
-    count = source.samples(cfg) if source is not None and source.samples is not None else None
-    limit = cfg.data.limit_train
-    if limit is not None and (count is None or limit < count):
-        return Samples(int(limit), f"data.limit_train={limit}", "raise data.limit_train")
-    if count is None or source is None:
-        return None
-    return Samples(int(count), f"data.name={cfg.data.name}", source.more)

@@ -6,13 +6,12 @@ import math
 
 import numpy as np
 
+from sifl_ray.config import names
 from sifl_ray.seeding import numpy_generator
 
 __all__ = ["SAMPLINGS", "client_batches", "sample_clients"]
 
-#: How a round's clients are drawn (``clients.sampling``): ``fixed``, exactly ⌈qN⌉ of them without
-#: replacement; ``poisson``, each independently with probability q (what DP-FedAvg's accountant assumes).
-SAMPLINGS = ("fixed", "poisson")
+SAMPLINGS = names.SAMPLINGS  # how a round's clients are drawn (clients.sampling)
 
 
 def sample_clients(

@@ -21,6 +21,7 @@ from torch import nn
 
 from sifl_ray.coding.base import CODING_DTYPE
 from sifl_ray.config import names
+from sifl_ray.config.names import torch_optimizer_names
 from sifl_ray.optim.rules import RuleOptimizer, UpdateRule, update_rule
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -60,15 +61,8 @@ def loss_values(losses: Sequence[float | torch.Tensor]) -> list[float]:
 #: The optimizers known by a short name (``train.optimizer``): a ``torch.optim`` class and its default
 #: settings, in the registry where the configuration validator reads them without importing torch
 #: (:data:`sifl_ray.config.names.OPTIMIZERS`). Any ``torch.optim`` class name
-#: (:func:`torch_optimizer_names`) works too.
+#: (:func:`~sifl_ray.config.names.torch_optimizer_names`) works too.
 OPTIMIZERS = names.OPTIMIZERS
-
-
-def torch_optimizer_names() -> tuple[str, ...]:
-    """The ``torch.optim`` class names a configuration may give besides :data:`OPTIMIZERS` (``"AdamW"``)."""
-    base = torch.optim.Optimizer
-    names = (k for k, v in vars(torch.optim).items() if isinstance(v, type) and issubclass(v, base))
-    return tuple(sorted((k for k in names if k != base.__name__), key=str.lower))
 
 
 def make_optimizer_factory(optimizer: str | Callable[..., torch.optim.Optimizer], lr: float, **kwargs: Any):
