@@ -21,9 +21,11 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig, OmegaConf
 
 from sifl_ray.arms import ARMS, Arm, register_arm
+from sifl_ray.backends import make_backend
 from sifl_ray.config import load_config
 from sifl_ray.config.plugins import load_plugins
 from sifl_ray.config.validation import ConfigError
+from sifl_ray.ray_output import quiet_ray
 
 if TYPE_CHECKING:
     import pandas
@@ -142,14 +144,18 @@ def _config(scenario: Scenario, texts: list[str], settings: dict[str, Any]) -> D
 
 def _run(cfg: DictConfig) -> SimulationResult:
     """Play ``cfg`` as ``sifl run`` does: the data set checked, then the backend, then the runner."""
+    # deferred: numpy, which this module does not load otherwise
     from sifl_ray.data.preflight import check_data
-    from sifl_ray.ray_output import quiet_ray
 
     check_data(cfg)
     quiet_ray(cfg)  # before Ray is imported, which reads these switches
-    from sifl_ray.backends import make_backend
+    # deferred: numpy, which this module does not load otherwise
     from sifl_ray.data import DatasetError, IDXFormatError
+
+    # deferred: numpy, which this module does not load otherwise
     from sifl_ray.data.preflight import data_problem
+
+    # deferred: numpy, scipy, torch, which this module does not load otherwise
     from sifl_ray.runner import run_scenario
 
     marks = {"backend_start": time.time()}

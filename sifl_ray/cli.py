@@ -15,8 +15,18 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from sifl_ray.config import ConfigError, ScenarioKindError, load_config
+from sifl_ray.backends import make_backend
+from sifl_ray.config import (
+    SCENARIO_COMMANDS,
+    SCENARIO_DIR,
+    ConfigError,
+    ScenarioKindError,
+    load_config,
+    scenario_kinds,
+)
+from sifl_ray.config.help import describe_keys, format_keys
 from sifl_ray.config.plugins import PluginError, load_plugins
+from sifl_ray.ray_output import quiet_ray
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -82,6 +92,7 @@ def _note(message: str) -> None:
 def _check_data(cfg: DictConfig) -> None:
     """The data set's pre-flight check (:mod:`sifl_ray.data.preflight`), before Ray: a missing or corrupt
     file is fetched (``data.download``) or is a configuration error (exit code 2)."""
+    # deferred: numpy, which this module does not load otherwise
     from sifl_ray.data.preflight import check_data
 
     check_data(cfg, log=_note)
@@ -99,7 +110,8 @@ def _import_in_background(cfg: DictConfig) -> threading.Thread:
 
     def work() -> None:
         with contextlib.suppress(BaseException):
-            import sifl_ray.runner  # noqa: F401  (torch, the actors' classes, the round)
+            # deferred: torch, the runner's (its parties, the round), imported while Ray starts
+            import sifl_ray.runner  # noqa: F401
 
             if cfg.output.tensorboard:
                 import torch.utils.tensorboard  # noqa: F401
@@ -121,10 +133,9 @@ def cmd_run(argv: list[str]) -> int:
         return cmd_resume(argv)
     cfg = load_config(argv)  # validate before the heavy imports: a typo answers at once
     _check_data(cfg)  # and the data set's files before Ray starts
-    from sifl_ray.ray_output import quiet_ray
 
     quiet_ray(cfg)  # before Ray is imported, which reads these switches
-    from sifl_ray.backends import make_backend
+    # deferred: Ray, which this module does not load otherwise
     from sifl_ray.backends.cluster import ClusterUnreachable
 
     imports = _import_in_background(cfg)
@@ -139,10 +150,17 @@ def cmd_run(argv: list[str]) -> int:
         print(backend.description, flush=True)
     try:
         imports.join()
+        # deferred: numpy, torch, which this module does not load otherwise
         from sifl_ray.coding.precision import PrecisionError
+
+        # deferred: numpy, which this module does not load otherwise
         from sifl_ray.data import DatasetError, IDXFormatError
+
+        # deferred: numpy, which this module does not load otherwise
         from sifl_ray.data.preflight import data_problem
-        from sifl_ray.models import ModelError
+        from sifl_ray.models import ModelError  # deferred: torch, which this module does not load otherwise
+
+        # deferred: numpy, scipy, torch, which this module does not load otherwise
         from sifl_ray.runner import run_scenario, summary_table
     except BaseException:
         backend.shutdown()
@@ -176,10 +194,19 @@ def cmd_resume(argv: list[str]) -> int:
             f"--resume takes no other arguments (got {' '.join(rest)}): a resumed run keeps the "
             "configuration it started with"
         )
+    # deferred: Ray, which this module does not load otherwise
     from sifl_ray.backends.cluster import ClusterUnreachable
+
+    # deferred: torch, which this module does not load otherwise
     from sifl_ray.checkpoint import CheckpointError, describe_error
+
+    # deferred: numpy, scipy, torch, which this module does not load otherwise
     from sifl_ray.runner import Simulation, summary_table
+
+    # deferred: numpy, scipy, torch, which this module does not load otherwise
     from sifl_ray.runner.launch import run_to_end
+
+    # deferred: numpy, scipy, torch, which this module does not load otherwise
     from sifl_ray.runner.state import open_resume
 
     try:
@@ -209,12 +236,14 @@ def cmd_resume(argv: list[str]) -> int:
 
 def cmd_describe(argv: list[str]) -> int:
     """``sifl describe``: the sizes, bounds and ε of a scenario without training (seconds, not a run)."""
+    # deferred: numpy, torch, which this module does not load otherwise
     from sifl_ray.describe import describe_needs_data, describe_scenario, format_description
 
     as_json = "--json" in argv
     frontier = "--frontier" in argv
     rest = [a for a in argv if a not in ("--json", "--frontier")]
     if frontier:
+        # deferred: numpy, torch, which this module does not load otherwise
         from sifl_ray.attacks.frontier import frontier_main
 
         return int(frontier_main(rest) or 0)
@@ -233,8 +262,6 @@ def cmd_list(argv: list[str]) -> int:
     import textwrap
 
     import yaml
-
-    from sifl_ray.config import SCENARIO_COMMANDS, SCENARIO_DIR, scenario_kinds
 
     width = max(60, min(shutil.get_terminal_size((100, 24)).columns, 110)) - 1
 
@@ -267,6 +294,7 @@ def cmd_list(argv: list[str]) -> int:
 def cmd_attack(argv: list[str]) -> int:
     """``sifl attack``: the attack suite; imported on demand (it pulls in the recorder and the
     adversaries)."""
+    # deferred: numpy, torch, which this module does not load otherwise
     from sifl_ray.attacks.cli import attack_main
 
     return int(attack_main(argv) or 0)
@@ -281,8 +309,6 @@ def cmd_bench(argv: list[str]) -> int:
 
 def cmd_config(argv: list[str]) -> int:
     """``sifl config``: every key of the resolved configuration (:mod:`sifl_ray.config.help`)."""
-    from sifl_ray.config.help import describe_keys, format_keys
-
     print(format_keys(describe_keys(load_config(argv))))
     return 0
 
@@ -309,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
         print(HELP[command])
         return 0
     if command == "attack" and any(a in ("-h", "--help") for a in rest):
+        # deferred: numpy, torch, which this module does not load otherwise
         from sifl_ray.attacks import cli as attack_cli
 
         print(

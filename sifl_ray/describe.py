@@ -57,7 +57,8 @@ def dataset_sizes(cfg: DictConfig, dataset: Any = None) -> tuple[int, int]:
         if cfg.data.limit_train:
             total = min(total, cfg.data.limit_train)
         return total // cfg.clients.num_clients, total
-    from sifl_ray.runner.workload import load_data, partition  # the runner package: seconds (Ray)
+    # deferred: scipy, which this module does not load otherwise
+    from sifl_ray.runner.workload import load_data, partition
 
     ds = load_data(cfg, download=False) if dataset is None else dataset
     parts = partition(cfg, np.asarray(ds.y_train), ds.client_train)
@@ -131,7 +132,8 @@ def _model_and_sizes(cfg: DictConfig) -> tuple[torch.nn.Module, int, int]:
         local, total = dataset_sizes(cfg)
         return model, local, total
     # the user's model or data: built and split exactly as a run does
-    from sifl_ray.runner.workload import load_data, model_for  # the runner package: seconds (Ray)
+    # deferred: scipy, which this module does not load otherwise
+    from sifl_ray.runner.workload import load_data, model_for
 
     dataset = load_data(cfg, download=False)
     _, model = model_for(cfg, dataset)

@@ -81,6 +81,7 @@ class ClientNoiseSeeds:
         party = f"client-{client}"
         if self.key_dir is None or self.key_seed is not None:  # derived seeds reproduce without a file
             return party_seed(self.key_seed, arm, party)
+        # deferred: torch, which this module does not load otherwise
         from sifl_ray.checkpoint import key_file, load_party_key, save_party_key
 
         path = key_file(self.key_dir, party, arm)

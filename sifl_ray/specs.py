@@ -106,6 +106,7 @@ class CodingSpec:
     @classmethod
     def from_config(cls, cfg: Any) -> CodingSpec:
         """From the validated configuration (its ``coding`` section)."""
+        # deferred: omegaconf, which this module does not load otherwise
         from sifl_ray.config.names import SERVER_KEYS
 
         c = cfg.coding

@@ -244,7 +244,8 @@ class Arm:
         """Its clients' secret noise seeds for a run (under :attr:`noise_stream`), for a client step that adds
         noise (:func:`~sifl_ray.arms.steps.gaussian`, :func:`~sifl_ray.arms.steps.noise_share`): made in each
         client's worker, kept in ``ctx.key_dir``, never sent by the driver."""
-        from sifl_ray.party_seeds import ClientNoiseSeeds  # numpy: the validator reads this module
+        # deferred: numpy, which this module does not load otherwise
+        from sifl_ray.party_seeds import ClientNoiseSeeds
 
         return ClientNoiseSeeds(
             key_seed=ctx.cfg.coding.key_seed, key_dir=ctx.key_dir, stream=self.noise_stream

@@ -107,8 +107,13 @@ class CentralNoise:
         weight: float,
         seed: bytes | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
+        # deferred: numpy, which this module does not load otherwise
         from sifl_ray.party_seeds import party_seed
+
+        # deferred: dp_accounting, numpy, torch, which this module does not load otherwise
         from sifl_ray.privacy.dp_fedavg import add_central_noise, central_noise_std
+
+        # deferred: numpy, which this module does not load otherwise
         from sifl_ray.seeding import secret_torch_generator
 
         if seed is None:
@@ -195,6 +200,7 @@ class DpFedAvg(Arm):
     def roster_known_epsilon(self, ctx: ArmContext, noise_multiplier: float) -> float:
         """ε against a party that knows who was sampled, for a client sampled in every round: no
         amplification, T Gaussian mechanisms of multiplier z (the worst case over the sample)."""
+        # deferred: dp_accounting, numpy, torch, which this module does not load otherwise
         from sifl_ray.privacy.dp_fedavg import epsilon
 
         cfg, dp = ctx.cfg, ctx.cfg.dp_fedavg
@@ -273,6 +279,7 @@ def _calibrated(
 ) -> tuple[tuple[str, Any], ...]:
     """z for ``target`` after ``rounds`` rounds, and the cumulative ε after each round (cached: the arm's
     steps and its report both need them)."""
+    # deferred: dp_accounting, numpy, torch, which this module does not load otherwise
     from sifl_ray.privacy.dp_fedavg import calibrate, epsilon_per_round
 
     z = calibrate(
@@ -300,6 +307,7 @@ def _cross_check(noise_multiplier: float, sample_rate: float, rounds: int, delta
     disagree beyond the accountants' known slack (:func:`sifl_ray.privacy.dp_fedavg.cross_check`)."""
     from dataclasses import asdict
 
+    # deferred: dp_accounting, numpy, torch, which this module does not load otherwise
     from sifl_ray.privacy.dp_fedavg import cross_check
 
     got = cross_check(noise_multiplier=noise_multiplier, sample_rate=sample_rate, steps=rounds, delta=delta)

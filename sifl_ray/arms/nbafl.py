@@ -82,6 +82,7 @@ class NbAFL(Arm):
         raise KeyError(arm)
 
     def sigma(self, ctx: ArmContext) -> float:
+        # deferred: numpy, torch, which this module does not load otherwise
         from sifl_ray.privacy.nbafl import nbafl_exposures, nbafl_sigma
 
         nb = ctx.cfg.nbafl
@@ -106,6 +107,7 @@ class NbAFL(Arm):
         return plain_releases("clip_C(w_i) + N(0, sigma^2 I) (the client's own noise)")
 
     def privacy(self, ctx: ArmContext) -> dict[str, Any] | None:
+        # deferred: numpy, torch, which this module does not load otherwise
         from sifl_ray.privacy.nbafl import (
             NEIGHBOUR_RELATION,
             THREAT_MODEL,

@@ -85,6 +85,7 @@ def arm_codec(cfg: Any, clip: float) -> FixedPointCodec:
     Raises:
         ValueError: no precision fits the ring (the message says the ring size that would).
     """
+    # deferred: cryptography, numpy, torch, which this module does not load otherwise
     from sifl_ray.privacy.secagg.spec import fit_codec
 
     sa = cfg.secagg
@@ -100,6 +101,7 @@ def arm_codec(cfg: Any, clip: float) -> FixedPointCodec:
 def secagg_spec(cfg: Any, *, n: int, clip: float, weight_ref: float, min_survivors: int = 0) -> SecAggSpec:
     """The public parameters every party of a secure arm agrees on (:class:`~sifl_ray.privacy.secagg.spec.
     SecAggSpec`): a ring sized so that the sum of every client's encoding cannot wrap."""
+    # deferred: cryptography, numpy, torch, which this module does not load otherwise
     from sifl_ray.privacy.secagg.spec import SecAggSpec
 
     sa = cfg.secagg
@@ -125,6 +127,7 @@ def _ring_problems(cfg: Any, clip: float) -> list[str]:
 
 def _graph_problems(cfg: Any) -> list[str]:
     """A configured threshold must fit the closed neighbourhoods of a full round."""
+    # deferred: cryptography, numpy, torch, which this module does not load otherwise
     from sifl_ray.privacy.secagg import default_threshold
 
     sa = cfg.secagg
@@ -211,6 +214,7 @@ class DpFedAvgSecAgg(DpFedAvg):
         """t: the fewest clients whose masked inputs a round can unmask, and so the fewest noise shares a
         round that completes can carry (each client adds ``1/t`` of the variance: a round with more survivors
         carries more noise than the accountant needs, never less)."""
+        # deferred: cryptography, numpy, torch, which this module does not load otherwise
         from sifl_ray.privacy.secagg import default_threshold
 
         sa = cfg.secagg
@@ -219,6 +223,7 @@ class DpFedAvgSecAgg(DpFedAvg):
         return int(sa.threshold) if sa.threshold is not None else default_threshold(closed)
 
     def steps(self, ctx: ArmContext) -> PartySteps:
+        # deferred: dp_accounting, numpy, torch, which this module does not load otherwise
         from sifl_ray.privacy.dp_fedavg import distributed_noise_std
 
         cfg, clip = ctx.cfg, float(ctx.cfg.dp_fedavg.clip)

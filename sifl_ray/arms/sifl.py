@@ -30,13 +30,15 @@ class Sifl(Arm):
         return PartySteps(client=clip(ctx.cfg.privacy.clip))
 
     def privacy(self, ctx: ArmContext) -> dict[str, Any] | None:
-        from sifl_ray.arms.sifl_figures import describe_arm  # torch: the validator reads this module
+        # deferred: numpy, omegaconf, torch, which this module does not load otherwise
+        from sifl_ray.arms.sifl_figures import describe_arm
 
         return describe_arm(ctx.cfg, coding=self.coding, **_norms(ctx))
 
     def accountant_releases(self, ctx: ArmContext) -> Any:
         """What the accountant records each round (:class:`sifl_ray.privacy.accountant.ArmReleases`)."""
-        from sifl_ray.arms.sifl_figures import arm_releases  # torch, as above
+        # deferred: numpy, omegaconf, torch, which this module does not load otherwise
+        from sifl_ray.arms.sifl_figures import arm_releases
 
         return arm_releases(ctx.cfg, coding=self.coding, **_norms(ctx))
 

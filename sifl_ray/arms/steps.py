@@ -85,6 +85,7 @@ class Clip:
     clip: float
 
     def __call__(self, w: torch.Tensor, **context: Any) -> tuple[torch.Tensor, dict[str, float]]:
+        # deferred: numpy, omegaconf, torch, which this module does not load otherwise
         from sifl_ray.privacy.clipping import clip_norm_
 
         return w, {"clipped": float(clip_norm_(w, self.clip))}
@@ -126,6 +127,7 @@ class Gaussian:
     ) -> tuple[torch.Tensor, dict[str, float]]:
         import torch
 
+        # deferred: numpy, omegaconf, torch, which this module does not load otherwise
         from sifl_ray.coding.base import CODING_DTYPE
 
         out = w.to(CODING_DTYPE).cpu()
@@ -160,6 +162,7 @@ class NoiseShare:
     def __call__(
         self, w: torch.Tensor, *, start: torch.Tensor | None = None, arm: str, client: int, t: int
     ) -> tuple[torch.Tensor, dict[str, float]]:
+        # deferred: dp_accounting, numpy, omegaconf, torch, which this module does not load otherwise
         from sifl_ray.privacy.dp_fedavg import add_distributed_noise_
 
         noisy = w.cpu()  # the client's noise stream is a CPU generator (the same draws on any device)

@@ -15,13 +15,19 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from sifl_ray.attacks.audit import AuditTest
+from sifl_ray.arms import arm_of
+from sifl_ray.arms.dp_fedavg import CentralNoise
+from sifl_ray.attacks.audit import AuditTest, audit_aggregator_step, audit_release
 from sifl_ray.attacks.config import Design
 from sifl_ray.attacks.design import design_coding
 from sifl_ray.attacks.record import SmallTask, TaskEvaluator, platform_config, task_context
+from sifl_ray.attacks.secure_audit import audit_secure_round, neighbour_relation, secure_round_release
 from sifl_ray.coding.base import CODING_DTYPE
+from sifl_ray.parties.aggregator import aggregator_from_state, make_aggregator_state
+from sifl_ray.parties.messages import Partial
+from sifl_ray.parties.server import Server, make_server
 from sifl_ray.progress import Progress
-from sifl_ray.seeding import torch_generator
+from sifl_ray.seeding import derive_seed, torch_generator
 from sifl_ray.specs import Coding, CodingSpec
 
 
@@ -89,9 +95,6 @@ def audit_arm(
       aggregator roles with fresh noise each trial, read by a client (P2R then P1L); reported: the paper's
       per-element ε of that release (its ``epsilon_global``).
     """
-    from sifl_ray.arms import arm_of
-    from sifl_ray.arms.dp_fedavg import CentralNoise
-
     platform = platform_config(cfg, clients=task.clients, rounds=cfg.train.rounds)
     protocol = arm_of(platform, arm)
     kw = {
@@ -176,13 +179,6 @@ def _plain_arm(
 def _audit_secure(task: SmallTask, cfg: DictConfig, a: _PlainArm) -> list[ArmAudit]:
     """Secure aggregation: one round's unmasked aggregate through the shipped steps, and one client's
     masked upload as the aggregator reads it."""
-    from sifl_ray.attacks.audit import audit_release
-    from sifl_ray.attacks.secure_audit import (
-        audit_secure_round,
-        neighbour_relation,
-        secure_round_release,
-    )
-
     arm, kw, direction, zero = a.arm, a.kw, a.direction, a.zero
     clip = float(a.protocol.clip(a.platform) or cfg.audit.clip)
     upload = audit_release(
@@ -232,8 +228,6 @@ def _audit_secure(task: SmallTask, cfg: DictConfig, a: _PlainArm) -> list[ArmAud
 
 def _audit_central_noise(task: SmallTask, cfg: DictConfig, a: _PlainArm) -> ArmAudit:
     """Central noise on the aggregate: one round of the arm's own aggregator step, add/remove one client."""
-    from sifl_ray.attacks.audit import audit_aggregator_step
-
     step, clip = a.steps.aggregator, float(a.protocol.clip(a.platform) or 1.0)
     test = audit_aggregator_step(
         step,
@@ -251,8 +245,6 @@ def _audit_central_noise(task: SmallTask, cfg: DictConfig, a: _PlainArm) -> ArmA
 
 def _audit_client_step(task: SmallTask, cfg: DictConfig, a: _PlainArm) -> ArmAudit:
     """Any other plain arm: its client step on local models that differ by Remark 3's sensitivity."""
-    from sifl_ray.attacks.audit import audit_release
-
     clip = float(a.protocol.clip(a.platform) or cfg.audit.clip)
     sensitivity = 2 * clip / int(task.sizes.min())  # Remark 3: one sample of the smallest client
     client, arm = a.steps.client, a.arm
@@ -275,8 +267,8 @@ def _masked_upload(spec, cfg: DictConfig, arm: str):
     the ring element decoded as a fixed-point number. The platform's own roles, message by message."""
     from dataclasses import replace as with_
 
+    # deferred: cryptography, which this module does not load otherwise
     from sifl_ray.parties.secure import AggregatorSecAgg, WorkerSecAgg
-    from sifl_ray.seeding import derive_seed
 
     def release(x: torch.Tensor, trial: int) -> torch.Tensor:
         key_seed = cfg.coding.key_seed
@@ -299,12 +291,6 @@ def _audit_m2_broadcast(
     roles (keys from their factories, the primary design's coding): the server's M1 encoding with fresh
     ``r1``, the aggregator's π2 with fresh ``R2``, the M2 server's re-encoding with fresh ``R1``, read as
     every client reads it (the evaluator's decoding: strip code 2, then ``P1L``)."""
-    from sifl_ray.arms import arm_of
-    from sifl_ray.attacks.audit import audit_release
-    from sifl_ray.parties.aggregator import aggregator_from_state, make_aggregator_state
-    from sifl_ray.parties.messages import Partial
-    from sifl_ray.parties.server import Server, make_server
-
     design = Design.parse(cfg.primary)
     coded = platform_config(
         cfg, clients=task.clients, rounds=cfg.train.rounds, coding=design_coding(cfg, design)

@@ -59,6 +59,7 @@ from sifl_ray.attacks.audit_bounds import (
     verdict,
 )
 from sifl_ray.coding.base import CODING_DTYPE, NoiseSpec, ServerKey
+from sifl_ray.data.sampling import sample_clients
 
 __all__ = [
     "NOT_REFUTED",
@@ -255,11 +256,10 @@ def audit_aggregator_step(
     the midpoint ``shift/2``. Fixed before the trials either way. Compare the result with the ε of ONE round
     at this sampling rate (the accountant's first ``epsilon_per_round``), never with the whole run's.
     """
-    from sifl_ray.data.sampling import sample_clients
-
     if clients < 1:
         raise ValueError(f"clients must be ≥ 1, got {clients}")
     if noise_std is None and all(hasattr(step, a) for a in ("noise_multiplier", "clip", "expected_clients")):
+        # deferred: dp_accounting, which this module does not load otherwise
         from sifl_ray.privacy.dp_fedavg import central_noise_std
 
         noise_std = central_noise_std(

@@ -16,7 +16,9 @@ import sys
 import time
 from pathlib import Path
 
+from sifl_ray.attacks.config import load_attack_config
 from sifl_ray.config import ConfigError
+from sifl_ray.progress import Progress
 
 USAGE = __doc__ or ""
 
@@ -27,20 +29,24 @@ def attack_main(argv: list[str] | None = None) -> int:
     if any(a in ("-h", "--help", "help") for a in argv):
         print(USAGE)
         return 0
-    from sifl_ray.attacks.config import load_attack_config
 
     try:
         cfg = load_attack_config(argv)
+        # deferred: scipy, which this module does not load otherwise
         from sifl_ray.attacks.suite import attacked_arms
 
         attacked_arms(cfg)  # the platform configuration the arms read (arm_config) is valid
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    # deferred: scipy, which this module does not load otherwise
     from sifl_ray.attacks.report import audit_result_line, result_line, write_all
+
+    # deferred: scipy, which this module does not load otherwise
     from sifl_ray.attacks.report_console import summary_table
+
+    # deferred: scipy, which this module does not load otherwise
     from sifl_ray.attacks.suite import run_suite, suite_steps
-    from sifl_ray.progress import Progress
 
     out_dir = (
         Path(cfg.out_dir)

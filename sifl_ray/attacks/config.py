@@ -23,6 +23,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from sifl_ray.arms import ARMS
 from sifl_ray.config import names
 from sifl_ray.config.scenarios import read_scenario, scenario_kinds, scenario_path
 from sifl_ray.config.schema import ClientsConfig, CodingConfig, TrainConfig
@@ -269,7 +270,6 @@ def _cross_checks(cfg: DictConfig, problems: list[str]) -> None:
         problems.append(
             f"primary: {cfg['primary']!r} is not among designs {designs}; set primary to one of them"
         )
-    from sifl_ray.arms import ARMS  # deferred: the arms import torch-free but heavier modules
 
     if not cfg["arms"]:
         problems.append("arms: expected at least one registered arm, got []; for example arms=[sifl_m1]")

@@ -25,6 +25,7 @@ from sifl_ray.attacks.scoring import dense
 from sifl_ray.attacks.transcript import TranscriptRecorder
 from sifl_ray.coding.base import NoiseSpec, ServerKey
 from sifl_ray.device import single_threaded
+from sifl_ray.privacy import release_epsilons
 from sifl_ray.seeding import derive_seed
 from sifl_ray.specs import Coding
 
@@ -82,8 +83,6 @@ class DesignResult:
 
 def _per_element_epsilon(cfg: DictConfig, key: ServerKey, task: SmallTask) -> tuple[float, float]:
     """Worst-element ε of the client upload (the paper's formula and the sound one), via the accountant."""
-    from sifl_ray.privacy import release_epsilons
-
     sizes = [int(x.shape[0]) for x in task.X]
     rels = release_epsilons(
         key_norms=key.norms(),

@@ -31,8 +31,12 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
+from sifl_ray.coding import make_server_key
 from sifl_ray.coding.base import CODING_DTYPE, NoiseSpec, ServerKey
 from sifl_ray.coding.dense import DENSE_MAX_N  # the dense key's own limit: checked here before any work
+from sifl_ray.coding.precision import predict_decode_error
+from sifl_ray.config import load_config
+from sifl_ray.config.components import train_samples
 from sifl_ray.config.schema import CodingConfig, PrivacyConfig
 from sifl_ray.config.validation import (
     AT_LEAST_1,
@@ -46,6 +50,10 @@ from sifl_ray.config.validation import (
     setting,
     validate,
 )
+from sifl_ray.device import single_threaded
+from sifl_ray.models import build_model, count_params
+from sifl_ray.privacy import release_epsilons
+from sifl_ray.progress import Progress
 from sifl_ray.seeding import derive_bytes, torch_generator
 from sifl_ray.specs import Coding
 
@@ -98,8 +106,6 @@ def _upload_epsilons(
     key: ServerKey, *, scale: float, clip: float, local_size: int, delta: float
 ) -> tuple[float, float, float]:
     """Worst-element ε of the M1 upload: Gaussian (σ = scale), Laplace paper and sound (b = scale)."""
-    from sifl_ray.privacy import release_epsilons
-
     norms = key.norms()
     common = {
         "key_norms": norms,
@@ -115,8 +121,6 @@ def _upload_epsilons(
 
 def _predicted_error(key: ServerKey, *, noise: NoiseSpec, w_scale: float) -> float:
     """The precision model's max decode error for one round (``sifl_ray.coding.precision``)."""
-    from sifl_ray.coding.precision import predict_decode_error
-
     return float(predict_decode_error(key=key, noise=noise, w_scale=w_scale).predicted_max_error)
 
 
@@ -158,10 +162,6 @@ def frontier(
     Returns:
         One :class:`FrontierPoint` per (α, σ), α-major.
     """
-    from sifl_ray.coding import make_server_key
-    from sifl_ray.device import single_threaded
-    from sifl_ray.progress import Progress
-
     if backend == "dense" and n > DENSE_MAX_N:
         raise ValueError(
             f"the dense backend stores an explicit ñ×n matrix; n = {n} is above {DENSE_MAX_N}. "
@@ -337,10 +337,6 @@ def _scenario_values(name: str) -> dict[str, Any]:
     Raises:
         ConfigError: the scenario does not load.
     """
-    from sifl_ray.config import load_config
-    from sifl_ray.config.components import train_samples
-    from sifl_ray.models import build_model, count_params
-
     cfg = load_config([f"scenario={name}"])
     shape = (1, 8, 8) if cfg.data.name == "digits" else (1, 28, 28)
     model = build_model(cfg.train.model, input_shape=shape, num_classes=10, generator=torch.Generator())

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from omegaconf import DictConfig
 
+from sifl_ray.arms import arm_instances, get_arm
 from sifl_ray.attacks.config import Design
 from sifl_ray.attacks.record import SmallTask, platform_config, record_arm
 from sifl_ray.attacks.transcript import TranscriptRecorder
@@ -57,7 +58,6 @@ def evaluate_plain(task: SmallTask, cfg: DictConfig, arm: str) -> tuple[PlainRes
 
 
 def _evaluate_plain(task: SmallTask, cfg: DictConfig, arm: str) -> tuple[PlainResult, TranscriptRecorder]:
-    from sifl_ray.arms import arm_instances, get_arm
 
     tic = time.perf_counter()
     recorder = TranscriptRecorder(max_coordinates=cfg.transcript.max_coordinates)

@@ -40,17 +40,21 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from sifl_ray.aggregation import Parties
+from sifl_ray.arms import arm_of
 from sifl_ray.attacks.config import Design
 from sifl_ray.attacks.task import SmallTask, initial_model, logistic_loss, make_task, task_context
 from sifl_ray.attacks.transcript import TranscriptRecorder
 from sifl_ray.backends import Placement
 from sifl_ray.backends.local import LocalBackend
 from sifl_ray.coding.base import CODING_DTYPE, AggregatorKey, ServerKey
+from sifl_ray.config import load_config
+from sifl_ray.models import load_flat_params_
 from sifl_ray.parties.aggregator import AggregatorHost
 from sifl_ray.parties.evaluator import Evaluator
 from sifl_ray.parties.handle import Handle
 from sifl_ray.parties.server import ServerHost
 from sifl_ray.parties.workers import ArmSetup, ClientWorker, LocalTraining
+from sifl_ray.round import RoundPolicy, run_round
 from sifl_ray.seeding import derive_seed
 from sifl_ray.specs import Coding, CodingSpec
 
@@ -178,7 +182,6 @@ class TaskEvaluator(Evaluator):
         previous: torch.Tensor | None = None,
         previous_coding: Coding | None = None,
     ) -> dict[str, float]:
-        from sifl_ray.models import load_flat_params_
 
         w = self.decode(arm, broadcast, coding)
         load_flat_params_(self.model, w)
@@ -200,8 +203,6 @@ def platform_config(
     Raises:
         ConfigError: an override the platform refuses (each problem with its key and fix).
     """
-    from sifl_ray.config import load_config
-
     tr = cfg.train
     values: dict[str, Any] = {
         "arms": list(cfg.arms),
@@ -349,6 +350,7 @@ class TaskParties:
         ``spec``; the arm's steps, its client step wrapped in a :class:`ModelTap`), and return the driver's
         :class:`~sifl_ray.round.ArmState` with the first broadcast (which encodes ``w0``). No key files, no
         precision refusal: the attacks run at scales the platform would refuse."""
+        # deferred: scipy, which this module does not load otherwise
         from sifl_ray.runner.arms import hand_out_arm
 
         state, _ = hand_out_arm(self, platform, arm, spec=spec, steps=steps, w0=w0, epoch=epoch)
@@ -393,9 +395,6 @@ def record_arm(
     Raises:
         RuntimeError: a party refused or dropped an upload (the truth would no longer match the transcript).
     """
-    from sifl_ray.arms import arm_of
-    from sifl_ray.round import RoundPolicy, run_round
-
     platform = platform_config(cfg, clients=task.clients, rounds=rounds, coding=coding)
     protocol = arm_of(platform, arm)
     sizes = task.sizes

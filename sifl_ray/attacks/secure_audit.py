@@ -29,7 +29,10 @@ import numpy as np
 import torch
 
 from sifl_ray.attacks.audit import AuditTest, audit_gaussian_release
-from sifl_ray.coding.base import CODING_DTYPE
+from sifl_ray.coding.base import CODING_DTYPE, NoiseSpec
+from sifl_ray.data.sampling import sample_clients
+from sifl_ray.parties.aggregator import Aggregator
+from sifl_ray.parties.messages import MaskedPartial
 from sifl_ray.specs import Coding
 
 ADD_REMOVE, ZERO_OUT = "add/remove", "zero-out"
@@ -61,12 +64,13 @@ def secure_round_release(
     under add/remove the target is then left out of the population (``num_clients − 1`` others), under
     zero-out it stays in with update 0. ``weights``: each client's FedAvg weight |D_i| (``None``: uniform,
     DP-FedAvg's), as a client worker weighs its upload before masking."""
-    from sifl_ray.coding.base import NoiseSpec
-    from sifl_ray.data.sampling import sample_clients
-    from sifl_ray.parties.aggregator import Aggregator
-    from sifl_ray.parties.messages import MaskedPartial
+    # deferred: cryptography, which this module does not load otherwise
     from sifl_ray.parties.secure import AggregatorSecAgg, WorkerSecAgg
+
+    # deferred: cryptography, which this module does not load otherwise
     from sifl_ray.privacy.secagg import SecAggError
+
+    # deferred: cryptography, which this module does not load otherwise
     from sifl_ray.privacy.secagg.ring import ring_reduce_
 
     if relation not in RELATIONS:

@@ -40,6 +40,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from sifl_ray.arms import arm_instances, get_arm
 from sifl_ray.attacks.arm_audit import ArmAudit, audit_arm
 from sifl_ray.attacks.audit import AuditTest, audit_upload_release
 from sifl_ray.attacks.config import Design, read_keys
@@ -50,14 +51,13 @@ from sifl_ray.attacks.record import GroundTruth, SmallTask, make_task, platform_
 from sifl_ray.attacks.registry import AGGREGATOR_BROADCASTS
 from sifl_ray.coding.base import NoiseSpec
 from sifl_ray.device import single_threaded
+from sifl_ray.privacy import local_sensitivity
 from sifl_ray.seeding import torch_generator
 from sifl_ray.specs import Coding
 
 
 def attacked_arms(cfg: DictConfig) -> dict[str, Coding]:
     """The arm instances of ``cfg.arms`` (``nbafl`` runs as ``nbafl_eps1``, ...) → their coding."""
-    from sifl_ray.arms import arm_instances, get_arm
-
     platform = platform_config(cfg, clients=cfg.clients.num_clients, rounds=cfg.train.rounds)
     return {name: get_arm(kind).coding for name, kind in arm_instances(platform).items()}
 
@@ -290,8 +290,6 @@ def _audit_primary(
     """The upload audit of the primary design, keys known (:func:`audit_upload_release` at its last
     aggregate model), with Remark 3's sensitivity of the smallest client; no tests when the primary design
     was not played."""
-    from sifl_ray.privacy import local_sensitivity
-
     sensitivity = float(
         local_sensitivity(clip=cfg.audit.clip, local_size=min(int(x.shape[0]) for x in task.X))
     )

@@ -16,6 +16,7 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
+from sifl_ray.arms import ArmContext
 from sifl_ray.coding.base import CODING_DTYPE
 from sifl_ray.optim import TorchTrainer
 from sifl_ray.seeding import torch_generator
@@ -70,8 +71,6 @@ class SmallTask:
 def task_context(task: SmallTask, platform: DictConfig, arm: str, **norms: Any):
     """The :class:`~sifl_ray.arms.ArmContext` an arm is set up with on ``task`` (``norms``: the keys' public
     norms, for a coded arm's privacy report)."""
-    from sifl_ray.arms import ArmContext
-
     sizes = task.sizes
     return ArmContext(
         cfg=platform,

@@ -21,6 +21,7 @@ from sifl_ray.coding._common import (
     on_device_of,
 )
 from sifl_ray.coding.base import CODING_DTYPE, AggregatorKey, AggregatorNorms
+from sifl_ray.coding.roundoff import aggregator_roundoff
 
 
 def _check_W(W: torch.Tensor, p: int, device: torch.device) -> torch.Tensor:
@@ -94,8 +95,6 @@ class DenseAggregatorKey(AggregatorKey):
 
     def roundoff(self):
         """Rigorous float64 error constants of key 2 (:mod:`sifl_ray.coding.roundoff`): scalars only."""
-        from sifl_ray.coding.roundoff import aggregator_roundoff
-
         return aggregator_roundoff(self)
 
     def client_view(self) -> AggregatorClientView:

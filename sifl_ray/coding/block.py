@@ -31,6 +31,7 @@ from sifl_ray.coding._common import (
 )
 from sifl_ray.coding.base import CODING_DTYPE, KeyNorms, ServerKey
 from sifl_ray.coding.dense import dense_code, dot_product_depth, gaussian_spectral_bound
+from sifl_ray.coding.roundoff import matrix_roundoff
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -197,8 +198,6 @@ class BlockServerKey(ServerKey):
 
     def roundoff(self):
         """Rigorous float64 error constants of this key (:mod:`sifl_ray.coding.roundoff`): scalars only."""
-        from sifl_ray.coding.roundoff import matrix_roundoff
-
         return matrix_roundoff([(g.P1, g.P1L, g.N1) for g in self.core.groups])
 
     def client_view(self) -> ClientKeyView:

@@ -35,6 +35,7 @@ from sifl_ray.coding._common import (
     resolve_kappa,
 )
 from sifl_ray.coding.base import KeyNorms, ServerKey
+from sifl_ray.coding.roundoff import matrix_roundoff
 
 DENSE_MAX_N = 12_000
 # A BLAS dot product accumulates in many independent SIMD/blocked partial sums: a product of length L rounds
@@ -191,8 +192,6 @@ class DenseServerKey(ServerKey):
     def roundoff(self):
         """Rigorous float64 error constants of this key (:mod:`sifl_ray.coding.roundoff`): scalars only.
         Costs one n×ñ×n product (the defect ‖P1L P1 − I‖): dense keys are for small n."""
-        from sifl_ray.coding.roundoff import matrix_roundoff
-
         if "roundoff" not in self._cache:
             core = self.core
             self._cache["roundoff"] = matrix_roundoff([(core.P1[None], core.P1L[None], self.N1[None])])

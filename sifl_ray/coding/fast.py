@@ -32,6 +32,7 @@ from sifl_ray.coding._common import (
     resolve_kappa,
 )
 from sifl_ray.coding.base import CODING_DTYPE, KeyNorms, ServerKey
+from sifl_ray.coding.roundoff import fast_roundoff
 from sifl_ray.coding.transform import Givens, Permutation, SignedHadamard, StructuredOrthogonal, scratch
 
 # Columns per batch when norms() pushes the kernel basis through Q (bounds the scratch memory).
@@ -254,8 +255,6 @@ class FastServerKey(ServerKey):
     # -- parties, persistence -------------------------------------------------------------------------
     def roundoff(self):
         """Rigorous float64 error constants of this key (:mod:`sifl_ray.coding.roundoff`): scalars only."""
-        from sifl_ray.coding.roundoff import fast_roundoff
-
         return fast_roundoff(self)
 
     def client_view(self) -> ClientKeyView:

@@ -33,6 +33,8 @@ from fractions import Fraction
 
 import torch
 
+from sifl_ray.coding import transform
+
 U = 2.0**-53  # unit round-off of float64
 
 
@@ -131,8 +133,6 @@ def _layer_constants(layers, transform) -> tuple[float, float, float]:
 
 def fast_roundoff(key) -> KeyRoundoff:
     """Constants of a :class:`~sifl_ray.coding.fast.FastServerKey` (see the module docstring)."""
-    from sifl_ray.coding import transform
-
     core, alpha, beta = key.core, float(key.alpha), float(key.beta)
     rho_q, n_q, d_q = _layer_constants(core.Q.layers, transform)
     zeta = n_q + rho_q  # ‖fl(Qᵀx)‖ / ‖x‖

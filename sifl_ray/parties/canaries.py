@@ -41,6 +41,7 @@ class WorkerAudit:
     def model(self, client: int, w0: torch.Tensor, norm: float) -> torch.Tensor:
         """The canary's "trained" model: the round's start plus its direction at ``norm`` (float64); a
         canary left out (only sampled under a zero-out arm) stays at the start: it uploads no change."""
+        # deferred: scipy, which this module does not load otherwise
         from sifl_ray.privacy.one_run import canary_directions, inclusion_draws
 
         if self._included is None:
@@ -57,6 +58,7 @@ class WorkerAudit:
         """The cosine of ``reading`` (what the aggregator reads of one upload: the update it sees in the
         clear, decodes with a colluding client's ``P1L``, or a masked input read as numbers) with every
         audit direction, folded into ``best`` (the round's largest so far per direction)."""
+        # deferred: scipy, which this module does not load otherwise
         from sifl_ray.privacy.one_run import canary_directions
 
         if not self.directions:

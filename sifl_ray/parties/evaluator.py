@@ -67,6 +67,7 @@ class Evaluator(Host):
         (:func:`~sifl_ray.privacy.one_run.canary_directions` from the auditor's ``seed``: the nulls are the
         indices past the canaries). Held as one (k + m) × n float64 matrix: O((k + m)·n) memory and one
         product per evaluation."""
+        # deferred: scipy, which this module does not load otherwise
         from sifl_ray.privacy.one_run import canary_directions
 
         rows = canary_directions(d=n, k=canaries + nulls, seed=seed, clip=1.0)

@@ -22,7 +22,10 @@ def key_inventory(
     coding object that is not a key, e.g. a backend core holding matrices, outside any key). Used by tests
     to prove that no party's host holds another party's key.
     """
+    # deferred: omegaconf, torch, which this module does not load otherwise
     from sifl_ray.coding import IdentityKey
+
+    # deferred: omegaconf, torch, which this module does not load otherwise
     from sifl_ray.coding.base import AggregatorKey, ClientServerKey, ServerKey
 
     seen = _seen if _seen is not None else set()
@@ -42,6 +45,7 @@ def key_inventory(
     if isinstance(obj, AggregatorKey):
         return {"aggregator-client-view" if getattr(obj, "is_client_view", False) else "aggregator-key"}
     if type(obj).__module__.startswith("sifl_ray.coding") and not isinstance(obj, type):
+        # deferred: omegaconf, torch, which this module does not load otherwise
         from sifl_ray.coding.base import NoiseSpec
 
         if not isinstance(obj, NoiseSpec):  # a noise law is public configuration, not key material

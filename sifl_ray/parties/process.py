@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from sifl_ray.device import tensor_devices
 from sifl_ray.parties.key_holdings import key_inventory
 
 # glibc's mallopt parameters (malloc.h).
@@ -129,8 +130,6 @@ def placement(device: torch.device, *holdings: object, fallback: str | None = No
     """Where a host runs and computes: its GPU ids as Ray assigned them, what CUDA sees, its device, the
     devices of every tensor it holds (``holdings``: model, keys, staged data), and why it fell back to the
     CPU if it did."""
-    from sifl_ray.device import tensor_devices
-
     cuda = device.type == "cuda"
     return {
         "gpu_ids": assigned_gpu_ids(),

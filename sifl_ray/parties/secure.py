@@ -39,6 +39,7 @@ import torch
 
 from sifl_ray.parties.messages import MaskedPartial, WorkerReport
 from sifl_ray.parties.upload import Local
+from sifl_ray.party_seeds import party_seed
 from sifl_ray.privacy.secagg import (
     FixedPointCodec,
     MaskPlan,
@@ -50,6 +51,7 @@ from sifl_ray.privacy.secagg import (
     SecAggServer,
     UnmaskResponse,
     harary_graph,
+    ring_sum,
 )
 from sifl_ray.privacy.secagg.graph import NeighbourGraph
 from sifl_ray.privacy.secagg.ring import ring_reduce_
@@ -108,7 +110,6 @@ class WorkerSecAgg:
         self._clients: dict[int, SecAggClient] = {}  # protocol id → the client's half
 
     def _seed(self, client: int, t: int) -> bytes:
-        from sifl_ray.party_seeds import party_seed
 
         return party_seed(self.spec.key_seed, self.arm, f"secagg-client-{client}-round-{t}")
 
@@ -253,8 +254,6 @@ class AggregatorSecAgg:
     def open(self, t: int, roster: Sequence[int]) -> RoundPublic:
         """Start round ``t`` over ``roster``: its public parameters and its masking graph (the shuffle from
         the aggregator's own seed)."""
-        from sifl_ray.party_seeds import party_seed
-
         roster = tuple(sorted(int(c) for c in roster))
         params = self.spec.params(len(roster), t)
         graph_seed = party_seed(self.spec.key_seed, self.arm, f"secagg-graph-round-{t}")
@@ -323,8 +322,6 @@ def unmask_rows(
 ) -> np.ndarray:
     """Rows ``offset ..`` of the survivors' sum: add the partial sums in the ring, remove the plan's masks,
     decode to float64 (``Σ_{U3} (weight_i/weight_ref)·u_i``, within the codec's bound)."""
-    from sifl_ray.privacy.secagg import ring_sum
-
     total = ring_sum(masked_sums, codec.ring_bits)
     plan.apply_(total, offset=offset)
     return codec.decode(total)

@@ -30,7 +30,7 @@ from sifl_ray.coding.base import (
     NoiseSpec,
     ServerKey,
 )
-from sifl_ray.coding.keys import server_key_class
+from sifl_ray.coding.keys import server_key_class, server_key_from_state_dict
 from sifl_ray.parties.handle import returns
 from sifl_ray.parties.messages import Finished, ServerInfo
 from sifl_ray.parties.process import Host, placement, prepare_process
@@ -73,7 +73,6 @@ class Server:
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> Server:
-        from sifl_ray.coding.keys import server_key_from_state_dict
 
         return cls(
             coding=Coding.of(state["mode"]),

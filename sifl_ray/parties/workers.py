@@ -135,6 +135,7 @@ class ClientWorker(Host):
             aggregator_view=on_device(aggregator_view, self.device),
         )
         if setup.secagg is not None:
+            # deferred: cryptography, which this module does not load otherwise
             from sifl_ray.parties.secure import WorkerSecAgg
 
             self.secure[arm] = WorkerSecAgg(setup.secagg, arm)

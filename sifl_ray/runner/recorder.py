@@ -18,6 +18,7 @@ from sifl_ray.config import to_yaml
 from sifl_ray.faults import FaultJournal
 from sifl_ray.logging import RunLogger
 from sifl_ray.plots import plot_accuracy, plot_accuracy_vs_epsilon, plot_audit, summary_styles
+from sifl_ray.progress import progress_enabled
 from sifl_ray.round import RoundResult
 from sifl_ray.runner.parties import say
 from sifl_ray.runner.state import DriverState
@@ -41,7 +42,6 @@ class RoundLines:
     turns it off, as ``SIFL_PROGRESS=0`` turns off every progress report (:mod:`sifl_ray.progress`)."""
 
     def __init__(self, total: int, enabled: bool):
-        from sifl_ray.progress import progress_enabled
 
         self.total = total
         self.enabled = enabled and progress_enabled()

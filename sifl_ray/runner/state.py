@@ -41,6 +41,7 @@ from sifl_ray.parties.aggregator import AggregatorHost
 from sifl_ray.parties.checks import shard_bounds
 from sifl_ray.parties.handle import Handle, PartyLost, collect
 from sifl_ray.parties.server import ServerHost
+from sifl_ray.party_seeds import party_seed
 from sifl_ray.privacy.accountant import SiflAccountant
 from sifl_ray.privacy.canaries import CanaryAudit
 from sifl_ray.round import ArmState
@@ -266,8 +267,6 @@ class Checkpoints:
     def _driver_secret(self, party: str) -> bytes:
         """A secret of a party the driver plays (the sampler, the auditor): derived from
         ``coding.key_seed`` when set, else secure random and kept in ``<party>-run.key``."""
-        from sifl_ray.party_seeds import party_seed
-
         if self.cfg.coding.key_seed is not None:
             return party_seed(self.cfg.coding.key_seed, "run", party)
         path = self.key_path(party, "run")
