@@ -1,4 +1,4 @@
-"""``python -m bench gpu [--quick]``: every GPU measurement of the platform in one command (issue 13).
+"""``python -m bench gpu [--quick]``: every GPU measurement of the platform in one command.
 
 Made for one call on a GPU machine (one H100, 16 CPU cores: inside 8 minutes by default, ~4 with
 ``--quick``). One Ray session, then five sections, each time-boxed (a share of what is left of

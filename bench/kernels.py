@@ -1,6 +1,6 @@
 """``python -m bench kernels``: encode + decode time of the fast key, as a ratio to one vector copy.
 
-For each paper model size (SPEC "The paper's experiments": n = 199,210 / 582,026 / 1,199,882 with
+For each paper model size (docs/method.md "The paper's experiments": n = 199,210 / 582,026 / 1,199,882 with
 ñ = 199,411 / 582,539 / 1,200,011) and each left inverse, time ``decode(encode(w, r))`` (one server
 encode with fresh noise, one decode: the coding work of a round on one vector) and one float64 copy of
 ``w`` into a preallocated vector, alternating the two so both see the same machine state (load from other

@@ -23,7 +23,7 @@ too.
 
 Defaults (about 2–5 minutes on a 2-core machine at any N): 6 measured rounds per arm after 1 warm-up
 round, 6 no-op rounds. Targets: ratio ≤ 1.10 (N ≤ 10), ≤ 1.25 (N ≤ 100), ≤ 1.5 (N < 1000), ≤ 0.5 from
-N = 1000 (issue 12: a worker trains its clients together); no-op overhead ≤ 1 ms per client (stated for
+N = 1000 (where a worker trains its clients together); no-op overhead ≤ 1 ms per client (stated for
 N = 1000); start-up ≤ 5 s.
 
 The last line is ``RESULT overhead_n<N> ratio=<ratio> target=<target>``.

@@ -13,7 +13,7 @@ script that starts Ray as the run does and then as many bare actors as the run h
 and nothing else. It is what one actor per party costs before any of this platform's code runs: the first
 round cannot come sooner than it.
 
-Targets (issue 12, on a 2-core machine): first round ≤ 5 s after the launch, ``python run.py`` ≤ 12 s.
+Targets (on a 2-core machine): first round ≤ 5 s after the launch, ``python run.py`` ≤ 12 s.
 The machine is shared and noisy: the load average before and after each run is printed and written.
 
 The last line is ``RESULT startup ratio=<median wall ÷ 12 s> target=1``.

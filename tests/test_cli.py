@@ -188,7 +188,8 @@ def test_dp_compare_small_prints_every_arms_accuracy_and_epsilon_and_plots_them(
     ],
 )
 def test_every_command_answers_help_in_plain_text(argv, capsys):
-    """``--help`` used to be read as an override ("expected key=value", exit 2)."""
+    """``--help`` after any command prints its help, never read as an override (which would be
+    "expected key=value", exit 2)."""
     from sifl_ray.cli import main
 
     assert main(argv) == 0
@@ -280,8 +281,8 @@ def _interrupt(tmp_path: Path, sig: int, after: str, rounds: int = 200) -> tuple
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_an_interrupted_run_says_what_is_saved_and_how_to_resume(tmp_path, sig):
-    """Ctrl-C used to print only "interrupted"; now the run folder comes first, and an interrupt names the
-    last complete checkpoint and the exact resume command, which works; rounds are numbered from 0."""
+    """The run folder comes first, and an interrupt names the last complete checkpoint and the exact
+    resume command, which works; rounds are numbered from 0."""
     code, err, scenario_dir = _interrupt(tmp_path, sig, "(3/200 done)")
     assert code == 130, err
     (run_dir,) = (p for p in scenario_dir.iterdir() if not p.name.startswith("."))
@@ -313,8 +314,8 @@ def test_resuming_a_finished_run_says_so_without_starting_ray(tmp_path):
 
 
 def test_a_scenario_made_for_another_command_names_the_command_in_one_line():
-    """``python run.py scenario=attack_small`` used to answer with a dozen "unknown key" lines about a shipped
-    file, ``sifl attack scenario=quickstart`` likewise; each now names the command that plays it."""
+    """``python run.py scenario=attack_small`` and ``sifl attack scenario=quickstart`` name the command that
+    plays the scenario, in one line (not a dozen "unknown key" lines about a shipped file)."""
     for argv, fix in (
         (["run.py", "scenario=attack_small"], "run: sifl attack scenario=attack_small"),
         (["-m", "sifl_ray.cli", "run", "scenario=attack_small"], "run: sifl attack scenario=attack_small"),
@@ -331,8 +332,8 @@ def test_a_scenario_made_for_another_command_names_the_command_in_one_line():
 
 
 def test_lists_on_the_command_line_with_spaces_or_without_brackets_are_lists():
-    """``arms=[fl, sifl_m1]`` reaches the program as two items (a YAML parser error used to follow);
-    ``arms=fl,sifl_m1`` was one arm named 'fl,sifl_m1' ("did you mean sifl_m1?")."""
+    """``arms=[fl, sifl_m1]`` reaches the program as two items (not a YAML parser error), and
+    ``arms=fl,sifl_m1`` is a list, not one arm named 'fl,sifl_m1'."""
     from sifl_ray.attacks.config import load_attack_config
     from sifl_ray.config import load_config
 
@@ -360,8 +361,8 @@ def test_lists_on_the_command_line_with_spaces_or_without_brackets_are_lists():
 
 
 def test_list_prints_every_description_whole_and_the_command_of_each_scenario():
-    """``sifl list`` used to cut each description at its first line, mid-phrase, and named no command; now
-    the whole comment at the top of each file is shown, wrapped, under the command that plays it."""
+    """``sifl list`` shows the whole comment at the top of each file, wrapped, under the command that
+    plays it (not its first line, cut mid-phrase)."""
     import yaml
 
     from sifl_ray.config import SCENARIO_DIR, scenario_names

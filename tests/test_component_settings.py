@@ -1,4 +1,4 @@
-"""A model, a data set and a partitioner own their settings (issue 23, item 4): each declares a dataclass
+"""A model, a data set and a partitioner own their settings: each declares a dataclass
 when it registers; the dataclass is a configuration section named after it, checked like every section
 (unknown key, type, range, all at once, exit code 2 from the command line), and its typed values are what
 the factory, the loader and the scheme receive, through the functions a run calls

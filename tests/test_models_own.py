@@ -1,4 +1,4 @@
-"""Your own model (issue 23, item 1): a model defined here, in the test file, runs end to end on Ray and
+"""Your own model: a model defined here, in the test file, runs end to end on Ray and
 in-process with the same numbers under fl, sifl_m1, sifl_m2 and dp_fedavg; every party builds the same
 initial model from the run seed; an LSTM on LEAF text runs (one client at a time, said once); running
 statistics are refused with the reason (SIFL codes ``model.parameters()`` only; docs/models.md).

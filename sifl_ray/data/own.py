@@ -1,4 +1,4 @@
-"""Your own data (issue 23): arrays on disk, LEAF JSON, a function of yours, or a registered data set.
+"""Your own data: arrays on disk, LEAF JSON, a function of yours, or a registered data set.
 
 Why: to judge SIFL, secure aggregation or DP-FedAvg on *their* problem, a researcher brings their samples
 and, often, the clients those samples belong to (the writers of FEMNIST, the speakers of Shakespeare): the

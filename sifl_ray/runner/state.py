@@ -252,10 +252,10 @@ class Checkpoints:
 
         The server samples (the driver plays that part here), and the sample must be its secret: the
         accountant's amplification by sampling assumes the adversary does not know who took part, and a
-        sample drawn from the run seed, which ``config.yaml`` prints, is known to anyone who reads it (SPEC
-        "Amplification by sampling needs a secret sample"). Like every party secret it is derived from
-        ``coding.key_seed`` when that is set (reproducible, not secret), else secure random, kept in the key
-        folder (``sampler-run.key``) so that a resumed run draws the samples it drew before.
+        sample drawn from the run seed, which ``config.yaml`` prints, is known to anyone who reads it
+        (docs/method.md "Amplification by sampling needs a secret sample"). Like every party secret it is
+        derived from ``coding.key_seed`` when that is set (reproducible, not secret), else secure random, kept
+        in the key folder (``sampler-run.key``) so that a resumed run draws the samples it drew before.
         """
         return self._driver_secret("sampler")
 

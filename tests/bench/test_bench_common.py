@@ -32,7 +32,7 @@ def test_rotation_gives_every_arm_every_position():
 @pytest.mark.parametrize(
     ("clients", "target"),
     [(1, 1.10), (10, 1.10), (100, 1.25), (101, 1.5), (999, 1.5), (1000, 0.5), (5000, 0.5)],
-)  # issue 12: from N = 1000 a worker trains its clients together
+)  # from N = 1000 a worker trains its clients together
 def test_overhead_targets_follow_the_issue(clients, target):
     assert target_for(clients) == target
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Mutation testing of the privacy-critical code (issue 19, item 9): mutmut 3 over the modules and tests named
+# Mutation testing of the privacy-critical code: mutmut 3 over the modules and tests named
 # in tests/mutation/setup.cfg. Slow (minutes to an hour): run by hand, not in CI.
 #
 #   tests/mutation/run.sh                 # run, then print the score and the surviving mutants
