@@ -14,9 +14,14 @@ __version__ = "0.1.0"
 
 #: The names ``from sifl_ray import ...`` offers, each read from its module on first use: ``import sifl_ray``
 #: (every submodule's import starts with it) must not pay for the configuration's loader.
-_LAZY = {"simulate": "sifl_ray.api", "SimulationResult": "sifl_ray.api", "SiflError": "sifl_ray.errors"}
+_LAZY = {
+    "simulate": "sifl_ray.api",
+    "Session": "sifl_ray.api",
+    "SimulationResult": "sifl_ray.api",
+    "SiflError": "sifl_ray.errors",
+}
 
-__all__ = ["SiflError", "SimulationResult", "__version__", "simulate"]
+__all__ = ["Session", "SiflError", "SimulationResult", "__version__", "simulate"]
 
 
 def __getattr__(name: str) -> Any:

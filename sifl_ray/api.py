@@ -12,6 +12,9 @@ Nothing here imports torch or Ray until the configuration is valid: a typo costs
 
 from __future__ import annotations
 
+import atexit
+import os
+import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,14 +24,16 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig, OmegaConf
 
 from sifl_ray.arms import ARMS, Arm, register_arm
-from sifl_ray.backends import make_backend
+from sifl_ray.backends import BACKENDS, Backend
 from sifl_ray.config import load_config
 from sifl_ray.config.plugins import load_plugins
 from sifl_ray.config.validation import ConfigError
-from sifl_ray.ray_output import quiet_ray
+from sifl_ray.ray_output import private_switches, quiet_ray
 
 if TYPE_CHECKING:
     import pandas
+
+    from sifl_ray.runner.hosts import WarmHosts
 
 #: What :func:`simulate` takes as a configuration: a scenario name (``quickstart``), a path to a scenario
 #: file, a mapping of sections (a whole scenario written in Python), or a configuration already loaded.
@@ -83,14 +88,119 @@ class SimulationResult:
         return pandas.DataFrame(self.rows())
 
 
+class Session:
+    """One backend and its warm hosts for many runs: ``with Session(backend="ray") as s: s.simulate(...)``.
+
+    The backend starts once (a private Ray instance, sized as given); each run takes the hosts the runs
+    before it left, started again from its own arguments (:mod:`sifl_ray.runner.hosts`), so a run after the
+    first pays neither Ray's start nor a process per party, and its numbers are a fresh run's bit for bit.
+
+    Args:
+        backend: ``"ray"`` or ``"local"`` (or a backend registered by a plug-in).
+        num_cpus / num_gpus: the size of a private Ray instance (default: the machine's).
+        address: a Ray cluster to join instead (as ``ray.address``).
+    """
+
+    def __init__(
+        self,
+        backend: str = "ray",
+        *,
+        num_cpus: int | None = None,
+        num_gpus: int | None = None,
+        address: str | None = None,
+    ) -> None:
+        self.kind = backend
+        options = {k: v for k, v in (("num_cpus", num_cpus), ("num_gpus", num_gpus)) if v is not None}
+        if "ray" not in sys.modules:  # Ray reads its switches when imported
+            for key, value in private_switches(address).items():
+                os.environ.setdefault(key, value)
+        self.backend: Backend = BACKENDS[backend].from_config(_Address(address), **options)
+        if self.backend.description:
+            print(self.backend.description, flush=True)
+        # deferred: torch, which a host's module loads (a session runs parties anyway)
+        from sifl_ray.runner.hosts import WarmHosts
+
+        self.hosts: WarmHosts = WarmHosts(self.backend)  # the hosts of the runs so far, by shape
+        self.closed = False
+
+    def simulate(
+        self,
+        scenario: Scenario = "quickstart",
+        overrides: Mapping[str, Any] | Iterable[str] | None = None,
+        *,
+        arms: Sequence[str | Arm] | None = None,
+    ) -> SimulationResult:
+        """:func:`simulate` on this session's backend and warm hosts."""
+        return simulate(scenario, overrides, arms=arms, session=self)
+
+    def close(self) -> None:
+        """Stop the warm hosts and the backend (the Ray instance the session started). Once."""
+        if self.closed:
+            return
+        self.closed = True
+        self.hosts.stop()
+        self.backend.shutdown()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass(frozen=True)
+class _Ray:
+    address: str | None
+
+
+@dataclass(frozen=True)
+class _Address:
+    """What a backend's ``from_config`` reads of a configuration (``cfg.ray.address``), for a session that
+    has no configuration yet."""
+
+    address: str | None
+
+    @property
+    def ray(self) -> _Ray:
+        return _Ray(self.address)
+
+
+_SHARED: dict[tuple[str, str | None], Session] = {}
+
+
+def shared(backend: str, address: str | None = None) -> Session:
+    """The module-level session of ``backend`` (at ``address``, a cluster) that :func:`simulate` reuses
+    call after call: made on first use, closed when the interpreter exits (or by :func:`close_shared`)."""
+    session = _SHARED.get((backend, address))
+    if session is None or session.closed:
+        session = _SHARED[(backend, address)] = Session(backend, address=address)
+    return session
+
+
+def close_shared() -> None:
+    """Close every module-level session (at the interpreter's exit; tests that want a fresh start)."""
+    for session in list(_SHARED.values()):
+        session.close()
+    _SHARED.clear()
+
+
+atexit.register(close_shared)
+
+
 def simulate(
     scenario: Scenario = "quickstart",
     overrides: Mapping[str, Any] | Iterable[str] | None = None,
     *,
     arms: Sequence[str | Arm] | None = None,
     backend: str | None = None,
+    session: Session | None = None,
 ) -> SimulationResult:
     """Validate a configuration, play every arm of it to the end, and return the run as data.
+
+    A run plays on a session (:class:`Session`): the one given, else a module-level session of the
+    configuration's backend that every call of this function reuses, so that a sweep pays for Ray's start
+    and the parties' processes once (:func:`shared`; its Ray instance lives until the interpreter exits or
+    :func:`close_shared`).
 
     Args:
         scenario: a bundled scenario's name, a path to a scenario ``.yaml``, a mapping of sections (the
@@ -102,6 +212,7 @@ def simulate(
             an arm of that kind: re-running a notebook cell that redefines an arm takes the new one).
         backend: ``"ray"`` or ``"local"`` (in-process, the same parties and numbers), instead of the
             scenario's ``backend``.
+        session: the session to play on (its backend, instead of the scenario's).
 
     Returns:
         The run folder, the summary and every arm's per-round history (:class:`SimulationResult`).
@@ -118,10 +229,17 @@ def simulate(
     texts: list[str] = [] if overrides is None or isinstance(overrides, Mapping) else list(overrides)
     if names is not None:
         settings["arms"] = names
+    if session is not None:
+        backend = session.kind
     if backend is not None:
         settings["backend"] = backend
     cfg = _config(scenario, texts, settings)
-    return _run(cfg)
+    # deferred: numpy, which this module does not load otherwise
+    from sifl_ray.data.preflight import check_data
+
+    check_data(cfg)  # the data set's files, before any backend starts: a missing one answers at once
+    quiet_ray(cfg)  # before a session's backend imports Ray, which reads these switches
+    return _run(cfg, session or shared(str(cfg.backend), cfg.ray.address))
 
 
 def _registered(arm: str | Arm) -> str:
@@ -142,13 +260,8 @@ def _config(scenario: Scenario, texts: list[str], settings: dict[str, Any]) -> D
     return load_config(texts, scenario=str(scenario), settings=settings)
 
 
-def _run(cfg: DictConfig) -> SimulationResult:
-    """Play ``cfg`` as ``sifl run`` does: the data set checked, then the backend, then the runner."""
-    # deferred: numpy, which this module does not load otherwise
-    from sifl_ray.data.preflight import check_data
-
-    check_data(cfg)
-    quiet_ray(cfg)  # before Ray is imported, which reads these switches
+def _run(cfg: DictConfig, session: Session) -> SimulationResult:
+    """Play ``cfg`` as ``sifl run`` does (its data set checked already) on ``session``."""
     # deferred: numpy, which this module does not load otherwise
     from sifl_ray.data import DatasetError, IDXFormatError
 
@@ -158,15 +271,10 @@ def _run(cfg: DictConfig) -> SimulationResult:
     # deferred: numpy, scipy, torch, which this module does not load otherwise
     from sifl_ray.runner import run_scenario
 
-    marks = {"backend_start": time.time()}
-    backend = make_backend(cfg)
-    marks["backend"] = time.time()
     try:
-        got = run_scenario(cfg, backend=backend, startup_marks=marks)
+        got = run_scenario(cfg, hosts=session.hosts, startup_marks={"backend_start": time.time()})
     except (DatasetError, IDXFormatError) as err:  # what the pre-flight check cannot see: the values
         raise ConfigError([data_problem(err, cfg)]) from None
-    finally:
-        backend.shutdown()  # a no-op once the run closed it; Ray is stopped only if this call started it
     return SimulationResult(
         run_dir=got.run_dir,
         summary=got.summary,

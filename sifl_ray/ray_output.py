@@ -33,6 +33,11 @@ PRIVATE = (
 )  # ray.address values that start a private instance (sifl_ray.backends.cluster.PRIVATE)
 
 
+def private_switches(address: str | None) -> dict[str, str]:
+    """The switch a private Ray instance wants (none for a joined cluster: it keeps its own mode)."""
+    return {"RAY_AUTH_MODE": "token"} if (address or "") in PRIVATE else {}
+
+
 def quiet_ray(cfg: DictConfig, environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
     """Set Ray's switches for the run ``cfg`` before ``ray`` is imported; returns what it set.
 
@@ -42,9 +47,7 @@ def quiet_ray(cfg: DictConfig, environ: MutableMapping[str, str] | None = None) 
     env = os.environ if environ is None else environ
     if environ is None and "ray" in sys.modules:
         return {}  # too late: Ray read its switches at import (RAY_AUTH_MODE set now would even break)
-    wanted = {}
-    if (cfg.ray.address or "") in PRIVATE:
-        wanted["RAY_AUTH_MODE"] = "token"
+    wanted = private_switches(cfg.ray.address)
     if any(f.kind == "worker_exit" for f in cfg.faults.inject):
         wanted["RAY_DEDUP_LOGS_SKIP_REGEX"] = WORKER_DIED
     set_now = {k: v for k, v in wanted.items() if k not in env}

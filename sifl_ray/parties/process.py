@@ -74,6 +74,14 @@ class Host:
         host says what it holds."""
         return placement(torch.device("cpu"))
 
+    def reset(self, *args: Any, **kwargs: Any) -> None:
+        """Start this host again as its class would make it from these arguments: every attribute of the
+        run before is dropped first (keys, noise streams, data, the arms' set-ups, taps), so nothing of it
+        survives into the next run; only the process stays, with its imports (a session's warm host:
+        :mod:`sifl_ray.runner.hosts`)."""
+        self.__dict__.clear()
+        type(self).__init__(self, *args, **kwargs)
+
 
 def in_ray_actor() -> bool:
     """Whether this code runs inside a Ray actor's own process (not the driver, not the in-process

@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 from sifl_ray.backends import Backend
 from sifl_ray.checkpoint import CheckpointError, CheckpointStore
 from sifl_ray.logging import write_summary
+from sifl_ray.runner.hosts import WarmHosts
 from sifl_ray.runner.parties import say
 from sifl_ray.runner.simulation import Simulation, new_run_dir
 from sifl_ray.runner.state import default_key_dir
@@ -25,6 +26,7 @@ def run_scenario(
     cfg: DictConfig,
     *,
     backend: Backend | None = None,
+    hosts: WarmHosts | None = None,
     run_dir: Path | None = None,
     startup_marks: dict[str, float] | None = None,
 ) -> RunResult:
@@ -34,12 +36,14 @@ def run_scenario(
     :class:`Interrupted`, whose message names the last complete checkpoint and the exact resume command;
     an interrupt before any checkpoint leaves no key folder behind.
 
+    ``hosts``: a session's warm hosts (:class:`sifl_ray.api.Session`), whose backend the run uses.
+
     Raises:
         Interrupted: the run was interrupted.
     """
     run_dir = Path(run_dir) if run_dir else new_run_dir(cfg)
     try:
-        sim = Simulation(cfg, backend=backend, run_dir=run_dir, startup_marks=startup_marks)
+        sim = Simulation(cfg, backend=backend, hosts=hosts, run_dir=run_dir, startup_marks=startup_marks)
     except KeyboardInterrupt:
         raise Interrupted(interrupted_message(cfg, run_dir, default_key_dir(cfg, run_dir))) from None
     result = run_to_end(sim)

@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from omegaconf import DictConfig
@@ -29,6 +30,9 @@ from sifl_ray.parties.process import Host
 from sifl_ray.parties.server import ServerHost
 from sifl_ray.parties.workers import ArmSetup, ClientWorker, WorkerHost
 from sifl_ray.specs import ModelSpec, TrainSpec
+
+Spawn = Callable[..., Handle[Any]]
+"""How the pool gets a host: the backend's ``spawn``, or a session's warm hosts' (same signature)."""
 
 
 def say(text: str) -> None:
@@ -110,12 +114,15 @@ class PartyPool:
         plan: FaultPlan,
         journal: FaultJournal,
         fired_once: set[int],
+        hosts: WarmHosts | None = None,
     ):
-        self.cfg, self.backend = cfg, backend
+        self.cfg, self.backend, self.hosts = cfg, backend, hosts
+        # a session's warm hosts, started again for this run; else a new host per party
+        self.spawn: Spawn = backend.spawn if hosts is None else hosts.spawn
         self.plan, self.journal, self.fired_once = plan, journal, fired_once
         # The server and the aggregator need nothing of the data: spawned first, their processes boot
         # (each imports torch) while this driver loads the data set.
-        self.server = backend.spawn(Placement(), ServerHost)
+        self.server = self.spawn(Placement(), ServerHost)
         self.aggregator_actors: list[Handle[AggregatorHost]] = []
         self._aggregators: list[Handle[AggregatorHost]] = []
         self._spawn_aggregators(min(cfg.ray.aggregator_actors, cfg.ray.num_shards) or 1)
@@ -145,7 +152,7 @@ class PartyPool:
         host = [s * count // shards for s in range(shards)]
         while len(self.aggregator_actors) < count:
             j = len(self.aggregator_actors)
-            self.aggregator_actors.append(self.backend.spawn(Placement(), AggregatorHost, host.index(j)))
+            self.aggregator_actors.append(self.spawn(Placement(), AggregatorHost, host.index(j)))
         self.aggregators = [self.aggregator_actors[j] for j in host]
 
     def host_shards(self, n_tilde: int) -> None:
@@ -194,7 +201,7 @@ class PartyPool:
         where = Placement(
             cpus=cfg.ray.cpus_per_worker, gpus=cfg.ray.gpus_per_worker, spread=cfg.ray.spread_workers
         )
-        worker = self.backend.spawn(
+        worker = self.spawn(
             where,
             WorkerHost,
             k,
@@ -217,7 +224,7 @@ class PartyPool:
 
     def _spawn_evaluator(self) -> Handle[Evaluator]:
         where = Placement(gpus=self.cfg.ray.evaluator_gpus)
-        evaluator = self.backend.spawn(
+        evaluator = self.spawn(
             where,
             EvaluatorHost,
             self._test_ref,
@@ -257,7 +264,7 @@ class PartyPool:
     def replace_worker(self, k: int, *, arm: str, t: int, reason: str) -> float:
         """The round's supervisor: a fresh worker ``k`` (same clients, every arm set up)."""
         with contextlib.suppress(Exception):  # already gone
-            self.backend.kill(self.workers[k])
+            self._kill(self.workers[k])
         tic = time.perf_counter()
         worker = self._spawn_worker(k)
         ready = [worker.call(ClientWorker.set_arm, a, self.setups[a], *self.views[a]) for a in self.setups]
@@ -272,7 +279,7 @@ class PartyPool:
         if stage == "train":
             for ev in self.plan.at("worker_kill", arm, t):
                 self._fired(ev, arm, t)
-                self.backend.kill(self.workers[ev.worker])
+                self._kill(self.workers[ev.worker])
             return
         targets: dict[str, Any] = {
             "server_kill": lambda ev: self.server,
@@ -285,7 +292,7 @@ class PartyPool:
                     continue
                 self.fired_once.add(ev.index)
                 self._fired(ev, arm, t)
-                self.backend.kill(handle(ev))
+                self._kill(handle(ev))
 
     def maybe_kill_driver(self, arm: str, t: int) -> None:
         """The driver's own injected fault, after round ``t`` of ``arm`` was recorded: SIGKILL itself."""
@@ -307,14 +314,14 @@ class PartyPool:
         or ``aggregator<s>`` for every shard the new host hosts; ``()``: nobody)."""
         if party == "server":
             old: Handle[Any] = self.server
-            self.server = self.backend.spawn(Placement(), ServerHost)
+            self.server = self.spawn(Placement(), ServerHost)
             calls = [
                 self.server.call(ServerHost.set_step, a, s.server) for a, s in self.steps.items() if s.server
             ]
             restore: tuple[str, ...] = ("server",)
         elif party == "aggregator":
             shards, old = self.shards_of(index), self.aggregators[index]
-            new = self.backend.spawn(Placement(), AggregatorHost, shards[0])
+            new = self.spawn(Placement(), AggregatorHost, shards[0])
             self.aggregator_actors[next(j for j, h in enumerate(self.aggregator_actors) if h is old)] = new
             for s in shards:
                 self.aggregators[s] = new
@@ -338,7 +345,7 @@ class PartyPool:
             ]
             restore = ()
         with contextlib.suppress(Exception):  # already gone
-            self.backend.kill(old)
+            self._kill(old)
         self.backend.get_all(calls)
         return restore
 
@@ -362,9 +369,19 @@ class PartyPool:
         parties = dict(zip(actors, nodes, strict=True))
         return {"nodes": sorted({n for n in nodes if n}), "parties": parties}
 
+    def _kill(self, handle: Handle[Any]) -> None:
+        """Stop one host at once (a fault drill, a replaced party): a session never gives it out again."""
+        if self.hosts is not None:
+            self.hosts.forget(handle)
+        self.backend.kill(handle)
+
     def stop(self, *, quiet: bool = False) -> None:
-        """Stop every host (their CPUs go back to Ray; in-process there is nothing to stop). ``quiet``:
-        ignore failures (undoing a set-up that failed half-way)."""
+        """Stop every host (their CPUs go back to Ray; in-process there is nothing to stop), or give them
+        back to the session, which starts them again for its next run. ``quiet``: ignore failures (undoing a
+        set-up that failed half-way)."""
+        if self.hosts is not None:
+            self.hosts.release(list(self.actors().values()))
+            return
         if not self.backend.capabilities.kill:
             return
         for handle in self.actors().values():

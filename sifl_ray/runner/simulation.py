@@ -31,6 +31,7 @@ from sifl_ray.privacy.canaries import CanaryAudit
 from sifl_ray.round import ArmState, Parties, RoundPolicy, RoundResult, run_round
 from sifl_ray.runner.arms import setup_arm
 from sifl_ray.runner.canaries import plan_canaries
+from sifl_ray.runner.hosts import WarmHosts
 from sifl_ray.runner.parties import PartyPool, say, worker_count
 from sifl_ray.runner.recorder import Recorder, RoundLines
 from sifl_ray.runner.recovery import record_resume, recover
@@ -68,6 +69,7 @@ class Simulation:
         cfg: DictConfig,
         *,
         backend: Backend | None = None,
+        hosts: WarmHosts | None = None,
         run_dir: Path | None = None,
         startup_marks: dict[str, float] | None = None,
         _resume: ResumePoint | None = None,
@@ -93,6 +95,9 @@ class Simulation:
         # Where a run's fixed cost goes (summary.json "startup"): wall-clock marks from the driver's start. A
         # caller that started the backend itself passes its marks (the CLI starts Ray while it imports).
         self.marks = StartupMarks(startup_marks)
+        # a session's warm hosts: its backend too, which outlives this run (never shut down here)
+        self.hosts = hosts
+        backend = hosts.backend if hosts is not None else backend
         if backend is None:
             self.marks.mark("backend_start")
             backend = make_backend(cfg)
@@ -111,7 +116,8 @@ class Simulation:
         except BaseException:
             if getattr(self, "pool", None) is not None:  # undo a failed set-up: the actors spawned so far
                 self.pool.stop(quiet=True)
-            self.backend.shutdown()  # and Ray, if this simulation started it
+            if hosts is None:
+                self.backend.shutdown()  # and Ray, if this simulation started it
             raise
 
     @classmethod
@@ -131,7 +137,9 @@ class Simulation:
     # ---------------------------------------------------------------- set-up
     def _build(self) -> None:
         cfg, backend = self.cfg, self.backend
-        self.pool = PartyPool(cfg, backend, plan=self.plan, journal=self.journal, fired_once=self.fired_once)
+        self.pool = PartyPool(
+            cfg, backend, plan=self.plan, journal=self.journal, fired_once=self.fired_once, hosts=self.hosts
+        )
         self.num_workers = worker_count(cfg, backend)
         work = load_workload(cfg, self.num_workers)
         self.dataset, self.sizes, self.owner = work.dataset, work.sizes, work.owner
@@ -430,13 +438,14 @@ class Simulation:
         self.pool.stop()
 
     def close(self) -> None:
-        """Stop this simulation's actors (their CPUs go back to Ray); shut Ray down if we started it. Once:
-        a second call does nothing."""
+        """Stop this simulation's hosts (their CPUs go back to Ray; a session's go back to the session) and
+        shut Ray down if this run started it (never a session's). Once: a second call does nothing."""
         if self._closed:
             return
         self._closed = True
         self.pool.stop()
-        self.backend.shutdown()
+        if self.hosts is None:
+            self.backend.shutdown()
 
 
 def new_run_dir(cfg: DictConfig) -> Path:

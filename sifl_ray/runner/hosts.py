@@ -1,0 +1,77 @@
+"""Warm party hosts: the hosts a session keeps between runs, started again for the next one.
+
+Why: a researcher's day is many small runs (a learning-rate sweep, a notebook cell run again), and each
+would otherwise pay for a process per party, and its imports, before its first round. When a run of a
+session (:class:`sifl_ray.api.Session`) ends, its parties' hosts go back to the session instead of being
+stopped, and the next run takes a host of the same shape (its class and what it reserves) and starts it
+again from that run's arguments: :meth:`~sifl_ray.parties.process.Host.reset` clears the host's whole state
+and runs its constructor again, so its keys, streams and data are the new run's own and the numbers are
+bit for bit a fresh host's (``tests/test_session.py`` checks every arm on both backends).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ParamSpec, TypeVar
+
+from sifl_ray.backends import Backend, Placement
+from sifl_ray.parties.handle import Handle
+from sifl_ray.parties.process import Host
+
+H = TypeVar("H")
+P = ParamSpec("P")
+
+
+@dataclass
+class WarmHosts:
+    """The hosts a session keeps between runs, by shape (host class, what it reserves), and the backend
+    that spawns new ones. A run's party pool spawns through it and gives its hosts back when it ends."""
+
+    backend: Backend
+    idle: dict[tuple[Any, Placement], list[Handle[Any]]] = field(default_factory=dict)
+    shape: dict[int, tuple[Any, Placement]] = field(default_factory=dict)
+    reused: int = 0  # how many hosts a run took warm (a session's report; tests)
+
+    def spawn(
+        self, where: Placement, host: Callable[P, H], /, *args: P.args, **kwargs: P.kwargs
+    ) -> Handle[H]:
+        """A host of class ``host`` reserving ``where``: a warm one started again with these arguments, or a
+        new one when none is idle (or the idle one is gone)."""
+        key = (host, where)
+        while self.idle.get(key):
+            handle = self.idle[key].pop()
+            try:
+                self.backend.get(handle.call(Host.reset, *args, **kwargs))
+            except Exception as err:
+                if not self.backend.is_lost(err):
+                    raise
+                self.shape.pop(id(handle), None)  # it died since (a fault drill): spawn another
+                continue
+            self.reused += 1
+            return handle  # type: ignore[return-value]  # reset by its own class's constructor
+        handle = self.backend.spawn(where, host, *args, **kwargs)
+        self.shape[id(handle)] = key
+        return handle
+
+    def release(self, handles: Sequence[Handle[Any]]) -> None:
+        """Take back a run's live hosts (each once), to start them again for the next run."""
+        for handle in {id(h): h for h in handles}.values():
+            key = self.shape.get(id(handle))
+            if key is not None:
+                self.idle.setdefault(key, []).append(handle)
+
+    def forget(self, handle: Handle[Any]) -> None:
+        """A host that was stopped (a fault drill, a replaced party): never given out again."""
+        self.shape.pop(id(handle), None)
+
+    def stop(self) -> None:
+        """Stop every idle host (where the backend can stop one; in-process they are just dropped)."""
+        for handles in self.idle.values():
+            for handle in handles:
+                if self.backend.capabilities.kill:
+                    with contextlib.suppress(Exception):
+                        self.backend.kill(handle)
+        self.idle.clear()
+        self.shape.clear()
