@@ -123,6 +123,13 @@ class Session:
         self.hosts: WarmHosts = WarmHosts(self.backend)  # the hosts of the runs so far, by shape
         self.closed = False
 
+    @classmethod
+    def around(cls, hosts: WarmHosts, kind: str) -> Session:
+        """A session on warm hosts someone else keeps (and closes): closing it closes nothing."""
+        session = cls.__new__(cls)
+        session.kind, session.backend, session.hosts, session.closed = kind, hosts.backend, hosts, True
+        return session
+
     def simulate(
         self,
         scenario: Scenario = "quickstart",
@@ -170,7 +177,14 @@ _SHARED: dict[tuple[str, str | None], Session] = {}
 
 def shared(backend: str, address: str | None = None) -> Session:
     """The module-level session of ``backend`` (at ``address``, a cluster) that :func:`simulate` reuses
-    call after call: made on first use, closed when the interpreter exits (or by :func:`close_shared`)."""
+    call after call: made on first use, closed when the interpreter exits (or by :func:`close_shared`).
+    Where a caller made default warm hosts for the backend (a test suite's), the session is theirs."""
+    # deferred: torch, which the hosts' modules load (a run follows at once)
+    from sifl_ray.runner.hosts import default_hosts
+
+    hosts = default_hosts(backend)
+    if hosts is not None:
+        return Session.around(hosts, backend)
     session = _SHARED.get((backend, address))
     if session is None or session.closed:
         session = _SHARED[(backend, address)] = Session(backend, address=address)

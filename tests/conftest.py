@@ -1,4 +1,7 @@
-"""Shared fixtures: one Ray session for the whole test run (start-up costs seconds on this machine)."""
+"""Shared fixtures: one Ray session for the whole test run, and warm party hosts reused by every run of
+the suite on each backend (:mod:`sifl_ray.runner.hosts`): a run after the first pays neither Ray's start
+nor a process per party, and every test that compares numbers checks, on the way, that a host started
+again gives a fresh host's numbers."""
 
 from __future__ import annotations
 
@@ -26,8 +29,22 @@ def ray_session():
             configure_logging=False,
             log_to_driver=False,
         )
-    yield ray
+    from sifl_ray.backends.ray import RayBackend
+    from sifl_ray.runner.hosts import WarmHosts, use_default
+
+    with use_default("ray", WarmHosts(RayBackend())):
+        yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def warm_local_hosts():
+    """In-process runs take the hosts the runs before them left, started again (a session's behaviour)."""
+    from sifl_ray.backends.local import LocalBackend
+    from sifl_ray.runner.hosts import WarmHosts, use_default
+
+    with use_default("local", WarmHosts(LocalBackend())):
+        yield
 
 
 # The quick subset, `pytest -m "not slow"`: these tests are marked `slow` here (beside the few marked in

@@ -12,7 +12,8 @@ bit for bit a fresh host's (``tests/test_session.py`` checks every arm on both b
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+import weakref
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
@@ -24,7 +25,7 @@ H = TypeVar("H")
 P = ParamSpec("P")
 
 
-@dataclass
+@dataclass(eq=False)
 class WarmHosts:
     """The hosts a session keeps between runs, by shape (host class, what it reserves), and the backend
     that spawns new ones. A run's party pool spawns through it and gives its hosts back when it ends."""
@@ -51,9 +52,31 @@ class WarmHosts:
                 continue
             self.reused += 1
             return handle  # type: ignore[return-value]  # reset by its own class's constructor
+        self._evict(key)
         handle = self.backend.spawn(where, host, *args, **kwargs)
         self.shape[id(handle)] = key
         return handle
+
+    def __post_init__(self) -> None:
+        _POOLS.add(self)
+
+    def _evict(self, key: tuple[Any, Placement]) -> None:
+        """Stop the idle hosts that hold resources (CPUs, GPUs), of any session, before a new host asks for
+        some: an idle worker must not keep the CPU a host of this run waits for."""
+        if not (key[1].cpus or key[1].gpus):
+            return
+        for pool in list(_POOLS):
+            for other, handles in list(pool.idle.items()):
+                if other[1].cpus or other[1].gpus:
+                    for handle in handles:
+                        pool._stop(handle)
+                    del pool.idle[other]
+
+    def _stop(self, handle: Handle[Any]) -> None:
+        self.shape.pop(id(handle), None)
+        if self.backend.capabilities.kill:
+            with contextlib.suppress(Exception):
+                self.backend.kill(handle)
 
     def release(self, handles: Sequence[Handle[Any]]) -> None:
         """Take back a run's live hosts (each once), to start them again for the next run."""
@@ -70,8 +93,28 @@ class WarmHosts:
         """Stop every idle host (where the backend can stop one; in-process they are just dropped)."""
         for handles in self.idle.values():
             for handle in handles:
-                if self.backend.capabilities.kill:
-                    with contextlib.suppress(Exception):
-                        self.backend.kill(handle)
+                self._stop(handle)
         self.idle.clear()
         self.shape.clear()
+
+
+_POOLS: weakref.WeakSet[WarmHosts] = weakref.WeakSet()  # every session's hosts (they share one machine)
+_DEFAULT: dict[str, WarmHosts] = {}
+
+
+def default_hosts(backend: str) -> WarmHosts | None:
+    """The warm hosts a simulation of ``backend`` takes when it is given neither a backend nor hosts
+    (:func:`use_default`; ``None``: it starts its own)."""
+    return _DEFAULT.get(backend)
+
+
+@contextlib.contextmanager
+def use_default(kind: str, hosts: WarmHosts) -> Iterator[WarmHosts]:
+    """Within the block, every simulation of backend ``kind`` made without a backend runs on ``hosts``
+    (a test suite's one Ray instance and its warm hosts); they are stopped after it."""
+    _DEFAULT[kind] = hosts
+    try:
+        yield hosts
+    finally:
+        _DEFAULT.pop(kind, None)
+        hosts.stop()

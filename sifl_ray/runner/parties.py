@@ -29,6 +29,7 @@ from sifl_ray.parties.handle import Handle
 from sifl_ray.parties.process import Host
 from sifl_ray.parties.server import ServerHost
 from sifl_ray.parties.workers import ArmSetup, ClientWorker, WorkerHost
+from sifl_ray.runner.hosts import WarmHosts
 from sifl_ray.specs import ModelSpec, TrainSpec
 
 Spawn = Callable[..., Handle[Any]]

@@ -31,7 +31,7 @@ from sifl_ray.privacy.canaries import CanaryAudit
 from sifl_ray.round import ArmState, Parties, RoundPolicy, RoundResult, run_round
 from sifl_ray.runner.arms import setup_arm
 from sifl_ray.runner.canaries import plan_canaries
-from sifl_ray.runner.hosts import WarmHosts
+from sifl_ray.runner.hosts import WarmHosts, default_hosts
 from sifl_ray.runner.parties import PartyPool, say, worker_count
 from sifl_ray.runner.recorder import Recorder, RoundLines
 from sifl_ray.runner.recovery import record_resume, recover
@@ -96,6 +96,8 @@ class Simulation:
         # caller that started the backend itself passes its marks (the CLI starts Ray while it imports).
         self.marks = StartupMarks(startup_marks)
         # a session's warm hosts: its backend too, which outlives this run (never shut down here)
+        if hosts is None and backend is None:
+            hosts = default_hosts(str(cfg.backend))
         self.hosts = hosts
         backend = hosts.backend if hosts is not None else backend
         if backend is None:
