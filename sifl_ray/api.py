@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig, OmegaConf
 
 from sifl_ray.arms import ARMS, Arm, register_arm
-from sifl_ray.backends import BACKENDS, Backend
+from sifl_ray.backends import BACKENDS, Backend, starting
 from sifl_ray.config import load_config
 from sifl_ray.config.plugins import load_plugins
 from sifl_ray.config.validation import ConfigError
@@ -111,6 +111,7 @@ class Session:
     ) -> None:
         self.kind = backend
         options = {k: v for k, v in (("num_cpus", num_cpus), ("num_gpus", num_gpus)) if v is not None}
+        print(f"[sifl] {starting(backend, address, num_cpus)}…", file=sys.stderr, flush=True)
         if "ray" not in sys.modules:  # Ray reads its switches when imported
             for key, value in private_switches(address).items():
                 os.environ.setdefault(key, value)

@@ -13,9 +13,10 @@ import json
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sifl_ray.backends import make_backend
+from sifl_ray.backends import make_backend, starting
 from sifl_ray.config import (
     SCENARIO_COMMANDS,
     SCENARIO_DIR,
@@ -138,6 +139,7 @@ def cmd_run(argv: list[str]) -> int:
     # deferred: Ray, which this module does not load otherwise
     from sifl_ray.backends.cluster import ClusterUnreachable
 
+    _note(f"[sifl] {starting(str(cfg.backend), cfg.ray.address)}…")  # the first line, before Ray's start
     imports = _import_in_background(cfg)
     marks = {"backend_start": time.time()}
     try:
@@ -182,6 +184,17 @@ def cmd_run(argv: list[str]) -> int:
     return 0
 
 
+def _not_a_run_folder(path: Path) -> str | None:
+    """Why ``path`` cannot be a run folder or one of its checkpoints, from what is on disk alone (``None``:
+    it may be one; the resume verifies the rest)."""
+    if not path.exists():
+        return f"{path}: no such folder"
+    run_dir = path.parent.parent if path.name.startswith("round-") else path
+    if not (run_dir / "config.yaml").is_file():
+        return f"{run_dir}: not a run folder (no config.yaml)"
+    return None
+
+
 def cmd_resume(argv: list[str]) -> int:
     """``sifl run --resume RUN_DIR``: continue a run from its latest checkpoint (or from the checkpoint
     folder ``RUN_DIR/checkpoints/round-NNNNNN`` given instead). The run keeps its saved configuration."""
@@ -194,6 +207,9 @@ def cmd_resume(argv: list[str]) -> int:
             f"--resume takes no other arguments (got {' '.join(rest)}): a resumed run keeps the "
             "configuration it started with"
         )
+    problem = _not_a_run_folder(Path(argv[i + 1]))
+    if problem is not None:  # answered before the heavy imports below (torch, the runner)
+        return _fail(f"cannot resume: {problem}. Nothing was written.")
     # deferred: Ray, which this module does not load otherwise
     from sifl_ray.backends.cluster import ClusterUnreachable
 

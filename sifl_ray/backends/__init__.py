@@ -10,6 +10,7 @@ the runner reads what it can do from its capabilities.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sifl_ray.backends.base import Backend, Capabilities, Placement
@@ -18,7 +19,15 @@ from sifl_ray.config.names import BACKENDS
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-__all__ = ["BACKENDS", "Backend", "Capabilities", "Placement", "make_backend", "register_backend"]
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "Capabilities",
+    "Placement",
+    "make_backend",
+    "register_backend",
+    "starting",
+]
 
 B = TypeVar("B", bound=type)
 
@@ -28,6 +37,19 @@ def make_backend(cfg: DictConfig, **options: Any) -> Backend:
     size, for tests and benches)."""
     backend: Backend = BACKENDS[str(cfg.backend)].from_config(cfg, **options)
     return backend
+
+
+def starting(kind: str, address: str | None = None, num_cpus: int | None = None) -> str:
+    """The line a run says the moment it starts its backend (before Ray's seconds of start): what it
+    starts or joins."""
+    if kind == "local":
+        return "starting the parties in this process"
+    if kind != "ray":
+        return f"starting the {kind} backend"
+    if (address or "") in ("", "local"):
+        cpus = num_cpus or os.cpu_count() or 1
+        return f"starting Ray: a private local instance with {cpus} CPU{'s' if cpus != 1 else ''}"
+    return f"joining the Ray cluster at {address}"
 
 
 def register_backend(name: str) -> Any:

@@ -42,21 +42,23 @@ def run_scenario(
         Interrupted: the run was interrupted.
     """
     run_dir = Path(run_dir) if run_dir else new_run_dir(cfg)
+    say(f"run folder: {run_dir}")  # first, so that a user knows where it is before anything fails
     try:
         sim = Simulation(cfg, backend=backend, hosts=hosts, run_dir=run_dir, startup_marks=startup_marks)
     except KeyboardInterrupt:
         raise Interrupted(interrupted_message(cfg, run_dir, default_key_dir(cfg, run_dir))) from None
-    result = run_to_end(sim)
+    result = run_to_end(sim, announce=False)
     if cfg.audit.canaries and cfg.audit.compare:
         compare_without_canaries(cfg, result)
     return result
 
 
-def run_to_end(sim: Simulation) -> RunResult:
+def run_to_end(sim: Simulation, *, announce: bool = True) -> RunResult:
     """``sim.run(close=True)``, with SIGTERM handled as Ctrl-C and an interrupt turned into
     :class:`Interrupted` (what was saved, how to resume); the simulation is closed either way."""
     try:
-        say(f"run folder: {sim.run_dir}")  # first, so that a user knows where it is before anything fails
+        if announce:  # a resumed run's folder (a new run says it before its set-up)
+            say(f"run folder: {sim.run_dir}")
         with sigterm_interrupts():
             return sim.run(close=True)
     except KeyboardInterrupt:

@@ -143,6 +143,8 @@ class Simulation:
             cfg, backend, plan=self.plan, journal=self.journal, fired_once=self.fired_once, hosts=self.hosts
         )
         self.num_workers = worker_count(cfg, backend)
+        clients, workers = cfg.clients.num_clients, self.num_workers
+        say(f"loading {cfg.data.name} for {clients} clients while the server and aggregator start")
         work = load_workload(cfg, self.num_workers)
         self.dataset, self.sizes, self.owner = work.dataset, work.sizes, work.owner
         self.model_spec, self.w0, self.n = work.model_spec, work.w0, work.n
@@ -186,6 +188,7 @@ class Simulation:
                 if not is_checkpoint_error(err):
                     raise
                 raise CheckpointError(describe_error(err)) from None
+        say(f"starting {workers} client worker{'s' if workers != 1 else ''} and the evaluator")
         self.pool.spawn_clients(
             data_ref=data_ref, test_ref=test_ref, partitions=work.partitions, model_spec=self.model_spec
         )
