@@ -47,11 +47,14 @@ class Capabilities:
 class Placement:
     """What a party reserves where it runs: CPUs, a fraction of a GPU, and whether parties spawned with
     ``spread`` go to different nodes of a cluster where resources allow (client workers with
-    ``ray.spread_workers``). A backend on one machine ignores what it cannot place."""
+    ``ray.spread_workers``). ``share``: parties spawned with the same name run in one process of the
+    backend's (``ray.placement=compact``), each its own object with its own secrets; a backend without
+    processes of its own ignores it, as a backend on one machine ignores what it cannot place."""
 
     cpus: float = 0.0
     gpus: float = 0.0
     spread: bool = False
+    share: str | None = None
 
 
 @runtime_checkable

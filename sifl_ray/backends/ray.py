@@ -10,6 +10,7 @@ import ray
 
 from sifl_ray.backends import cluster
 from sifl_ray.backends.base import Capabilities, Placement
+from sifl_ray.backends.shared import SharedProcess, Slot
 from sifl_ray.parties.handle import Handle, Ref
 
 if TYPE_CHECKING:
@@ -41,6 +42,8 @@ class RayBackend:
         self, *, address: str | None = None, num_cpus: int | None = None, num_gpus: int | None = None
     ) -> None:
         self._owns = False
+        self._shared: dict[str, Any] = {}  # share → its process (ray.placement=compact)
+        self._slots = 0
         # What the run got, said on its first line: a private instance or a joined cluster; "" (the class
         # default) when the caller's Ray (tests, benchmarks) is used as it is.
         if not ray.is_initialized():
@@ -77,9 +80,23 @@ class RayBackend:
         actor = ray.remote(host).options(**options).remote(*args, **kwargs)
         return Handle(self, actor)
 
+    def _adopt(self, share: str, host: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Handle[Any]:
+        """The party ``host(*args, **kwargs)`` in the shared process ``share`` (started on first use, and
+        again when it died), as a :class:`~sifl_ray.backends.shared.Slot`."""
+        actor = self._shared.get(share)
+        if actor is None:
+            actor = ray.remote(SharedProcess).options(num_cpus=0, max_restarts=0).remote()
+            self._shared[share] = actor
+        self._slots += 1
+        actor.adopt.remote(self._slots, host, *args, **kwargs)
+        return Handle(self, Slot(actor, self._slots))
+
     def call(
         self, raw: object, method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], n: int
     ) -> Any:
+        if isinstance(raw, Slot):  # a party of a shared process: its own object there
+            invoke = raw.actor.invoke.options(num_returns=n)
+            return invoke.remote(raw.slot, method.__name__, *args, **kwargs)
         return getattr(raw, method.__name__).options(num_returns=n).remote(*args, **kwargs)
 
     def put(self, value: T) -> Ref[T]:
@@ -105,7 +122,15 @@ class RayBackend:
         return isinstance(err, ray.exceptions.RayTaskError) and isinstance(getattr(err, "cause", None), lost)
 
     def kill(self, handle: Handle[Any]) -> None:
-        ray.kill(cast(Any, handle.raw), no_restart=True)
+        """Stop the party's process at once; a party of a shared process takes the others there with it
+        (compact placement runs no fault that kills a party: the configuration refuses it)."""
+        raw = handle.raw
+        if isinstance(raw, Slot):
+            for share, actor in list(self._shared.items()):
+                if actor is raw.actor:
+                    del self._shared[share]  # the next party of that share starts a new process
+            raw = raw.actor
+        ray.kill(cast(Any, raw), no_restart=True)
 
     def shutdown(self) -> None:
         if self._owns:

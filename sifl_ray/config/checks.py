@@ -97,6 +97,11 @@ def fault_checks(cfg: DictConfig, problems: list[str]) -> None:
             f"{cfg.backend} cannot (it runs every party in this process); set backend=ray "
             f"(in-process runs take only {' and '.join(in_process)})"
         )
+    if killing and cfg.ray.placement == "compact":
+        problems.append(
+            f"ray.placement: {', '.join(map(str, killing))} kill a party's process, which compact placement "
+            "shares with other parties; set ray.placement=separate"
+        )
     arms = arm_names(cfg)
     for i, ev in enumerate(events):
         problems.extend(_event_problems(cfg, f"faults.inject[{i}]", ev, arms))

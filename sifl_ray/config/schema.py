@@ -212,6 +212,10 @@ class RayConfig:
     # which fills the driver's node first; on one machine it changes nothing
     spread_workers: bool = False
     materialize_uploads: bool = False  # encode every client's upload separately (slower; for transcripts)
+    # compact: the server, the first aggregator host and a CPU evaluator share one process (each its own
+    # object with its own secrets), which saves a process's start and memory each; separate: a process
+    # per party (what a drill that kills one party needs)
+    placement: str = setting("compact", rule=Choice(lambda: ("compact", "separate")))
 
 
 @dataclass

@@ -123,7 +123,7 @@ class PartyPool:
         self.plan, self.journal, self.fired_once = plan, journal, fired_once
         # The server and the aggregator need nothing of the data: spawned first, their processes boot
         # (each imports torch) while this driver loads the data set.
-        self.server = self.spawn(Placement(), ServerHost)
+        self.server = self.spawn(self._light(), ServerHost)
         self.aggregator_actors: list[Handle[AggregatorHost]] = []
         self._aggregators: list[Handle[AggregatorHost]] = []
         self._spawn_aggregators(min(cfg.ray.aggregator_actors, cfg.ray.num_shards) or 1)
@@ -147,13 +147,20 @@ class PartyPool:
             server=self.server, aggregators=self.aggregators, workers=self.workers, evaluator=self.evaluator
         )
 
+    def _light(self, gpus: float = 0.0) -> Placement:
+        """Where a light party runs (the server, the first aggregator host, the evaluator): in one shared
+        process under ``ray.placement=compact`` (a party with a GPU keeps its own), else its own."""
+        share = "light" if self.cfg.ray.placement == "compact" and not gpus else None
+        return Placement(gpus=gpus, share=share)
+
     def _spawn_aggregators(self, count: int) -> None:
         """``count`` aggregator hosts (missing ones spawned); shard ``s`` on host ``s·count // shards``."""
         shards = self.cfg.ray.num_shards
         host = [s * count // shards for s in range(shards)]
         while len(self.aggregator_actors) < count:
             j = len(self.aggregator_actors)
-            self.aggregator_actors.append(self.spawn(Placement(), AggregatorHost, host.index(j)))
+            where = self._light() if j == 0 else Placement()  # one host per shard group beyond the first
+            self.aggregator_actors.append(self.spawn(where, AggregatorHost, host.index(j)))
         self.aggregators = [self.aggregator_actors[j] for j in host]
 
     def host_shards(self, n_tilde: int) -> None:
@@ -224,7 +231,7 @@ class PartyPool:
         return worker
 
     def _spawn_evaluator(self) -> Handle[Evaluator]:
-        where = Placement(gpus=self.cfg.ray.evaluator_gpus)
+        where = self._light(gpus=self.cfg.ray.evaluator_gpus)
         evaluator = self.spawn(
             where,
             EvaluatorHost,
@@ -315,7 +322,7 @@ class PartyPool:
         or ``aggregator<s>`` for every shard the new host hosts; ``()``: nobody)."""
         if party == "server":
             old: Handle[Any] = self.server
-            self.server = self.spawn(Placement(), ServerHost)
+            self.server = self.spawn(self._light(), ServerHost)
             calls = [
                 self.server.call(ServerHost.set_step, a, s.server) for a, s in self.steps.items() if s.server
             ]
