@@ -1,22 +1,23 @@
-"""``python -m bench startup``: where the fixed cost of ``python run.py`` goes, measured from outside.
+"""``python -m bench startup``: what a run costs before and after its rounds, measured from outside.
 
-Runs ``python run.py`` (the quickstart unless overrides say otherwise; ``output.progress=false``) as a
-fresh process ``--runs`` times. For each run: its wall time (launch to exit), the start-up marks the run
-writes into ``summary.json`` (``startup``, :meth:`sifl_ray.runner.Simulation.startup`: from the launch, the
-driver's imports done, the parties ready, the first round; durations: Ray's start, which overlaps the
-imports, and the rounds), the end of the run (exit minus the end of the last round: summary, TensorBoard,
-plots, Ray's shutdown, the interpreter's exit), and the peak PSS of the run's whole process tree (the
-driver, Ray's processes, every actor; :class:`bench.memory.MemorySampler`).
+Side by side, in one bench run (the same machine, the same minutes):
 
-Beside the runs, the floor of that start on this machine (``--floor-runs``, in turn with the runs): a
-script that starts Ray as the run does and then as many bare actors as the run had, each importing torch
-and nothing else. It is what one actor per party costs before any of this platform's code runs: the first
-round cannot come sooner than it.
+* **first run**: ``python run.py`` (the quickstart unless overrides say otherwise) as a fresh process, its
+  wall time and its rounds' (``summary.json``'s ``startup``); its *fixed cost* is wall − rounds: the
+  interpreter, the imports, Ray, the parties, and the end (summary, plots, Ray's shutdown). Its peak PSS
+  is sampled over the whole process tree (the driver, Ray's processes, every party's).
+* **second run**: the same scenario as the second run of a :class:`sifl_ray.Session` (one process: Ray and
+  the parties' hosts warm), its fixed cost the same way;
+* **sweep**: a 10-point learning-rate sweep through the Python API (``simulate`` ten times in one
+  process), its wall time against the sum of its runs' rounds;
+* **floor**: ``python -c "import torch"`` then ``ray.init()`` in one fresh process, the least a run of this
+  platform can cost before its first round.
 
-Targets (on a 2-core machine): first round ≤ 5 s after the launch, ``python run.py`` ≤ 12 s.
-The machine is shared and noisy: the load average before and after each run is printed and written.
+Targets (ratios, so that a shared and noisy machine still gives a fair reading): first run's fixed cost
+≤ 1.5 × the floor; the second run's fixed cost ≤ 1 s; the sweep ≤ 1.3 × its rounds; peak PSS ≤ 1.5 GiB.
+The load average before and after each measurement is printed and written.
 
-The last line is ``RESULT startup ratio=<median wall ÷ 12 s> target=1``.
+The last line is ``RESULT startup ratio=<first run's fixed cost ÷ (1.5 × floor)> target=1``.
 """
 
 from __future__ import annotations
@@ -37,34 +38,46 @@ from bench.memory import MIB, MemorySampler
 from sifl_ray.progress import progress
 
 ROOT = Path(__file__).resolve().parent.parent
-FIRST_ROUND_TARGET_S = 5.0
-WALL_TARGET_S = 12.0
+FIXED_TARGET = 1.5  # first run's fixed cost ÷ the floor
+SECOND_TARGET_S = 1.0  # a session's second run's fixed cost
+SWEEP_TARGET = 1.3  # the sweep's wall ÷ its rounds
+PSS_TARGET_MIB = 1536.0
 PHASES = ("imports_s", "backend_s", "parties_s", "to_first_round_s", "rounds_s")
+LRS = (0.02, 0.035, 0.05, 0.065, 0.08, 0.1, 0.12, 0.14, 0.17, 0.2)
 
-#: The floor: Ray started as ``sifl run`` starts it, then ACTORS bare actors that import torch. Prints a
-#: line ``FLOOR <Ray up> <every actor ready>`` (seconds since the epoch) among Ray's own lines.
+#: The floor: torch imported, then Ray started, in one fresh process; prints ``FLOOR <seconds>``.
 FLOOR_SCRIPT = """
-import sys, time
+import time
+start = time.perf_counter()
+import torch  # noqa: F401
 import ray
-ray.init(address="local", include_dashboard=False, configure_logging=False, log_to_driver=True)
-up = time.time()
-
-@ray.remote(num_cpus=0)
-class Bare:
-    def __init__(self):
-        import torch  # noqa: F401
-
-    def ready(self):
-        return "torch" in sys.modules
-
-actors = [Bare.remote() for _ in range(int(sys.argv[1]))]
-import torch  # noqa: E402,F401  (the driver's own, as a run's driver has it, while the actors start)
-
-assert all(ray.get([a.ready.remote() for a in actors]))
-ready = time.time()
-time.sleep(0.5)  # a few samples of the steady state for the caller's PSS sampler
-print("FLOOR", up, ready, flush=True)
+ray.init(address="local", include_dashboard=False, configure_logging=False, log_to_driver=False)
+print("FLOOR", time.perf_counter() - start, flush=True)
 ray.shutdown()
+"""
+
+#: A session's runs: the scenario twice, then the sweep through ``simulate``; prints ``SESSION <json>``.
+SESSION_SCRIPT = """
+import json, sys, tempfile, time
+from sifl_ray import Session, simulate
+overrides = dict(a.split("=", 1) for a in json.loads(sys.argv[1]))
+lrs = json.loads(sys.argv[2])
+out = {"runs": [], "sweep": []}
+with tempfile.TemporaryDirectory(prefix="sifl-session-") as folder:
+    settings = {**overrides, "output.progress": "false", "output.dir": folder}
+    texts = [f"{k}={v}" for k, v in settings.items()]
+    def timed(run):
+        tic = time.perf_counter()
+        got = run()
+        return {"wall_s": time.perf_counter() - tic, "rounds_s": got.summary["startup"]["rounds_s"]}
+    with Session(overrides.get("backend", "ray")) as session:
+        for _ in range(2):
+            out["runs"].append(timed(lambda: session.simulate("quickstart", texts)))
+    tic = time.perf_counter()
+    for lr in lrs:
+        out["sweep"].append(timed(lambda: simulate("quickstart", [*texts, f"train.lr={lr}"])))
+    out["sweep_wall_s"] = time.perf_counter() - tic
+print("SESSION", json.dumps(out), flush=True)
 """
 
 
@@ -109,120 +122,127 @@ def run_once(overrides: list[str], interval: float) -> dict[str, Any]:
     }
 
 
-def floor_once(actors: int, interval: float) -> dict[str, float]:
-    """The floor script once (see the module docstring): seconds from its launch to Ray up and to the
-    ``actors`` bare actors ready, and the peak PSS of its process tree (Ray, a driver and the actors with
-    torch imported: what the run's processes hold before any data set or model)."""
-    start = time.time()
-    out, sampler = run_sampled(
-        [sys.executable, "-c", FLOOR_SCRIPT, str(actors)], interval, "the floor script"
-    )
-    (line,) = [ln for ln in out.splitlines() if ln.startswith("FLOOR ")]  # Ray's own lines come around it
-    up, ready = map(float, line.split()[1:])
-    peak, _ = sampler.peak()
-    return {"ray_up_s": up - start, "actors_ready_s": ready - start, "actors": actors, "peak_pss_bytes": peak}
+def floor_once() -> float:
+    """The floor script once: seconds from its start to torch imported and Ray up."""
+    out = subprocess.run(
+        [sys.executable, "-c", FLOOR_SCRIPT], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("FLOOR ")]
+    return float(line.split()[1])
+
+
+def session_once(overrides: list[str]) -> dict[str, Any]:
+    """The session script once: a session's two runs and the sweep, each run's wall and rounds."""
+    argv = [sys.executable, "-c", SESSION_SCRIPT, json.dumps(overrides), json.dumps(list(LRS))]
+    out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"the session script failed ({out.returncode}):\n{out.stderr[-4000:]}")
+    (line,) = [ln for ln in out.stdout.splitlines() if ln.startswith("SESSION ")]
+    return json.loads(line.split(" ", 1)[1])
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    """Time ``python run.py`` from launch to the first round, phase by phase, and the floor of bare Ray actors
-    importing torch."""
-    runs, floors = [], []
-    for i in progress(range(max(args.runs, args.floor_runs)), "bench startup", name=lambda i: f"run {i}"):
-        if i < args.runs:
-            runs.append(run_once(args.overrides, args.interval))
-        if i < args.floor_runs and runs and runs[-1]["actors"]:
-            floors.append(floor_once(runs[-1]["actors"], args.interval))
-    keys = ("wall_s", *PHASES, "end_s")
-    median = {k: statistics.median(r[k] for r in runs) for k in keys if all(r[k] is not None for r in runs)}
-    median["peak_pss_mib"] = statistics.median(r["peak_pss_bytes"] for r in runs) / MIB
-    floor_keys = ("ray_up_s", "actors_ready_s", "peak_pss_bytes")
-    floor = {k: statistics.median(f[k] for f in floors) for k in floor_keys} if floors else {}
+    """Each measurement in turn, ``--runs`` times (the first run, the floor, the session and its sweep)."""
+    runs, floors, sessions = [], [], []
+    for _ in progress(range(args.runs), "bench startup", name=lambda i: f"round {i}"):
+        runs.append(run_once(args.overrides, args.interval))
+        floors.append(floor_once())
+        sessions.append(session_once(args.overrides))
+    first = [r["wall_s"] - r["rounds_s"] for r in runs]
+    second = [s["runs"][1]["wall_s"] - s["runs"][1]["rounds_s"] for s in sessions]
+    sweep = [s["sweep_wall_s"] / sum(r["rounds_s"] for r in s["sweep"]) for s in sessions]
+    median = {
+        "first_fixed_s": statistics.median(first),
+        "floor_s": statistics.median(floors),
+        "second_fixed_s": statistics.median(second),
+        "sweep_ratio": statistics.median(sweep),
+        "peak_pss_mib": statistics.median(r["peak_pss_bytes"] for r in runs) / MIB,
+        **{k: statistics.median(r[k] for r in runs) for k in ("wall_s", *PHASES) if all(r[k] for r in runs)},
+    }
     return {
         "name": "startup",
         "args": vars(args),
         "runs": runs,
-        "median": median,
         "floors": floors,
-        "floor": floor,
+        "sessions": sessions,
+        "median": median,
     }
 
 
 def report(res: dict[str, Any]) -> str:
-    """One row per run (each phase's seconds, peak memory, load) and the floor beside them."""
-    header = ["run", "wall s", "imports", "Ray", "parties", "→ 1st round", "rounds", "end", "peak PSS MiB"]
-    header.append("load")
-    rows = []
-    for i, r in enumerate(res["runs"]):
-        rows.append(
-            [
-                str(i + 1),
-                f"{r['wall_s']:.2f}",
-                *(f"{r[k]:.2f}" if r[k] is not None else "—" for k in (*PHASES, "end_s")),
-                f"{r['peak_pss_bytes'] / MIB:.0f}",
-                f"{r['load_before']:.1f}→{r['load_after']:.1f}",
-            ]
-        )
-    m = res["median"]
-    rows.append(
+    """The first runs phase by phase, then each measurement's median against its target, and the ratios."""
+    header = ["run", "wall s", "imports", "Ray", "parties", "→ 1st round", "rounds", "end", "PSS MiB", "load"]
+    rows = [
         [
-            "median",
-            f"{m['wall_s']:.2f}",
-            *(f"{m[k]:.2f}" if k in m else "—" for k in (*PHASES, "end_s")),
-            f"{m['peak_pss_mib']:.0f}",
-            "",
+            str(i + 1),
+            f"{r['wall_s']:.2f}",
+            *(f"{r[k]:.2f}" if r[k] is not None else "—" for k in (*PHASES, "end_s")),
+            f"{r['peak_pss_bytes'] / MIB:.0f}",
+            f"{r['load_before']:.1f}→{r['load_after']:.1f}",
         ]
-    )
+        for i, r in enumerate(res["runs"])
+    ]
+    m = res["median"]
+    first_ratio = m["first_fixed_s"] / m["floor_s"]
+    checks = [  # (id, what, value, target, how)
+        (
+            "first_fixed_vs_floor",
+            "first run's fixed cost ÷ floor",
+            first_ratio,
+            FIXED_TARGET,
+            f"{m['first_fixed_s']:.2f} s ÷ {m['floor_s']:.2f} s",
+        ),
+        (
+            "second_fixed_s",
+            "second run's fixed cost, s",
+            m["second_fixed_s"],
+            SECOND_TARGET_S,
+            "in a Session",
+        ),
+        (
+            "sweep_vs_rounds",
+            "10-point sweep ÷ its rounds",
+            m["sweep_ratio"],
+            SWEEP_TARGET,
+            "simulate() ten times",
+        ),
+        ("peak_pss_mib", "peak PSS, MiB", m["peak_pss_mib"], PSS_TARGET_MIB, "python run.py's process tree"),
+    ]
     last = res["runs"][-1]
     where = sorted(last["peak_by_process"].items(), key=lambda kv: -kv[1])[:6]
     lines = [
-        f"startup: python run.py {' '.join(res['args']['overrides'])} ({len(res['runs'])} runs); "
-        "imports, parties, → 1st round: seconds from the launch (imports: interpreter, configuration, the "
-        "driver's imports); Ray, rounds, end: durations (Ray starts while the driver imports; end: summary, "
-        "TensorBoard, plots, Ray's shutdown, exit)",
+        f"startup: python run.py {' '.join(res['args']['overrides'])} ({len(res['runs'])} runs; imports, "
+        "parties, → 1st round: seconds from the launch; Ray, rounds, end: durations)",
         "",
         table(rows, header),
         "",
         "largest at the peak (MiB, last run): " + ", ".join(f"{k} {v / MIB:.0f}" for k, v in where),
-        *floor_lines(res),
-        f"CHECK first_round_s={m['to_first_round_s']:.2f} target={FIRST_ROUND_TARGET_S:g}",
-        f"CHECK run_py_wall_s={m['wall_s']:.2f} target={WALL_TARGET_S:g}",
-        result_line(res["name"], m["wall_s"] / WALL_TARGET_S, 1.0),
+        "",
+        table(
+            [[name, f"{v:.3g}", f"{t:g}", "yes" if v <= t else "NO", how] for name, v, t, how in checks],
+            ["measure (median)", "value", "target", "met", "what"],
+        ),
+        *(f"CHECK {name.replace(' ', '_')}={v:.3f} target={t:g}" for name, v, t, _ in checks),
+        result_line(res["name"], first_ratio / FIXED_TARGET, 1.0),
     ]
     return "\n".join(lines)
-
-
-def floor_lines(res: dict[str, Any]) -> list[str]:
-    """The floor, and how far above it the run's first round came."""
-    floor = res["floor"]
-    if not floor:
-        return []
-    actors = res["floors"][-1]["actors"]
-    first = res["median"]["to_first_round_s"]
-    return [
-        f"floor ({len(res['floors'])} runs, medians): Ray up {floor['ray_up_s']:.2f} s, then {actors} bare "
-        f"actors importing torch ready {floor['actors_ready_s']:.2f} s after the launch; the run's first "
-        f"round came {first - floor['actors_ready_s']:.2f} s after that. Peak PSS of the floor "
-        f"{floor['peak_pss_bytes'] / MIB:.0f} MiB (the run's data sets and models come on top)",
-        f"CHECK floor_actors_ready_s={floor['actors_ready_s']:.2f} target={FIRST_ROUND_TARGET_S:g}",
-    ]
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m bench startup``: measure, print the report, write the JSON."""
     parser = argparse.ArgumentParser(prog="python -m bench startup", description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=3, help="runs of python run.py (default 3)")
-    parser.add_argument(
-        "--floor-runs",
-        type=int,
-        default=3,
-        help="runs of the floor script, in turn with the runs (default 3)",
-    )
+    parser.add_argument("--runs", type=int, default=3, help="rounds of the four measurements (default 3)")
     parser.add_argument("--interval", type=float, default=0.1, help="seconds between PSS samples")
     parser.add_argument("--out", default="bench_results/startup.json", help="JSON path")
-    parser.add_argument("overrides", nargs="*", help="run.py overrides (key=value), e.g. scenario=quickstart")
+    parser.add_argument("overrides", nargs="*", help="run.py overrides (key=value), e.g. train.rounds=5")
     args = parser.parse_args(argv)
     res = measure(args)
-    res["targets"] = {"first_round_s": FIRST_ROUND_TARGET_S, "wall_s": WALL_TARGET_S}
+    res["targets"] = {
+        "first_fixed": FIXED_TARGET,
+        "second_fixed_s": SECOND_TARGET_S,
+        "sweep": SWEEP_TARGET,
+        "peak_pss_mib": PSS_TARGET_MIB,
+    }
     return publish(args.out, res, report(res))
 
 
