@@ -13,6 +13,7 @@ of the machine is written into every JSON file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -242,10 +243,26 @@ class BareLoop:
 
 
 # ------------------------------------------------------------------------------------------- output
+def cpu_model() -> str:
+    """This machine's CPU model as the kernel names it (``AMD EPYC``, ``Intel(R) Xeon(R) ...``): the kind of
+    CPU a ratio is compared within (the same code gives other ratios on another kind)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
 def machine() -> dict[str, Any]:
     """What the numbers were measured on, including how busy the machine was."""
     load = os.getloadavg() if hasattr(os, "getloadavg") else (math.nan,) * 3
+    flags: list[str] = []
+    with contextlib.suppress(OSError):
+        cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
+        flags = next((ln for ln in cpuinfo if ln.startswith("flags")), "").split()
     return {
+        "cpu": cpu_model(),
+        "avx512": "avx512f" in flags,
         "torch": torch.__version__,
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
@@ -305,8 +322,16 @@ def cuda_missing(device: str) -> bool:
 def publish(out: str | Path, res: dict[str, Any], text: str) -> int:
     """Write ``res`` as JSON to ``out`` and print the report ``text``, keeping its last line (the
     ``RESULT`` line) last, after the path written; the exit code of a benchmark that ran."""
-    path = write_json(out, res)
     *body, last = text.split("\n")
+    if last.startswith("RESULT "):  # what bench check compares, with the machine that measured it
+        fields = dict(part.split("=", 1) for part in last.split()[2:])
+        res["result"] = {
+            "name": last.split()[1],
+            "ratio": float(fields["ratio"]),
+            "target": float(fields["target"]),
+        }
+    res["machine"] = machine()
+    path = write_json(out, res)
     print("\n".join(body))
     print(f"wrote {path}")
     print(last)
