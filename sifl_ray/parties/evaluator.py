@@ -22,10 +22,9 @@ import torch.nn.functional as F
 
 from sifl_ray.coding.base import CODING_DTYPE, AggregatorKey, ClientServerKey
 from sifl_ray.device import on_device, resolve_device
-from sifl_ray.models import build_model, load_flat_params_
+from sifl_ray.models import load_flat_params_
 from sifl_ray.optim.trainer import loss_values
-from sifl_ray.parties.process import Host, memory, pick_device, placement, prepare_process
-from sifl_ray.seeding import torch_generator
+from sifl_ray.parties.process import Host, initial_model, memory, pick_device, placement, prepare_process
 from sifl_ray.specs import Coding, ModelSpec
 
 SIMULATION_ONLY = "evaluator: simulation device holding both decoding keys; no real deployment has it"
@@ -174,15 +173,7 @@ class EvaluatorHost(Evaluator):
 
     def __init__(self, data: dict[str, Any], model: ModelSpec, seed: int, batch_size: int, threads: int = 1):
         prepare_process(threads)
-        net = build_model(
-            model.name,
-            input_shape=model.input_shape,
-            num_classes=model.num_classes,
-            generator=torch_generator(seed, "init"),
-            args=model.args,
-            factory=model.factory,
-        )
-        net = net.to(getattr(torch, model.dtype))
+        net = initial_model(model, seed)
         device, self.fallback = pick_device()
         super().__init__(
             model=net,

@@ -13,7 +13,10 @@ from typing import Any
 import torch
 
 from sifl_ray.device import tensor_devices
+from sifl_ray.models import build_model
 from sifl_ray.parties.key_holdings import key_inventory
+from sifl_ray.seeding import torch_generator
+from sifl_ray.specs import ModelSpec
 
 # glibc's mallopt parameters (malloc.h).
 _M_TRIM_THRESHOLD = -1
@@ -81,6 +84,20 @@ class Host:
         :mod:`sifl_ray.runner.hosts`)."""
         self.__dict__.clear()
         type(self).__init__(self, *args, **kwargs)
+
+
+def initial_model(model: ModelSpec, seed: int) -> torch.nn.Module:
+    """The configured model with the run's initial weights (its ``init`` stream, the same in every party
+    that builds it), in the model's dtype, on the CPU."""
+    net = build_model(
+        model.name,
+        input_shape=model.input_shape,
+        num_classes=model.num_classes,
+        generator=torch_generator(seed, "init"),
+        args=model.args,
+        factory=model.factory,
+    )
+    return net.to(getattr(torch, model.dtype))
 
 
 def in_ray_actor() -> bool:

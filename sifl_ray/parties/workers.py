@@ -29,16 +29,22 @@ from sifl_ray.coding.base import CODING_DTYPE, AggregatorKey, ClientServerKey
 from sifl_ray.data import client_batches
 from sifl_ray.device import HostStaging, SampleStore, on_device, resolve_device
 from sifl_ray.faults import WorkerFaults
-from sifl_ray.models import build_model
 from sifl_ray.optim import TorchTrainer, fused_update, loss_values, stepwise_update, vectorised
 from sifl_ray.optim.target import fused_tail, step_metrics
 from sifl_ray.parties.canaries import WorkerAudit, aggregator_reading
 from sifl_ray.parties.checks import check_upload
 from sifl_ray.parties.handle import returns
 from sifl_ray.parties.messages import ArmSetup, MaskedTrained, Trained, UnmaskCosts, Unmasked, WorkerReport
-from sifl_ray.parties.process import Host, memory, pick_device, placement, prepare_process, reset_peak_memory
+from sifl_ray.parties.process import (
+    Host,
+    initial_model,
+    memory,
+    pick_device,
+    placement,
+    prepare_process,
+    reset_peak_memory,
+)
 from sifl_ray.parties.upload import Accumulator, Local, PlainSum, RoundStart, all_finite, count_step
-from sifl_ray.seeding import torch_generator
 from sifl_ray.specs import Coding, ModelSpec, TrainSpec
 
 if TYPE_CHECKING:  # imported where a secure arm is set up: ``cryptography`` costs ~13 MiB in each process
@@ -443,14 +449,7 @@ class WorkerHost(ClientWorker):
     ) -> None:
         prepare_process(threads)
         device, self.fallback = pick_device()
-        net = build_model(
-            model.name,
-            input_shape=model.input_shape,
-            num_classes=model.num_classes,
-            generator=torch_generator(seed, "init"),
-            args=model.args,
-            factory=model.factory,
-        ).to(device, getattr(torch, model.dtype))
+        net = initial_model(model, seed).to(device)
         training = LocalTraining(
             batch_size=train.batch_size,
             local_epochs=train.local_epochs,
