@@ -6,15 +6,25 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
-import ray
-
-from sifl_ray.backends import cluster
 from sifl_ray.backends.base import Capabilities, Placement
 from sifl_ray.backends.shared import SharedProcess, Slot
 from sifl_ray.parties.handle import Handle, Ref
 
 if TYPE_CHECKING:
+    import ray
     from omegaconf import DictConfig
+else:
+
+    class _Ray:
+        """Ray, imported on first use: the configuration reads this class's capabilities, and Ray must
+        not be imported before a run has set the switches it reads at import (:mod:`sifl_ray.ray_output`)."""
+
+        def __getattr__(self, name: str) -> Any:
+            import ray as module  # deferred: Ray, a second or more, until a backend is made
+
+            return getattr(module, name)
+
+    ray = _Ray()
 
 T = TypeVar("T")
 H = TypeVar("H")
@@ -47,6 +57,8 @@ class RayBackend:
         # What the run got, said on its first line: a private instance or a joined cluster; "" (the class
         # default) when the caller's Ray (tests, benchmarks) is used as it is.
         if not ray.is_initialized():
+            from sifl_ray.backends import cluster  # deferred: Ray, imported by making a backend only
+
             self.description = cluster.connect(
                 address,
                 num_cpus=num_cpus,
@@ -83,7 +95,7 @@ class RayBackend:
     def _adopt(self, share: str, host: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Handle[Any]:
         """The party ``host(*args, **kwargs)`` in the shared process ``share`` (started on first use, and
         again when it died), as a :class:`~sifl_ray.backends.shared.Slot`."""
-        actor = self._shared.get(share)
+        actor: Any = self._shared.get(share)
         if actor is None:
             actor = ray.remote(SharedProcess).options(num_cpus=0, max_restarts=0).remote()
             self._shared[share] = actor

@@ -97,9 +97,10 @@ def fault_checks(cfg: DictConfig, problems: list[str]) -> None:
             f"{cfg.backend} cannot (it runs every party in this process); set backend=ray "
             f"(in-process runs take only {' and '.join(in_process)})"
         )
-    if killing and cfg.ray.placement == "compact":
+    light = sorted({ev.kind for ev in events} & {"server_kill", "aggregator_kill", "evaluator_kill"})
+    if light and cfg.ray.placement == "compact":  # the client workers keep a process each
         problems.append(
-            f"ray.placement: {', '.join(map(str, killing))} kill a party's process, which compact placement "
+            f"ray.placement: {', '.join(map(str, light))} kill a party whose process compact placement "
             "shares with other parties; set ray.placement=separate"
         )
     arms = arm_names(cfg)

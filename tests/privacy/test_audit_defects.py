@@ -179,6 +179,7 @@ def test_fresh_noise_on_replay_is_out_of_the_audits_sight_and_the_replay_check_c
             "ray.num_workers=2",
             "checkpoint.every=3",
             "faults.inject=[{kind: aggregator_kill, round: 4, arm: dp_fedavg_eps5}]",
+            "ray.placement=separate",  # a party killed alone: its own process
         ],
         "faulted",
     )

@@ -188,6 +188,7 @@ def test_an_aggregator_killed_mid_run_replays_the_releases_it_made(ray_session, 
             "train.rounds=6",
             "checkpoint.every=3",
             "faults.inject=[{kind: aggregator_kill, round: 4, arm: dp_fedavg_eps5}]",
+            "ray.placement=separate",  # a party killed alone: its own process
         ],
     )
     try:

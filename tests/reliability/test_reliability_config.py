@@ -30,7 +30,11 @@ CASES = [
     ("checkpoint.every=-1", "checkpoint.every", "0 turns checkpoints off"),
     ("faults.inject=[{kind: worker_exit, worker: 7, round: 1}]", "faults.inject[0].worker", "worker index"),
     ("faults.inject=[{kind: explode, round: 1}]", "faults.inject[0].kind", "expected one of worker_exit"),
-    ("faults.inject=[{kind: server_kill, round: 99}]", "faults.inject[0].round", "round in [0, 25)"),
+    (
+        "faults.inject=[{kind: worker_kill, worker: 0, round: 99}]",
+        "faults.inject[0].round",
+        "round in [0, 25)",
+    ),
     (
         "faults.inject=[{kind: corrupt_upload, client: 1, corruption: zeros}]",
         "faults.inject[0].corruption",
@@ -41,6 +45,7 @@ CASES = [
         "faults.deadline_s",
         "needs a per-round deadline",
     ),
+    ("faults.inject=[{kind: server_kill, round: 1}]", "ray.placement", "set ray.placement=separate"),
 ]
 
 

@@ -23,7 +23,8 @@ def test_dead_parties_are_restored_from_the_last_checkpoint(reference, tmp_path,
         "{kind: aggregator_kill, round: 2, arm: sifl_m2, shard: 1}, "
         "{kind: evaluator_kill, round: 3, arm: fl}"
     )
-    run = run_sim([*BASE, f"ray.aggregator_actors={actors}", f"faults.inject=[{faults}]"], tmp_path / "run")
+    killing = [f"ray.aggregator_actors={actors}", f"faults.inject=[{faults}]", "ray.placement=separate"]
+    run = run_sim([*BASE, *killing], tmp_path / "run")
 
     assert max_deviation(run.models, reference.models) <= 1e-12
     assert sorted(name for name in run.inventory if name.startswith("aggregator")) == [
