@@ -219,10 +219,10 @@ def report(res: dict[str, Any]) -> str:
         "largest at the peak (MiB, last run): " + ", ".join(f"{k} {v / MIB:.0f}" for k, v in where),
         "",
         table(
-            [[name, f"{v:.3g}", f"{t:g}", "yes" if v <= t else "NO", how] for name, v, t, how in checks],
+            [[what, f"{v:.3g}", f"{t:g}", "yes" if v <= t else "NO", how] for _, what, v, t, how in checks],
             ["measure (median)", "value", "target", "met", "what"],
         ),
-        *(f"CHECK {name.replace(' ', '_')}={v:.3f} target={t:g}" for name, v, t, _ in checks),
+        *(f"CHECK {cid}={v:.3f} target={t:g}" for cid, _, v, t, _ in checks),
         result_line(res["name"], first_ratio / FIXED_TARGET, 1.0),
     ]
     return "\n".join(lines)

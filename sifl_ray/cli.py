@@ -188,7 +188,7 @@ def _not_a_run_folder(path: Path) -> str | None:
     """Why ``path`` cannot be a run folder or one of its checkpoints, from what is on disk alone (``None``:
     it may be one; the resume verifies the rest)."""
     if not path.exists():
-        return f"{path}: no such folder"
+        return f"{path}: not a run folder (nothing is there)"
     run_dir = path.parent.parent if path.name.startswith("round-") else path
     if not (run_dir / "config.yaml").is_file():
         return f"{run_dir}: not a run folder (no config.yaml)"

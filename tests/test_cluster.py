@@ -424,7 +424,9 @@ def test_a_cluster_that_does_not_answer_is_one_line_and_exit_code_2(stale_record
     proc = _run(args, env, tmp_path, timeout=60)
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-4000:]
     assert "Traceback" not in proc.stderr
-    (line,) = proc.stderr.strip().splitlines()
+    # The run says what it joins the moment it starts (never silent), then the one-line error.
+    progress, line = proc.stderr.strip().splitlines()
+    assert progress.startswith("[sifl] joining the Ray cluster"), progress
     name = "RAY_ADDRESS" if how == "RAY_ADDRESS" else "ray.address"
     assert line.startswith(f"error: {name}=") and dead in line, line
     assert f"unset {name} to run on a private local Ray instance" in line, line

@@ -49,6 +49,8 @@ def starting(kind: str, address: str | None = None, num_cpus: int | None = None)
     if (address or "") in ("", "local"):
         cpus = num_cpus or os.cpu_count() or 1
         return f"starting Ray: a private local instance with {cpus} CPU{'s' if cpus != 1 else ''}"
+    if address == "auto":
+        return "joining the Ray cluster this machine runs (ray.address=auto)"
     return f"joining the Ray cluster at {address}"
 
 
