@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib
 import json
+import platform
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+import sifl_ray
 from sifl_ray.backends import make_backend
 from sifl_ray.config import (
     SCENARIO_COMMANDS,
@@ -22,6 +26,8 @@ from sifl_ray.config import (
     ConfigError,
     ScenarioKindError,
     load_config,
+    load_yaml,
+    scenario_files,
     scenario_kinds,
 )
 from sifl_ray.config.help import describe_keys, format_keys
@@ -31,7 +37,7 @@ from sifl_ray.ray_output import quiet_ray
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-USAGE = """usage: sifl COMMAND [arguments]      (sifl COMMAND --help for one command)
+USAGE = """usage: sifl COMMAND [arguments]      (sifl COMMAND --help for one command; sifl --version)
 
   sifl run [scenario=NAME] [key=value ...]     run a scenario (the same as: python run.py ...)
   sifl run --resume RUN_DIR                    continue a run from its latest checkpoint
@@ -41,7 +47,7 @@ USAGE = """usage: sifl COMMAND [arguments]      (sifl COMMAND --help for one com
   sifl list                                    the shipped scenarios
   sifl attack [scenario=attack_small] [key=value ...]
                                                the attack suite and the DP audit of every arm
-  sifl bench NAME [options]                    benchmarks (python -m bench --help)
+  sifl bench NAME [options]                    benchmarks, from a checkout (sifl bench --help)
 
 Overrides are key=value pairs on the scenario's YAML (scenarios/NAME.yaml, default quickstart), e.g.
   python run.py arms=[fl,sifl_m1] train.rounds=5 clients.num_clients=20
@@ -256,21 +262,25 @@ def cmd_describe(argv: list[str]) -> int:
 
 
 def cmd_list(argv: list[str]) -> int:
-    """``sifl list``: every shipped scenario, the command that plays it, its description (the comment at
-    the top of its file, whole, wrapped to the terminal) and its arms."""
+    """``sifl list [FOLDER ...]``: every scenario a run can be given by name (the folders given, those of
+    ``SIFL_SCENARIOS``, the shipped ones), the command that plays it, its description (the comment at the
+    top of its file, whole, wrapped to the terminal) and its arms; a user's file also shows its path."""
     import shutil
     import textwrap
 
-    import yaml
-
+    folders = [Path(a) for a in argv]
+    missing = [str(f) for f in folders if not f.is_dir()]
+    if missing:
+        return _fail(f"sifl list: no folder {', '.join(missing)}; give folders of scenario .yaml files")
     width = max(60, min(shutil.get_terminal_size((100, 24)).columns, 110)) - 1
 
     def wrap(text: str, indent: str = "    ") -> list[str]:
         return textwrap.wrap(text, width, initial_indent="    ", subsequent_indent=indent)
 
     blocks = ["(sifl run scenario=NAME is the same as python run.py scenario=NAME)"]
-    for name, kind in scenario_kinds().items():
-        text = (SCENARIO_DIR / f"{name}.yaml").read_text()
+    kinds = scenario_kinds(*folders)
+    for name, path in scenario_files(*folders).items():
+        text = path.read_text()
         paragraphs: list[list[str]] = [[]]
         for line in text.splitlines():
             if not line.startswith("#"):
@@ -279,11 +289,20 @@ def cmd_list(argv: list[str]) -> int:
             if line.startswith("Run:") and paragraphs[-1]:  # a file's own usage line stays a line
                 paragraphs.append([])
             paragraphs[-1].append(line)
-        data = yaml.safe_load(text) or {}
-        arms = data.get("arms") if isinstance(data.get("arms"), list) else None
-        lines = [name, f"    run: {SCENARIO_COMMANDS.get(kind, kind)} scenario={name}"]
+        mine = path.parent != SCENARIO_DIR
+        play = f"scenario={path}" if path.parent in folders else f"scenario={name}"
+        lines = [
+            name + (f"    (yours: {path})" if mine else ""),
+            f"    run: {SCENARIO_COMMANDS.get(kinds[name], kinds[name])} {play}",
+        ]
         for paragraph in paragraphs:
             lines += wrap(" ".join(paragraph))
+        try:
+            data = load_yaml(path) or {}
+        except ConfigError as err:
+            lines += wrap(f"cannot be read: {err.problems[0]}")
+            data = {}
+        arms = data.get("arms") if isinstance(data, dict) and isinstance(data.get("arms"), list) else None
         if arms:
             lines += wrap(f"arms: {', '.join(map(str, arms))}", "      ")
         blocks.append("\n".join(lines))
@@ -301,10 +320,19 @@ def cmd_attack(argv: list[str]) -> int:
 
 
 def cmd_bench(argv: list[str]) -> int:
-    """``sifl bench``: the same benchmarks as ``python -m bench``."""
-    from bench.__main__ import main as bench_main
-
-    return int(bench_main(argv) or 0)
+    """``sifl bench``: the same benchmarks as ``python -m bench``, which live beside the package in a
+    checkout (they are not installed: a benchmark measures this repository's code on this machine)."""
+    checkout = Path(sifl_ray.__file__).resolve().parent.parent
+    if (checkout / "bench" / "__main__.py").is_file() and str(checkout) not in sys.path:
+        sys.path.insert(0, str(checkout))
+    try:
+        bench = importlib.import_module("bench.__main__")
+    except ModuleNotFoundError:
+        return _fail(
+            f"sifl bench: the benchmarks run from a checkout of the repository (python -m bench NAME there); "
+            f"this sifl-ray is installed in {checkout}, without them"
+        )
+    return int(bench.main(argv) or 0)
 
 
 def cmd_config(argv: list[str]) -> int:
@@ -323,12 +351,22 @@ COMMANDS = {
 }
 
 
+def version_line() -> str:
+    """``sifl --version``: the version, where the package was imported from (a checkout or an install: the
+    first question about an odd result) and the Python running it."""
+    where = Path(sifl_ray.__file__).resolve().parent
+    return f"sifl-ray {sifl_ray.__version__} from {where} (Python {platform.python_version()})"
+
+
 def main(argv: list[str] | None = None) -> int:
     """The ``sifl`` command: dispatch to a sub-command; configuration errors exit 2 with every problem
     listed."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
+        return 0
+    if argv[0] in ("-V", "--version"):
+        print(version_line())
         return 0
     command, rest = argv[0], argv[1:]
     if command in HELP and any(a in ("-h", "--help") for a in rest):
