@@ -26,11 +26,12 @@ from sifl_ray.config import (
     ConfigError,
     ScenarioKindError,
     load_config,
+    load_run_config,
     load_yaml,
     scenario_files,
     scenario_kinds,
 )
-from sifl_ray.config.help import describe_keys, format_keys
+from sifl_ray.config.help import describe_keys, format_keys, select_keys
 from sifl_ray.config.plugins import PluginError, load_plugins
 from sifl_ray.ray_output import quiet_ray
 
@@ -41,16 +42,18 @@ USAGE = """usage: sifl COMMAND [arguments]      (sifl COMMAND --help for one com
 
   sifl run [scenario=NAME] [key=value ...]     run a scenario (the same as: python run.py ...)
   sifl run --resume RUN_DIR                    continue a run from its latest checkpoint
-  sifl config [scenario=NAME] [key=value ...]  every configuration key: value, default, type, allowed, meaning
+  sifl config [SECTION] [scenario=NAME] [key=value ...]
+                                               the configuration keys: value, default, type, allowed, meaning
   sifl describe [scenario=NAME] [key=value ...] [--json] [--frontier]
                                                sizes, precision and privacy figures, without training
-  sifl list                                    the shipped scenarios
+  sifl list [FOLDER ...]                       the scenarios: shipped, yours (SIFL_SCENARIOS), a folder's
   sifl attack [scenario=attack_small] [key=value ...]
                                                the attack suite and the DP audit of every arm
   sifl bench NAME [options]                    benchmarks, from a checkout (sifl bench --help)
 
-Overrides are key=value pairs on the scenario's YAML (scenarios/NAME.yaml, default quickstart), e.g.
-  python run.py arms=[fl,sifl_m1] train.rounds=5 clients.num_clients=20
+Overrides are key=value pairs on the scenario's YAML (scenario=NAME, default quickstart, or
+scenario=path/to/yours.yaml), e.g.
+  python run.py arms=[fl,sifl_m1] train.rounds=5 clients.num_clients=20 output.name=short
 Plug-ins (modules that register arms, coding backends, partitioners) are imported first: those named in
 SIFL_PLUGINS (comma-separated) and the entry points of the group sifl_ray.plugins.
 """
@@ -60,17 +63,20 @@ HELP = {
        python run.py [scenario=NAME] [key=value ...]
        sifl run --resume RUN_DIR
 
-Runs a scenario (scenarios/NAME.yaml; default quickstart) with the overrides given, every arm it lists,
-logs to TensorBoard (RUN_DIR/tb) and ends with a table, summary.json and one RESULT line.
+Runs a scenario (a name from sifl list, default quickstart, or a path to a .yaml file of yours) with the
+overrides given, every arm it lists, logs to TensorBoard (RUN_DIR/tb) and ends with a table, summary.json
+and one RESULT line. output.name=NAME names the run: its folder (runs/NAME/<date-time>) and RESULT tag.
   every key, its default and what it means:  sifl config [scenario=NAME]
   the scenarios:                             sifl list
   a run's sizes and privacy figures first:   sifl describe [scenario=NAME]
   continue an interrupted run:               sifl run --resume RUN_DIR
+                                             (or the folder above it, runs/NAME: its latest run)
 """,
-    "config": """usage: sifl config [scenario=NAME] [key=value ...]
+    "config": """usage: sifl config [SECTION | KEY ...] [scenario=NAME] [key=value ...]
 
 Prints every configuration key with its value (the scenario's, with the overrides given), the default, the
 type, the allowed values and what it means, read from the schema the validator checks against.
+Name sections or keys to see only those:  sifl config train   sifl config coding.noise train.lr
 """,
     "describe": """usage: sifl describe [scenario=NAME] [key=value ...] [--json] [--frontier]
 
@@ -78,10 +84,12 @@ Sizes (n, ñ, n'), the predicted coding error against its tolerance and every ar
 the configuration and freshly made keys, without training. --json: machine-readable; --frontier: the
 precision-privacy frontier of the coding.
 """,
-    "list": """usage: sifl list
+    "list": """usage: sifl list [FOLDER ...]
 
-The shipped scenarios (scenarios/*.yaml): each with the command that plays it (sifl run or sifl attack),
-its description (the comment at the top of its file, whole) and its arms.
+The scenarios a run can be given by name: the shipped ones, and yours in the folders SIFL_SCENARIOS names
+(separated by ':'; a name there wins over a shipped one), or in the FOLDERs given. Each with the command
+that plays it (sifl run or sifl attack), its description (the comment at the top of its file, whole) and
+its arms.
 """,
 }
 
@@ -188,9 +196,24 @@ def cmd_run(argv: list[str]) -> int:
     return 0
 
 
+def resume_target(given: str) -> Path:
+    """The run ``sifl run --resume`` continues: ``given`` itself (a run folder, or one of its checkpoint
+    folders), or, for the folder of a scenario's runs (``runs/quickstart``), its latest run: the run
+    folders' names are their start times, so the last in order is the latest."""
+    path = Path(given)
+    if not path.is_dir() or (path / "config.yaml").is_file() or path.name.startswith("round-"):
+        return path
+    runs = sorted(p for p in path.iterdir() if (p / "config.yaml").is_file())
+    if not runs:
+        return path
+    _note(f"resuming the latest run in {path}: {runs[-1]}")
+    return runs[-1]
+
+
 def cmd_resume(argv: list[str]) -> int:
     """``sifl run --resume RUN_DIR``: continue a run from its latest checkpoint (or from the checkpoint
-    folder ``RUN_DIR/checkpoints/round-NNNNNN`` given instead). The run keeps its saved configuration."""
+    folder ``RUN_DIR/checkpoints/round-NNNNNN`` given instead, or the latest run of a scenario's folder
+    ``runs/NAME``). The run keeps its saved configuration."""
     i = argv.index("--resume")
     rest = argv[:i] + argv[i + 2 :]
     if i + 1 >= len(argv) or argv[i + 1].startswith("-"):
@@ -200,6 +223,10 @@ def cmd_resume(argv: list[str]) -> int:
             f"--resume takes no other arguments (got {' '.join(rest)}): a resumed run keeps the "
             "configuration it started with"
         )
+    target = resume_target(argv[i + 1])
+    run_dir = target.parent.parent if target.name.startswith("round-") else target
+    with contextlib.suppress(ConfigError):  # a folder that is no run: open_resume says so below
+        quiet_ray(load_run_config(run_dir / "config.yaml"))  # before Ray is imported, as a run does
     # deferred: Ray, which this module does not load otherwise
     from sifl_ray.backends.cluster import ClusterUnreachable
 
@@ -216,7 +243,7 @@ def cmd_resume(argv: list[str]) -> int:
     from sifl_ray.runner.state import open_resume
 
     try:
-        cfg, run_dir, point = open_resume(argv[i + 1])  # reads files only: no Ray yet
+        cfg, run_dir, point = open_resume(target)  # reads files only: no Ray yet
     except CheckpointError as err:
         return _fail(f"cannot resume: {describe_error(err)}. Nothing was written.")
     _check_data(cfg)
@@ -336,8 +363,11 @@ def cmd_bench(argv: list[str]) -> int:
 
 
 def cmd_config(argv: list[str]) -> int:
-    """``sifl config``: every key of the resolved configuration (:mod:`sifl_ray.config.help`)."""
-    print(format_keys(describe_keys(load_config(argv))))
+    """``sifl config [SECTION|KEY ...] [key=value ...]``: the keys of the resolved configuration, all or
+    those of the sections and keys named (:mod:`sifl_ray.config.help`)."""
+    wanted = [a for a in argv if "=" not in a]
+    keys = describe_keys(load_config([a for a in argv if "=" in a]))
+    print(format_keys(select_keys(keys, wanted)))
     return 0
 
 

@@ -184,6 +184,7 @@ def partition_iid(labels: np.ndarray, num_clients: int, generator: np.random.Gen
 class DirichletSettings:
     """Dirichlet label skew's knob (section ``dirichlet``)."""
 
+    # the Dirichlet concentration of each client's label mix: small, few labels a client; large, near IID
     alpha: float = setting(0.5, rule=Range(lambda v: v > 0, "a number > 0 (smaller means more label skew)"))
 
 

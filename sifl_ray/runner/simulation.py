@@ -43,7 +43,7 @@ from sifl_ray.runner.state import (
     is_checkpoint_error,
     open_resume,
 )
-from sifl_ray.runner.summary import RunResult
+from sifl_ray.runner.summary import RunResult, run_name
 from sifl_ray.runner.workload import load_workload
 
 
@@ -440,9 +440,9 @@ class Simulation:
 
 
 def new_run_dir(cfg: DictConfig) -> Path:
-    """A fresh run folder: ``output.dir/<scenario>/<date-time>``."""
+    """A fresh run folder: ``output.dir/<name>/<date-time>`` (the name: ``output.name`` or the scenario's)."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
-    return Path(cfg.output.dir) / cfg.scenario / stamp
+    return Path(cfg.output.dir) / run_name(cfg) / stamp
 
 
 def cpu_count() -> int:
