@@ -233,10 +233,13 @@ class RunLogger:
         hparams: dict[str, dict[str, Any]],
         tensorboard: bool = True,
         purge_step: int | None = None,
+        drop_replayed: bool = True,
     ):
         """``hparams``: per arm, the settings the HParams tab shows (name → str, float, int or bool; the
         same names for every arm). The tab shows the first five hparams by name (those whose values differ
-        first): give it the few a reader compares, the whole configuration is the first arm's text."""
+        first): give it the few a reader compares, the whole configuration is the first arm's text.
+        ``purge_step``: the rounds from there on are played again (a resume, a restore): TensorBoard hides
+        what earlier writers logged of them, and with ``drop_replayed`` their scalars leave the files."""
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.arms = arms
@@ -252,7 +255,7 @@ class RunLogger:
 
             for arm in arms:
                 folder = self.run_dir / "tb" / self.folders[arm]
-                if purge_step is not None:
+                if purge_step is not None and drop_replayed:
                     drop_scalars_from(folder, purge_step)
                 self.writers[arm] = SummaryWriter(str(folder), purge_step=purge_step)
         atomic_write_text(self.run_dir / "config.yaml", config_yaml)

@@ -63,9 +63,11 @@ class Recorder:
         self.logger: RunLogger | None = None
         self.audit: dict[str, dict[str, Any]] = {}  # arm → the in-run audit's latest figures
 
-    def open(self, *, purge_step: int | None) -> None:
+    def open(self, *, purge_step: int | None, keep_replayed: bool = False) -> None:
         """(Re)open the TensorBoard writers; ``purge_step=t`` makes TensorBoard drop the steps ≥ t that an
-        earlier writer left (a round replayed after a restore or a resume is then logged once)."""
+        earlier writer left (a round replayed after a restore or a resume is then shown once), and, unless
+        ``keep_replayed``, removes their scalars from the event files too (a resume: a reader of the raw
+        files then counts each round once)."""
         if self.logger is not None:
             for writer in self.logger.writers.values():  # not close(): the run is not over
                 writer.close()
@@ -76,6 +78,7 @@ class Recorder:
             hparams={arm: arm_hparams(self.cfg, arm) for arm in self.arms},
             tensorboard=self.cfg.output.tensorboard,
             purge_step=purge_step,
+            drop_replayed=not keep_replayed,
         )
         self.logger.chart(audit=bool(self.cfg.audit.canaries))
 
