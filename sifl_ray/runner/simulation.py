@@ -135,6 +135,7 @@ class Simulation:
         self.num_workers = worker_count(cfg, backend)
         work = load_workload(cfg, self.num_workers)
         self.dataset, self.sizes, self.owner = work.dataset, work.sizes, work.owner
+        self.partition = work.partition
         self.model_spec, self.w0, self.n = work.model_spec, work.w0, work.n
         self.pool.host_shards(self.n + cfg.coding.n_extra)  # the largest encoded vector of any arm
         for ev in self.plan.events:
@@ -411,6 +412,7 @@ class Simulation:
                 checkpoint_dir=str(self.checkpoints.store.root),
                 placement=placement,
                 startup=self.startup(),
+                partition=self.partition,
             )
         finally:
             if closing is not None:

@@ -163,6 +163,7 @@ def summarise(
     checkpoint_s: list[float],
     placement: dict[str, Any] | None = None,
     startup: dict[str, float | None] | None = None,
+    partition: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``summary.json``: per arm (in ``history``'s order) the final figures, timings and incidents; the
     run's sizes, precision claims, privacy scope, faults, restores and checkpoints.
@@ -173,6 +174,7 @@ def summarise(
         checkpoint_dir: where checkpoints go (reported only when ``checkpoint.every`` is set).
         placement: the node of every party (Ray; ``None`` in-process).
         startup: where the run's start went (:meth:`~sifl_ray.runner.Simulation.startup`).
+        partition: every client's size and label histogram (:func:`sifl_ray.data.partition.partition_report`).
     """
     fl_final = history["fl"][-1]["test_accuracy"] if "fl" in history else None
     arms = {
@@ -197,6 +199,7 @@ def summarise(
         "backend": backend,
         "placement": placement,
         "startup": startup,
+        "partition": partition,
         "deviation_estimate": estimate,
         "round_bound": round_bound,
         "evaluator": EVALUATOR,
