@@ -11,7 +11,9 @@ import contextlib
 import gc
 import importlib
 import json
+import os
 import platform
+import re
 import sys
 import threading
 import time
@@ -365,8 +367,15 @@ def cmd_bench(argv: list[str]) -> int:
 def cmd_config(argv: list[str]) -> int:
     """``sifl config [SECTION|KEY ...] [key=value ...]``: the keys of the resolved configuration, all or
     those of the sections and keys named (:mod:`sifl_ray.config.help`)."""
-    wanted = [a for a in argv if "=" not in a]
-    keys = describe_keys(load_config([a for a in argv if "=" in a]))
+    wanted, overrides, depth = [], [], 0
+    for arg in argv:
+        # a name outside any override's brackets (``arms=[fl, sifl_m1]`` reaches us as two items)
+        if depth == 0 and "=" not in arg and re.fullmatch(r"[A-Za-z_][\w.]*", arg):
+            wanted.append(arg)
+        else:
+            overrides.append(arg)
+            depth += arg.count("[") + arg.count("{") - arg.count("]") - arg.count("}")
+    keys = describe_keys(load_config(overrides))
     print(format_keys(select_keys(keys, wanted)))
     return 0
 
@@ -379,6 +388,16 @@ COMMANDS = {
     "attack": cmd_attack,
     "bench": cmd_bench,
 }
+
+
+def working_folder_importable() -> None:
+    """Make the working folder importable, as ``python -m`` and Flower's ``flwr run`` do: a model, a data
+    loader or a plug-in in ``./mynet.py`` is ``train.model=mynet:tiny``, without PYTHONPATH. Appended, not
+    put first: a file of the working folder never shadows an installed package. Ray's workers get the
+    driver's working folder on their path too."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
 
 
 def version_line() -> str:
@@ -404,19 +423,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if command == "attack" and any(a in ("-h", "--help") for a in rest):
         # deferred: numpy, torch, which this module does not load otherwise
-        from sifl_ray.attacks import cli as attack_cli
+        from sifl_ray.attacks.cli import USAGE as ATTACK_USAGE
 
-        print(
-            (attack_cli.__doc__ or "usage: sifl attack [scenario=attack_small] [key=value ...]").replace(
-                "``", ""
-            )
-        )
+        print(ATTACK_USAGE)
         return 0
     if command not in COMMANDS:
         if "=" in command:  # `sifl scenario=quickstart` reads as `sifl run scenario=quickstart`
             command, rest = "run", argv
         else:
             return _fail(f"unknown command {command!r}; expected one of {', '.join(COMMANDS)}")
+    working_folder_importable()
     try:
         load_plugins()  # arms, coding backends, partitioners the user registers (sifl_ray.config.plugins)
         return COMMANDS[command](rest)
@@ -446,8 +462,6 @@ def entry(argv: list[str] | None = None) -> int:
         code = main(argv)
         sys.stdout.flush()
     except BrokenPipeError:
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more reaches the pipe
         return 141  # 128 + SIGPIPE, what a shell reports for a program stopped by its reader
     gc.freeze()

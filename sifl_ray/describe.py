@@ -351,7 +351,7 @@ def format_arm(figures: dict[str, Any]) -> str:
     """One arm's figures on a line: a SIFL arm's mode (its figures below), a DP arm's ε, δ and noise, secure
     aggregation's threshold and sizes, or no claim."""
     if "figures" in figures:
-        return f"SIFL {figures['mechanism'][-2:].upper()}: per-element ε and precision below"
+        return f"immersion coding {figures['mechanism'][-2:]}: its per-element ε and precision below"
     said = []
     if "epsilon" in figures:
         said.append(f"ε = {figures['epsilon']:.4g}, δ = {figures['delta']:g} (the whole model)")

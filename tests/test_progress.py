@@ -233,7 +233,8 @@ def test_a_run_with_an_injected_worker_exit_prints_no_ray_noise(tmp_path):
     assert proc.stdout.splitlines()[-1].startswith("RESULT quickstart ")
 
 
-def test_ray_is_quieted_only_where_nothing_real_is_hidden():
+def test_ray_is_quieted_only_where_nothing_real_is_hidden(monkeypatch):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # a terminal: Ray's colours stay
     private = load_config(["scenario=quickstart"])
     assert quiet_ray(private, env := {}) == {"RAY_AUTH_MODE": "token"} and env == {"RAY_AUTH_MODE": "token"}
     # a user's own choice stays; a joined cluster keeps its own mode (token auth without a token file
@@ -242,6 +243,14 @@ def test_ray_is_quieted_only_where_nothing_real_is_hidden():
     assert quiet_ray(load_config(["scenario=quickstart", "ray.address=127.0.0.1:6379"]), {}) == {}
     drill = load_config(["scenario=quickstart", "faults.inject=[{kind: worker_exit, round: 0, worker: 0}]"])
     assert quiet_ray(drill, {})["RAY_DEDUP_LOGS_SKIP_REGEX"] == WORKER_DIED
+
+
+def test_rays_colour_codes_are_dropped_where_stderr_is_no_terminal(monkeypatch):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)  # a log file, a pipe, a notebook
+    assert quiet_ray(load_config(["scenario=quickstart"]), {})["RAY_COLOR_PREFIX"] == "0"
+    assert "RAY_COLOR_PREFIX" not in quiet_ray(
+        load_config(["scenario=quickstart"]), {"RAY_COLOR_PREFIX": "1"}
+    )
 
 
 def test_a_runs_round_lines_follow_output_progress_and_sifl_progress(monkeypatch, capsys):
