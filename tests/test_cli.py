@@ -156,7 +156,7 @@ def test_dp_compare_small_prints_every_arms_accuracy_and_epsilon_and_plots_them(
         f"output.dir={tmp_path}",
     )
     assert run.returncode == 0, run.stderr
-    assert "ε whole model" in run.stdout and "δ" in run.stdout
+    assert "ε model" in run.stdout and "δ" in run.stdout
     line = run.stdout.strip().splitlines()[-1]
     assert line.startswith("RESULT dp_compare_small ")
     fields = dict(f.split("=", 1) for f in line.split()[2:])

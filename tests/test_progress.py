@@ -111,7 +111,8 @@ def test_describe_json_keeps_stdout_pure_json_and_says_each_step_on_stderr():
     info = json.loads(proc.stdout)  # nothing but the JSON document
     assert info["scenario"] == "quickstart"
     lines = proc.stderr.splitlines()
-    assert [line.split(" ")[2] for line in lines] == ["1/3", "2/3", "3/3"], proc.stderr
+    # the model and the split, M1's key, M2's keys, every arm's figures
+    assert [line.split(" ")[2] for line in lines] == ["1/4", "2/4", "3/4", "4/4"], proc.stderr
     assert all(line.startswith("describe quickstart: ") for line in lines)
 
     quiet = _sifl("describe", "scenario=quickstart", "coding.key_seed=0", "--json", SIFL_PROGRESS="0")
