@@ -99,3 +99,14 @@ def test_list_of_a_folder_shows_its_files_with_the_path_to_play(tmp_path, capsys
 def test_list_of_a_missing_folder_is_refused(tmp_path, capsys):
     assert main(["list", str(tmp_path / "nope")]) == 2
     assert "no folder" in capsys.readouterr().err
+
+
+def test_output_name_names_the_run_folder_and_the_result_tag(tmp_path, capsys):
+    args = ["backend=local", "train.rounds=1", "arms=[fl]", f"output.dir={tmp_path}", "output.plot=false"]
+    assert main(["run", *args, "output.name=lr_0.1"]) == 0
+    result = capsys.readouterr().out.strip().splitlines()[-1]
+    (run_dir,) = (tmp_path / "lr_0.1").iterdir()
+    assert result.startswith("RESULT lr_0.1 fl=") and result.endswith(f"run_dir={run_dir}")
+    assert not (tmp_path / "quickstart").exists()
+    with pytest.raises(ConfigError, match=r"output\.name: expected a name of letters, digits"):
+        load_config(["output.name=my run/1"])
