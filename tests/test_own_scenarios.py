@@ -105,7 +105,7 @@ def test_output_name_names_the_run_folder_and_the_result_tag(tmp_path, capsys):
     args = ["backend=local", "train.rounds=1", "arms=[fl]", f"output.dir={tmp_path}", "output.plot=false"]
     assert main(["run", *args, "output.name=lr_0.1"]) == 0
     result = capsys.readouterr().out.strip().splitlines()[-1]
-    (run_dir,) = (tmp_path / "lr_0.1").iterdir()
+    (run_dir,) = (p for p in (tmp_path / "lr_0.1").iterdir() if not p.name.startswith("."))
     assert result.startswith("RESULT lr_0.1 fl=") and result.endswith(f"run_dir={run_dir}")
     assert not (tmp_path / "quickstart").exists()
     with pytest.raises(ConfigError, match=r"output\.name: expected a name of letters, digits"):
