@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib
 import json
+import os
+import platform
+import re
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import sifl_ray
 from sifl_ray.backends import make_backend, starting
 from sifl_ray.config import (
     SCENARIO_COMMANDS,
@@ -23,29 +28,34 @@ from sifl_ray.config import (
     ConfigError,
     ScenarioKindError,
     load_config,
+    load_run_config,
+    load_yaml,
+    scenario_files,
     scenario_kinds,
 )
-from sifl_ray.config.help import describe_keys, format_keys
+from sifl_ray.config.help import describe_keys, format_keys, select_keys
 from sifl_ray.config.plugins import PluginError, load_plugins
 from sifl_ray.ray_output import quiet_ray
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-USAGE = """usage: sifl COMMAND [arguments]      (sifl COMMAND --help for one command)
+USAGE = """usage: sifl COMMAND [arguments]      (sifl COMMAND --help for one command; sifl --version)
 
   sifl run [scenario=NAME] [key=value ...]     run a scenario (the same as: python run.py ...)
   sifl run --resume RUN_DIR                    continue a run from its latest checkpoint
-  sifl config [scenario=NAME] [key=value ...]  every configuration key: value, default, type, allowed, meaning
+  sifl config [SECTION] [scenario=NAME] [key=value ...]
+                                               the configuration keys: value, default, type, allowed, meaning
   sifl describe [scenario=NAME] [key=value ...] [--json] [--frontier]
                                                sizes, precision and privacy figures, without training
-  sifl list                                    the shipped scenarios
+  sifl list [FOLDER ...]                       the scenarios: shipped, yours (SIFL_SCENARIOS), a folder's
   sifl attack [scenario=attack_small] [key=value ...]
                                                the attack suite and the DP audit of every arm
-  sifl bench NAME [options]                    benchmarks (python -m bench --help)
+  sifl bench NAME [options]                    benchmarks, from a checkout (sifl bench --help)
 
-Overrides are key=value pairs on the scenario's YAML (scenarios/NAME.yaml, default quickstart), e.g.
-  python run.py arms=[fl,sifl_m1] train.rounds=5 clients.num_clients=20
+Overrides are key=value pairs on the scenario's YAML (scenario=NAME, default quickstart, or
+scenario=path/to/yours.yaml), e.g.
+  python run.py arms=[fl,sifl_m1] train.rounds=5 clients.num_clients=20 output.name=short
 Plug-ins (modules that register arms, coding backends, partitioners) are imported first: those named in
 SIFL_PLUGINS (comma-separated) and the entry points of the group sifl_ray.plugins.
 """
@@ -55,17 +65,20 @@ HELP = {
        python run.py [scenario=NAME] [key=value ...]
        sifl run --resume RUN_DIR
 
-Runs a scenario (scenarios/NAME.yaml; default quickstart) with the overrides given, every arm it lists,
-logs to TensorBoard (RUN_DIR/tb) and ends with a table, summary.json and one RESULT line.
+Runs a scenario (a name from sifl list, default quickstart, or a path to a .yaml file of yours) with the
+overrides given, every arm it lists, logs to TensorBoard (RUN_DIR/tb) and ends with a table, summary.json
+and one RESULT line. output.name=NAME names the run: its folder (runs/NAME/<date-time>) and RESULT tag.
   every key, its default and what it means:  sifl config [scenario=NAME]
   the scenarios:                             sifl list
   a run's sizes and privacy figures first:   sifl describe [scenario=NAME]
   continue an interrupted run:               sifl run --resume RUN_DIR
+                                             (or the folder above it, runs/NAME: its latest run)
 """,
-    "config": """usage: sifl config [scenario=NAME] [key=value ...]
+    "config": """usage: sifl config [SECTION | KEY ...] [scenario=NAME] [key=value ...]
 
 Prints every configuration key with its value (the scenario's, with the overrides given), the default, the
 type, the allowed values and what it means, read from the schema the validator checks against.
+Name sections or keys to see only those:  sifl config train   sifl config coding.noise train.lr
 """,
     "describe": """usage: sifl describe [scenario=NAME] [key=value ...] [--json] [--frontier]
 
@@ -73,10 +86,12 @@ Sizes (n, ñ, n'), the predicted coding error against its tolerance and every ar
 the configuration and freshly made keys, without training. --json: machine-readable; --frontier: the
 precision-privacy frontier of the coding.
 """,
-    "list": """usage: sifl list
+    "list": """usage: sifl list [FOLDER ...]
 
-The shipped scenarios (scenarios/*.yaml): each with the command that plays it (sifl run or sifl attack),
-its description (the comment at the top of its file, whole) and its arms.
+The scenarios a run can be given by name: the shipped ones, and yours in the folders SIFL_SCENARIOS names
+(separated by ':'; a name there wins over a shipped one), or in the FOLDERs given. Each with the command
+that plays it (sifl run or sifl attack), its description (the comment at the top of its file, whole) and
+its arms.
 """,
 }
 
@@ -195,9 +210,24 @@ def _not_a_run_folder(path: Path) -> str | None:
     return None
 
 
+def resume_target(given: str) -> Path:
+    """The run ``sifl run --resume`` continues: ``given`` itself (a run folder, or one of its checkpoint
+    folders), or, for the folder of a scenario's runs (``runs/quickstart``), its latest run: the run
+    folders' names are their start times, so the last in order is the latest."""
+    path = Path(given)
+    if not path.is_dir() or (path / "config.yaml").is_file() or path.name.startswith("round-"):
+        return path
+    runs = sorted(p for p in path.iterdir() if (p / "config.yaml").is_file())
+    if not runs:
+        return path
+    _note(f"resuming the latest run in {path}: {runs[-1]}")
+    return runs[-1]
+
+
 def cmd_resume(argv: list[str]) -> int:
     """``sifl run --resume RUN_DIR``: continue a run from its latest checkpoint (or from the checkpoint
-    folder ``RUN_DIR/checkpoints/round-NNNNNN`` given instead). The run keeps its saved configuration."""
+    folder ``RUN_DIR/checkpoints/round-NNNNNN`` given instead, or the latest run of a scenario's folder
+    ``runs/NAME``). The run keeps its saved configuration."""
     i = argv.index("--resume")
     rest = argv[:i] + argv[i + 2 :]
     if i + 1 >= len(argv) or argv[i + 1].startswith("-"):
@@ -207,9 +237,13 @@ def cmd_resume(argv: list[str]) -> int:
             f"--resume takes no other arguments (got {' '.join(rest)}): a resumed run keeps the "
             "configuration it started with"
         )
-    problem = _not_a_run_folder(Path(argv[i + 1]))
+    target = resume_target(argv[i + 1])
+    problem = _not_a_run_folder(target)
     if problem is not None:  # answered before the heavy imports below (torch, the runner)
         return _fail(f"cannot resume: {problem}. Nothing was written.")
+    run_dir = target.parent.parent if target.name.startswith("round-") else target
+    with contextlib.suppress(ConfigError):  # a folder that is no run: open_resume says so below
+        quiet_ray(load_run_config(run_dir / "config.yaml"))  # before Ray is imported, as a run does
     # deferred: Ray, which this module does not load otherwise
     from sifl_ray.backends.cluster import ClusterUnreachable
 
@@ -226,7 +260,7 @@ def cmd_resume(argv: list[str]) -> int:
     from sifl_ray.runner.state import open_resume
 
     try:
-        cfg, run_dir, point = open_resume(argv[i + 1])  # reads files only: no Ray yet
+        cfg, run_dir, point = open_resume(target)  # reads files only: no Ray yet
     except CheckpointError as err:
         return _fail(f"cannot resume: {describe_error(err)}. Nothing was written.")
     _check_data(cfg)
@@ -272,21 +306,25 @@ def cmd_describe(argv: list[str]) -> int:
 
 
 def cmd_list(argv: list[str]) -> int:
-    """``sifl list``: every shipped scenario, the command that plays it, its description (the comment at
-    the top of its file, whole, wrapped to the terminal) and its arms."""
+    """``sifl list [FOLDER ...]``: every scenario a run can be given by name (the folders given, those of
+    ``SIFL_SCENARIOS``, the shipped ones), the command that plays it, its description (the comment at the
+    top of its file, whole, wrapped to the terminal) and its arms; a user's file also shows its path."""
     import shutil
     import textwrap
 
-    import yaml
-
+    folders = [Path(a) for a in argv]
+    missing = [str(f) for f in folders if not f.is_dir()]
+    if missing:
+        return _fail(f"sifl list: no folder {', '.join(missing)}; give folders of scenario .yaml files")
     width = max(60, min(shutil.get_terminal_size((100, 24)).columns, 110)) - 1
 
     def wrap(text: str, indent: str = "    ") -> list[str]:
         return textwrap.wrap(text, width, initial_indent="    ", subsequent_indent=indent)
 
     blocks = ["(sifl run scenario=NAME is the same as python run.py scenario=NAME)"]
-    for name, kind in scenario_kinds().items():
-        text = (SCENARIO_DIR / f"{name}.yaml").read_text()
+    kinds = scenario_kinds(*folders)
+    for name, path in scenario_files(*folders).items():
+        text = path.read_text()
         paragraphs: list[list[str]] = [[]]
         for line in text.splitlines():
             if not line.startswith("#"):
@@ -295,11 +333,20 @@ def cmd_list(argv: list[str]) -> int:
             if line.startswith("Run:") and paragraphs[-1]:  # a file's own usage line stays a line
                 paragraphs.append([])
             paragraphs[-1].append(line)
-        data = yaml.safe_load(text) or {}
-        arms = data.get("arms") if isinstance(data.get("arms"), list) else None
-        lines = [name, f"    run: {SCENARIO_COMMANDS.get(kind, kind)} scenario={name}"]
+        mine = path.parent != SCENARIO_DIR
+        play = f"scenario={path}" if path.parent in folders else f"scenario={name}"
+        lines = [
+            name + (f"    (yours: {path})" if mine else ""),
+            f"    run: {SCENARIO_COMMANDS.get(kinds[name], kinds[name])} {play}",
+        ]
         for paragraph in paragraphs:
             lines += wrap(" ".join(paragraph))
+        try:
+            data = load_yaml(path) or {}
+        except ConfigError as err:
+            lines += wrap(f"cannot be read: {err.problems[0]}")
+            data = {}
+        arms = data.get("arms") if isinstance(data, dict) and isinstance(data.get("arms"), list) else None
         if arms:
             lines += wrap(f"arms: {', '.join(map(str, arms))}", "      ")
         blocks.append("\n".join(lines))
@@ -317,15 +364,34 @@ def cmd_attack(argv: list[str]) -> int:
 
 
 def cmd_bench(argv: list[str]) -> int:
-    """``sifl bench``: the same benchmarks as ``python -m bench``."""
-    from bench.__main__ import main as bench_main
-
-    return int(bench_main(argv) or 0)
+    """``sifl bench``: the same benchmarks as ``python -m bench``, which live beside the package in a
+    checkout (they are not installed: a benchmark measures this repository's code on this machine)."""
+    checkout = Path(sifl_ray.__file__).resolve().parent.parent
+    if (checkout / "bench" / "__main__.py").is_file() and str(checkout) not in sys.path:
+        sys.path.insert(0, str(checkout))
+    try:
+        bench = importlib.import_module("bench.__main__")
+    except ModuleNotFoundError:
+        return _fail(
+            f"sifl bench: the benchmarks run from a checkout of the repository (python -m bench NAME there); "
+            f"this sifl-ray is installed in {checkout}, without them"
+        )
+    return int(bench.main(argv) or 0)
 
 
 def cmd_config(argv: list[str]) -> int:
-    """``sifl config``: every key of the resolved configuration (:mod:`sifl_ray.config.help`)."""
-    print(format_keys(describe_keys(load_config(argv))))
+    """``sifl config [SECTION|KEY ...] [key=value ...]``: the keys of the resolved configuration, all or
+    those of the sections and keys named (:mod:`sifl_ray.config.help`)."""
+    wanted, overrides, depth = [], [], 0
+    for arg in argv:
+        # a name outside any override's brackets (``arms=[fl, sifl_m1]`` reaches us as two items)
+        if depth == 0 and "=" not in arg and re.fullmatch(r"[A-Za-z_][\w.]*", arg):
+            wanted.append(arg)
+        else:
+            overrides.append(arg)
+            depth += arg.count("[") + arg.count("{") - arg.count("]") - arg.count("}")
+    keys = describe_keys(load_config(overrides))
+    print(format_keys(select_keys(keys, wanted)))
     return 0
 
 
@@ -339,6 +405,23 @@ COMMANDS = {
 }
 
 
+def working_folder_importable() -> None:
+    """Make the working folder importable, as ``python -m`` and Flower's ``flwr run`` do: a model, a data
+    loader or a plug-in in ``./mynet.py`` is ``train.model=mynet:tiny``, without PYTHONPATH. Appended, not
+    put first: a file of the working folder never shadows an installed package. Ray's workers get the
+    driver's working folder on their path too."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
+
+
+def version_line() -> str:
+    """``sifl --version``: the version, where the package was imported from (a checkout or an install: the
+    first question about an odd result) and the Python running it."""
+    where = Path(sifl_ray.__file__).resolve().parent
+    return f"sifl-ray {sifl_ray.__version__} from {where} (Python {platform.python_version()})"
+
+
 def main(argv: list[str] | None = None) -> int:
     """The ``sifl`` command: dispatch to a sub-command; configuration errors exit 2 with every problem
     listed."""
@@ -346,25 +429,25 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0
+    if argv[0] in ("-V", "--version"):
+        print(version_line())
+        return 0
     command, rest = argv[0], argv[1:]
     if command in HELP and any(a in ("-h", "--help") for a in rest):
         print(HELP[command])
         return 0
     if command == "attack" and any(a in ("-h", "--help") for a in rest):
         # deferred: numpy, torch, which this module does not load otherwise
-        from sifl_ray.attacks import cli as attack_cli
+        from sifl_ray.attacks.cli import USAGE as ATTACK_USAGE
 
-        print(
-            (attack_cli.__doc__ or "usage: sifl attack [scenario=attack_small] [key=value ...]").replace(
-                "``", ""
-            )
-        )
+        print(ATTACK_USAGE)
         return 0
     if command not in COMMANDS:
         if "=" in command:  # `sifl scenario=quickstart` reads as `sifl run scenario=quickstart`
             command, rest = "run", argv
         else:
             return _fail(f"unknown command {command!r}; expected one of {', '.join(COMMANDS)}")
+    working_folder_importable()
     try:
         load_plugins()  # arms, coding backends, partitioners the user registers (sifl_ray.config.plugins)
         return COMMANDS[command](rest)
@@ -394,8 +477,6 @@ def entry(argv: list[str] | None = None) -> int:
         code = main(argv)
         sys.stdout.flush()
     except BrokenPipeError:
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more reaches the pipe
         return 141  # 128 + SIGPIPE, what a shell reports for a program stopped by its reader
     gc.freeze()

@@ -1,4 +1,5 @@
-"""Run outputs: TensorBoard event files, ``summary.json``, the final table (figures: :mod:`sifl_ray.plots`).
+"""Run outputs: TensorBoard event files, ``summary.json`` (the final table: :mod:`sifl_ray.runner.table`;
+figures: :mod:`sifl_ray.plots`).
 
 One TensorBoard writer per arm (``<run_dir>/tb/<arm>/``) with the *same* tag names for every arm, so that
 TensorBoard overlays the arms on one chart per metric. TensorBoard sorts its groups by the tag's first word,
@@ -6,8 +7,11 @@ so the tags (:func:`tensorboard_tag`) lead with the results: ``eval/`` (accuracy
 deviation from fl), ``privacy/`` (ε per element and ε of the whole vector apart: they are different figures),
 then ``system/`` (time, bytes, clients: bookkeeping). ``summary.json`` keeps the metrics' own names. A Custom
 Scalars layout overlays the arms on the charts a reader compares; the HParams tab has one session per arm
-(its settings, its final figures); ``tb/_run`` holds the resolved configuration and the final results as
-text. Nothing written here may contain key material: callers pass metrics.
+(its settings, its final figures); the first arm's run also holds the resolved configuration and the final
+results as text, and the HParams experiment (a run of its own would show, empty, in every list of runs).
+An arm's run folder is its name, with the ε of a family of arms padded (``nbafl_eps05``, ``nbafl_eps10``)
+so that TensorBoard, which sorts runs as text, lists them in the order of ε. Nothing written here may
+contain key material: callers pass metrics.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -108,23 +113,30 @@ def tensorboard_scalars(metrics: dict[str, Any], *, per_element: bool) -> dict[s
 
 def results_layout(*, audit: bool) -> dict[str, dict[str, list]]:
     """TensorBoard's Custom Scalars layout: every arm on one chart for each figure a reader compares. The
-    layout cannot set a log axis; the charts whose values span decades (the deviation, ε, a diverging
-    loss) say so in their title, and each chart's y-log button turns it on. With ``audit``, one chart per
-    threat model with the arm's ε of the whole model (a claim against the canaries only where the audit's
-    report says so: ``claimed_epsilon``) and the in-run audit's estimate and lower bound."""
+    layout cannot set a log axis, so every chart is drawn linear; those whose values span decades (the
+    deviation, ε, a diverging loss) say in their title that the chart's log-scale button shows them. With
+    ``audit``, one chart per threat model with the arm's ε of the whole model (a claim against the canaries
+    only where the audit's report says so: ``claimed_epsilon``) and the in-run audit's estimate and lower
+    bound."""
     layout = {
         "results: every arm on one chart": {
             "test accuracy": ["Multiline", [f"^{RESULT_TAGS['test_accuracy']}$"]],
-            "test loss (spans decades under noise: log axis)": [
+            "test loss (spans decades under noise: press log scale)": [
                 "Multiline",
                 [f"^{RESULT_TAGS['test_loss']}$"],
             ],
-            "max deviation from fl (tiny: log axis)": ["Multiline", [f"^{RESULT_TAGS['max_deviation']}$"]],
-            "ε of the whole model vector (NbAFL, DP-FedAvg; log axis)": [
+            "max deviation from fl (tiny: press log scale)": [
+                "Multiline",
+                [f"^{RESULT_TAGS['max_deviation']}$"],
+            ],
+            "ε of the whole model vector (NbAFL, DP-FedAvg; press log scale)": [
                 "Multiline",
                 [f"^{EPSILON_WHOLE_VECTOR}$"],
             ],
-            "ε per element and round (SIFL; tiny: log axis)": ["Multiline", [f"^{EPSILON_PER_ELEMENT}"]],
+            "ε per element and round (SIFL; tiny: press log scale)": [
+                "Multiline",
+                [f"^{EPSILON_PER_ELEMENT}"],
+            ],
             "wall time per round (s)": ["Multiline", ["^system/time/round$"]],
         }
     }
@@ -154,6 +166,61 @@ HPARAM_METRICS: tuple[tuple[str, str], ...] = (
 )
 
 
+#: An arm named for its ε (``nbafl_eps5``, ``dp_fedavg_eps0p5``): its family, the ε's integer part, the rest.
+_EPS_ARM = re.compile(r"^(?P<family>.+_eps)(?P<whole>\d+)(?P<rest>p\d+)?$")
+
+
+def tensorboard_runs(arms: list[str]) -> dict[str, str]:
+    """``arm → run folder`` under ``tb/``: the arm's name, with the integer part of the ε of arms of one
+    family padded to the same width (``nbafl_eps1``, ``nbafl_eps10`` → ``nbafl_eps01``, ``nbafl_eps10``):
+    TensorBoard sorts runs as text, which would put ε = 10 and 20 before ε = 5."""
+    widths: dict[str, int] = {}
+    for arm in arms:
+        if m := _EPS_ARM.match(arm):
+            widths[m["family"]] = max(widths.get(m["family"], 0), len(m["whole"]))
+    folders = {}
+    for arm in arms:
+        m = _EPS_ARM.match(arm)
+        folders[arm] = (
+            arm if m is None else m["family"] + m["whole"].zfill(widths[m["family"]]) + (m["rest"] or "")
+        )
+    return folders
+
+
+def drop_scalars_from(folder: Path, step: int) -> None:
+    """Remove from the event files in ``folder`` the scalars of rounds ≥ ``step``: the rounds a restore or a
+    resume plays again, which are then logged once in the files, not only in TensorBoard's view of them.
+
+    Why not ``purge_step`` alone: it tells TensorBoard to hide the old events, but a reader of the raw
+    files (tbparse, ``EventAccumulator``, a notebook) would still count those rounds twice. Text, the
+    HParams session and the layout are kept (they are not per round). A file is rewritten through a
+    temporary file and a rename, so a crash leaves it whole.
+    """
+    # deferred: TensorBoard's readers, which only a resumed or restored run needs
+    from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+    from tensorboard.compat.proto import event_pb2
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    def replayed(raw: bytes) -> bool:
+        event = event_pb2.Event.FromString(raw)
+        values = event.summary.value
+        return event.step >= step and bool(values) and all(v.HasField("simple_value") for v in values)
+
+    for path in sorted(folder.glob("events.out.tfevents.*")):
+        records = list(RawEventFileLoader(str(path)).Load())
+        kept = [raw for raw in records if not replayed(raw)]
+        if len(kept) == len(records):
+            continue
+        tmp = path.with_name(f".{path.name}.tmp")
+        with open(tmp, "wb") as fh:
+            writer = RecordWriter(fh)
+            for raw in kept:
+                writer.write(raw)
+            writer.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+
+
 class RunLogger:
     """Writes one run's outputs under ``run_dir``."""
 
@@ -166,10 +233,13 @@ class RunLogger:
         hparams: dict[str, dict[str, Any]],
         tensorboard: bool = True,
         purge_step: int | None = None,
+        drop_replayed: bool = True,
     ):
         """``hparams``: per arm, the settings the HParams tab shows (name → str, float, int or bool; the
         same names for every arm). The tab shows the first five hparams by name (those whose values differ
-        first): give it the few a reader compares, the whole configuration is ``tb/_run``'s text."""
+        first): give it the few a reader compares, the whole configuration is the first arm's text.
+        ``purge_step``: the rounds from there on are played again (a resume, a restore): TensorBoard hides
+        what earlier writers logged of them, and with ``drop_replayed`` their scalars leave the files."""
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.arms = arms
@@ -179,11 +249,15 @@ class RunLogger:
             for arm, values in hparams.items()
         }
         self.config_yaml = config_yaml
+        self.folders = tensorboard_runs(arms)
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
             for arm in arms:
-                self.writers[arm] = SummaryWriter(str(self.run_dir / "tb" / arm), purge_step=purge_step)
+                folder = self.run_dir / "tb" / self.folders[arm]
+                if purge_step is not None and drop_replayed:
+                    drop_scalars_from(folder, purge_step)
+                self.writers[arm] = SummaryWriter(str(folder), purge_step=purge_step)
         atomic_write_text(self.run_dir / "config.yaml", config_yaml)
 
     def log_round(self, arm: str, t: int, metrics: dict[str, float], *, per_element: bool = False) -> None:
@@ -213,28 +287,25 @@ class RunLogger:
 
     def close(self, results: str | None = None) -> None:
         """Flush the arms' writers, each one an HParams session (its settings; its metrics are its own last
-        scalars), and record the run in ``tb/_run``: the configuration, the HParams experiment (which
-        settings and metrics the tab shows) and ``results`` (Markdown: the final figures of every arm, side
-        by side)."""
+        scalars), and record the run in the first arm's: the configuration, the HParams experiment (which
+        settings and metrics the tab shows; the plugin finds it in any run) and ``results`` (Markdown: the
+        final figures of every arm, side by side)."""
         if not self.writers:
             return
         from tensorboard.plugins.hparams import summary_v2 as hp
 
         declared = self._hparams_declared()
+        first = next(iter(self.writers.values()))
+        first.add_text("config", "```yaml\n" + self.config_yaml + "\n```", 0)
+        if results:
+            first.add_text("eval/final_results", results, 0)
+        if declared:
+            metrics = [hp.Metric(tag, display_name=name) for tag, name in HPARAM_METRICS]
+            first.file_writer.add_summary(hp.hparams_config_pb(hparams=declared, metrics=metrics))
         for arm, writer in self.writers.items():
             if self.hparams.get(arm):
                 writer.file_writer.add_summary(hp.hparams_pb(self.hparams[arm], trial_id=arm))
             writer.close()
-        from torch.utils.tensorboard import SummaryWriter
-
-        top = SummaryWriter(str(self.run_dir / "tb" / "_run"))
-        top.add_text("config", "```yaml\n" + self.config_yaml + "\n```", 0)
-        if results:
-            top.add_text("eval/final_results", results, 0)
-        if declared:
-            metrics = [hp.Metric(tag, display_name=name) for tag, name in HPARAM_METRICS]
-            top.file_writer.add_summary(hp.hparams_config_pb(hparams=declared, metrics=metrics))
-        top.close()
 
     def _hparams_declared(self) -> list[Any]:
         """The HParams experiment's settings: every name given, with the values the arms took."""
@@ -263,44 +334,3 @@ def write_summary(run_dir: Path, summary: dict[str, Any]) -> Path:
     path = Path(run_dir) / "summary.json"
     atomic_write_text(path, json.dumps(_finite(summary), indent=2, allow_nan=False))
     return path
-
-
-def format_table(rows: list[dict[str, Any]]) -> str:
-    """The end-of-run table: arm, final accuracy, Δ vs fl, max deviation, the ε figures (per element for
-    SIFL: a client's upload and the arm's global model; the whole model for NbAFL and DP-FedAvg) with their
-    δ, the neighbour relation they are stated under, wall time."""
-    header = [
-        "arm",
-        "final acc",
-        "Δ vs fl (pp)",
-        "max dev",
-        "ε per element: upload",
-        "ε per element: global model",
-        "ε whole model",
-        "δ",
-        "relation",
-        "wall s",
-    ]
-    lines = [header]
-    for r in rows:
-        lines.append(
-            [
-                r["arm"],
-                f"{100 * r['final_accuracy']:.2f}%",
-                "—" if r.get("delta_vs_fl_pp") is None else f"{r['delta_vs_fl_pp']:+.2f}",
-                "—" if r.get("max_deviation") is None else f"{r['max_deviation']:.2e}",
-                "—" if r.get("epsilon_local") is None else f"{r['epsilon_local']:.3g}",
-                "—" if r.get("epsilon_global") is None else f"{r['epsilon_global']:.3g}",
-                "—" if r.get("epsilon_whole") is None else f"{r['epsilon_whole']:.3g}",
-                "—" if r.get("delta") is None else f"{r['delta']:g}",
-                r.get("relation") or "—",
-                f"{r['wall_s']:.1f}",
-            ]
-        )
-    widths = [max(len(str(row[i])) for row in lines) for i in range(len(header))]
-    out = []
-    for j, row in enumerate(lines):
-        out.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
-        if j == 0:
-            out.append("  ".join("-" * w for w in widths))
-    return "\n".join(out)

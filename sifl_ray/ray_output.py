@@ -1,7 +1,11 @@
 """What Ray prints on a run's terminal that tells a user nothing, and the supported switches that quiet it.
 
+Colour codes first: Ray prefixes what a party prints with ``(WorkerHost pid=…)`` in ANSI colours, which
+a log file, a pipe or a notebook shows as raw escapes (``^[[36m``); ``RAY_COLOR_PREFIX=0``, read each time
+Ray prints, keeps the prefix and drops the colours where the driver's stderr is not a terminal.
+
 Two messages, both through Ray's own environment variables, read when ``ray`` is imported (so
-:func:`quiet_ray` must run before that, and does nothing once ``ray`` is in ``sys.modules``):
+:func:`quiet_ray` must set them before that, and leaves them once ``ray`` is in ``sys.modules``):
 
 * "Token authentication is enabled for this Ray cluster. Set RAY_AUTH_MODE=disabled to opt out", on every
   start of a private instance: Ray (2.5x) turns token authentication on for a new local instance when
@@ -45,9 +49,15 @@ def quiet_ray(cfg: DictConfig, environ: MutableMapping[str, str] | None = None) 
         environ: the environment to set (default ``os.environ``; tests pass a dict).
     """
     env = os.environ if environ is None else environ
+    wanted = {}
+    if not sys.stderr.isatty():
+        wanted["RAY_COLOR_PREFIX"] = "0"  # read whenever Ray prints: never too late
     if environ is None and "ray" in sys.modules:
-        return {}  # too late: Ray read its switches at import (RAY_AUTH_MODE set now would even break)
-    wanted = private_switches(cfg.ray.address)
+        # too late for the rest: Ray read them at import (RAY_AUTH_MODE set now would even break)
+        set_now = {k: v for k, v in wanted.items() if k not in env}
+        env.update(set_now)
+        return set_now
+    wanted.update(private_switches(cfg.ray.address))
     if any(f.kind == "worker_exit" for f in cfg.faults.inject):
         wanted["RAY_DEDUP_LOGS_SKIP_REGEX"] = WORKER_DIED
     set_now = {k: v for k, v in wanted.items() if k not in env}

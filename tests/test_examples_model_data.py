@@ -57,3 +57,13 @@ def test_own_data_example_splits_by_writer(tmp_path):
 def test_each_example_says_how_to_run_it(script):
     text = (ROOT / "examples" / script).read_text()
     assert f"python examples/{script}" in text and "docs/" in text
+
+
+@pytest.mark.slow
+def test_an_example_on_ray_prints_its_workers_lines_without_colour_codes(tmp_path):
+    """On Ray a worker's message comes with Ray's ``(WorkerHost pid=…)`` prefix; in a log (here a pipe) it
+    must not carry raw ANSI escapes."""
+    done = _run("own_model.py", "clients.num_clients=4", "backend=ray", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "(WorkerHost pid=" in done.stderr  # the worker's message, prefixed by Ray
+    assert "\x1b[" not in done.stdout + done.stderr

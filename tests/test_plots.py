@@ -5,6 +5,7 @@ mechanism family, the legend outside the axes, integer rounds, coinciding curves
 from __future__ import annotations
 
 import colorsys
+import itertools
 
 import pytest
 from matplotlib import colormaps
@@ -188,3 +189,30 @@ def test_a_plug_in_arm_is_drawn_in_the_colour_map_it_declares_and_a_spare_map_is
     for arm in ("plain_plot_test", "unknown_kind"):  # declared none, or not registered: a spare, not Reds
         assert all(max(abs(a - b) for a, b in zip(c, styles[arm].color, strict=True)) > 2e-3 for c in reds)
     assert styles["plain_plot_test"].color != styles["unknown_kind"].color
+
+
+def test_two_close_epsilons_get_tick_labels_that_do_not_overlap():
+    """The quickstart's per-element panel: sifl_m1 and sifl_m2 at close ε (a tenth apart, as fresh keys can
+    give), where matplotlib would label its minor ticks and the labels run into each other."""
+    arms, epsilons = {}, {}
+    for arm, eps in (("fl", None), ("sifl_m1", 4.6e-4), ("sifl_m2", 4.9e-4), ("nbafl_eps1", None)):
+        kind = arm.split("_eps")[0]
+        arms[arm] = {
+            "kind": kind,
+            "final_accuracy": 0.95,
+            "privacy": None if eps is None else {"delta": 1e-5},
+        }
+        epsilons[arm] = {"per_element": eps, "global": None, "global_round0": None, "whole": None}
+    arms["nbafl_eps1"]["final_accuracy"] = 0.09
+    epsilons["nbafl_eps1"]["whole"] = 1.0
+    summary = {"scenario": "quickstart", "arms": arms}
+    fig = accuracy_vs_epsilon_figure(summary, epsilons, summary_styles(summary, epsilons), "quickstart")
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        shown = [t for t in [*ax.get_xticklabels(), *ax.get_xticklabels(minor=True)] if t.get_text()]
+        lo, hi = ax.get_xlim()
+        shown = [t for t in shown if lo <= t.get_position()[0] <= hi]
+        assert len(shown) >= 2, ax.get_xlabel()  # a reader can still read the scale
+        boxes = sorted((t.get_window_extent(renderer) for t in shown), key=lambda b: b.x0)
+        assert all(a.x1 < b.x0 for a, b in itertools.pairwise(boxes)), [t.get_text() for t in shown]

@@ -111,7 +111,8 @@ def test_describe_json_keeps_stdout_pure_json_and_says_each_step_on_stderr():
     info = json.loads(proc.stdout)  # nothing but the JSON document
     assert info["scenario"] == "quickstart"
     lines = proc.stderr.splitlines()
-    assert [line.split(" ")[2] for line in lines] == ["1/3", "2/3", "3/3"], proc.stderr
+    # the model and the split, M1's key, M2's keys, every arm's figures
+    assert [line.split(" ")[2] for line in lines] == ["1/4", "2/4", "3/4", "4/4"], proc.stderr
     assert all(line.startswith("describe quickstart: ") for line in lines)
 
     quiet = _sifl("describe", "scenario=quickstart", "coding.key_seed=0", "--json", SIFL_PROGRESS="0")
@@ -233,7 +234,8 @@ def test_a_run_with_an_injected_worker_exit_prints_no_ray_noise(tmp_path):
     assert proc.stdout.splitlines()[-1].startswith("RESULT quickstart ")
 
 
-def test_ray_is_quieted_only_where_nothing_real_is_hidden():
+def test_ray_is_quieted_only_where_nothing_real_is_hidden(monkeypatch):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # a terminal: Ray's colours stay
     private = load_config(["scenario=quickstart"])
     assert quiet_ray(private, env := {}) == {"RAY_AUTH_MODE": "token"} and env == {"RAY_AUTH_MODE": "token"}
     # a user's own choice stays; a joined cluster keeps its own mode (token auth without a token file
@@ -242,6 +244,14 @@ def test_ray_is_quieted_only_where_nothing_real_is_hidden():
     assert quiet_ray(load_config(["scenario=quickstart", "ray.address=127.0.0.1:6379"]), {}) == {}
     drill = load_config(["scenario=quickstart", "faults.inject=[{kind: worker_exit, round: 0, worker: 0}]"])
     assert quiet_ray(drill, {})["RAY_DEDUP_LOGS_SKIP_REGEX"] == WORKER_DIED
+
+
+def test_rays_colour_codes_are_dropped_where_stderr_is_no_terminal(monkeypatch):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)  # a log file, a pipe, a notebook
+    assert quiet_ray(load_config(["scenario=quickstart"]), {})["RAY_COLOR_PREFIX"] == "0"
+    assert "RAY_COLOR_PREFIX" not in quiet_ray(
+        load_config(["scenario=quickstart"]), {"RAY_COLOR_PREFIX": "1"}
+    )
 
 
 def test_a_runs_round_lines_follow_output_progress_and_sifl_progress(monkeypatch, capsys):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sifl_ray.config import load_config
-from sifl_ray.logging import tensorboard_scalars, tensorboard_tag
+from sifl_ray.logging import tensorboard_runs, tensorboard_scalars, tensorboard_tag
 from sifl_ray.runner import Simulation, summary_table
 
 ARMS = ["fl", "sifl_m1", "sifl_m2", "nbafl", "dp_fedavg"]
@@ -80,10 +80,12 @@ def test_results_come_first_and_bookkeeping_sits_under_system(run):
         assert tags == {"privacy/epsilon_whole_vector"}, (arm, tags)
     assert not any(t.startswith("privacy/") for t in _scalar_tags(tb / "fl"))
     # no one-dot final-accuracy cards: the final figures are one table in the run's text
-    assert not any(t.startswith("final_accuracy") for a in [*arms, "_run"] for t in _scalar_tags(tb / a))
+    assert not any(t.startswith("final_accuracy") for a in arms for t in _scalar_tags(tb / a))
+    # every run TensorBoard lists is an arm's: no empty one beside them for the text and the HParams
+    assert sorted(p.name for p in tb.iterdir()) == sorted(arms)
     texts = {
         v.tag: v.tensor.string_val[0].decode()
-        for e in _events(tb / "_run")
+        for e in _events(tb / arms[0])
         for v in e.summary.value
         if v.metadata.plugin_data.plugin_name == "text"
     }
@@ -124,8 +126,10 @@ def test_custom_scalars_overlay_every_arm_on_the_results_charts(run):
     for title, patterns in charts.items():  # one chart, every arm: each pattern finds its tag in several runs
         arms_drawn = [a for a in run.history if drawn(patterns) & _scalar_tags(tb / a)]
         assert len(arms_drawn) >= 2 or "ε" in title, (title, arms_drawn)
-    for title in ("max deviation", "ε per element", "ε of the whole model"):
-        assert "log axis" in next(t for t in charts if t.startswith(title)), title
+    for title in ("max deviation", "ε per element", "ε of the whole model", "test loss"):
+        # drawn linear (a layout cannot set the axis): the title says how to see it on a log axis
+        assert "press log scale" in next(t for t in charts if t.startswith(title)), title
+    assert not any("log axis" in t for t in charts)
 
 
 def test_hparams_show_the_settings_a_reader_compares_one_session_per_arm(run):
@@ -141,7 +145,7 @@ def test_hparams_show_the_settings_a_reader_compares_one_session_per_arm(run):
             if v.tag == tag
         ]
 
-    (experiment,) = hparams_data(tb / "_run", "_hparams_/experiment")
+    (experiment,) = [e for arm in run.history for e in hparams_data(tb / arm, "_hparams_/experiment")]
     names = [h.name for h in experiment.experiment.hparam_infos]
     # the plugin ticks the first five, sorted by name: exactly the five a reader compares, no bookkeeping
     assert sorted(names) == ["coding", "scenario", "train.lr", "train.model", "train.optimizer"]
@@ -161,10 +165,12 @@ def test_hparams_show_the_settings_a_reader_compares_one_session_per_arm(run):
 
 def test_the_table_labels_each_epsilon_for_what_it_is(run):
     summary = run.summary
-    table = summary_table(summary)
+    table = summary_table(summary, width=100)
     header = table.splitlines()[0]
-    assert "ε per element: upload" in header and "ε per element: global model" in header
-    assert "ε whole model" in header and "δ" in header and "scope: summary.json" not in header
+    assert "ε upload" in header and "ε global" in header
+    assert "ε model" in header and "δ" in header and "scope: summary.json" not in header
+    assert max(len(line) for line in table.splitlines()) <= 100
+    said = " ".join(table.split())  # the notes, unwrapped
     accountant = summary["accountant"]["arms"]
     rows = {line.split()[0]: line for line in table.splitlines()[2:] if line.split()}
     # each SIFL arm's own global release: M1's broadcast, M2's global model (not its round-0 broadcast)
@@ -173,9 +179,10 @@ def test_the_table_labels_each_epsilon_for_what_it_is(run):
     m2_round0 = accountant["sifl_m2"]["broadcast"]["largest_per_round_epsilon"]
     assert f"{m1:.3g}" in rows["sifl_m1"] and f"{m2:.3g}" in rows["sifl_m2"]
     assert f"{m2_round0:.3g}" not in rows["sifl_m2"]
-    assert f"sifl_m2: round 0 is an M1 round; its broadcast's ε per element is {m2_round0:.3g}" in table
+    assert f"sifl_m2: round 0 is an M1 round; its broadcast's ε per element is {m2_round0:.3g}" in said
     assert "1e-05" in rows["nbafl_eps1"] and "1e-05" in rows["sifl_m1"]  # δ beside every ε
-    assert "ε whole model (NbAFL, DP-FedAvg): the usual (ε, δ) guarantee" in table
+    assert "ε model (NbAFL, DP-FedAvg): the usual (ε, δ) guarantee" in said
+    assert "ε upload, ε global (SIFL, per element, worst round)" in said
 
 
 def test_a_run_that_learns_nothing_says_so_and_a_scale_demo_says_it_expects_it():
@@ -190,11 +197,10 @@ def test_a_run_that_learns_nothing_says_so_and_a_scale_demo_says_it_expects_it()
         for arm, acc in (("fl", 0.099), ("sifl_m2", 0.101))
     }
     scale = {"scenario": "scale_1000", "arms": arms, "chance_accuracy": 0.1, "accountant": None}
-    assert "every arm ended at chance level (10 % = a guess): expected in a scale demo" in summary_table(
-        scale
-    )
+    said = " ".join(summary_table(scale).split())
+    assert "every arm ended at chance level (10 % = a guess): expected in a scale demo" in said
     arms["fl"]["final_accuracy"] = 0.95
-    mixed = summary_table(scale)
+    mixed = " ".join(summary_table(scale).split())
     assert "sifl_m2: final accuracy at chance level" in mixed and "scale demo" not in mixed
     arms["sifl_m2"]["final_accuracy"] = 0.95
     assert "chance" not in summary_table(scale)
@@ -212,3 +218,20 @@ def test_tags_map_each_metric_once_and_the_whole_model_epsilon_is_the_accountant
     }
     nbafl = {"privacy/epsilon_local": 1.0}
     assert tensorboard_scalars(nbafl, per_element=False) == {"privacy/epsilon_whole_vector": 1.0}
+
+
+def test_tensorboard_lists_a_family_of_arms_in_the_order_of_their_epsilon():
+    arms = [
+        "fl",
+        "nbafl_eps1",
+        "nbafl_eps5",
+        "nbafl_eps10",
+        "nbafl_eps20",
+        "dp_fedavg_eps0p5",
+        "dp_fedavg_eps1",
+    ]
+    folders = tensorboard_runs(arms)
+    nbafl = [folders[a] for a in arms if a.startswith("nbafl")]
+    assert sorted(nbafl) == nbafl == ["nbafl_eps01", "nbafl_eps05", "nbafl_eps10", "nbafl_eps20"]
+    assert sorted([folders["dp_fedavg_eps1"], folders["dp_fedavg_eps0p5"]])[0] == "dp_fedavg_eps0p5"
+    assert folders["fl"] == "fl" and tensorboard_runs(["nbafl_eps1"]) == {"nbafl_eps1": "nbafl_eps1"}

@@ -54,7 +54,7 @@ class DpFedAvgConfig:
         default_factory=lambda: [5.0],
         rule=Range(lambda v: all(e > 0 for e in v), "every ε > 0; for example dp_fedavg.epsilons=[1,5,10]"),
     )
-    delta: float = setting(1e-5, rule=PROBABILITY)
+    delta: float = setting(1e-5, rule=PROBABILITY)  # δ of every dp_fedavg arm's (ε, δ), for the accountant
     # C: every client's update Δ_i = w_i − w^t is clipped to ‖Δ_i‖ ≤ C
     clip: float = setting(1.0, rule=POSITIVE)
     # rdp | pld (dp_accounting)

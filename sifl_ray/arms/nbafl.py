@@ -32,8 +32,8 @@ class NbaflConfig:
         default_factory=lambda: [1.0],
         rule=Range(lambda v: all(e > 0 for e in v), "every ε > 0; for example nbafl.epsilons=[1,5]"),
     )
-    delta: float = setting(1e-5, rule=PROBABILITY)
-    clip: float = setting(10.0, rule=POSITIVE)
+    delta: float = setting(1e-5, rule=PROBABILITY)  # δ of every nbafl arm's (ε, δ)
+    clip: float = setting(10.0, rule=POSITIVE)  # C: a client's model is clipped to ‖w_i‖ ≤ C before the noise
     # multi_round: (ε, δ) for all T uploads of a client, L = T (NbAFL Theorem 1); per_round: L = 1, each
     # upload alone (weaker). Default multi_round: the guarantee NbAFL states and a reader of "ε" assumes.
     exposures: str = setting(

@@ -214,13 +214,7 @@ class DpFedAvgSecAgg(DpFedAvg):
         """t: the fewest clients whose masked inputs a round can unmask, and so the fewest noise shares a
         round that completes can carry (each client adds ``1/t`` of the variance: a round with more survivors
         carries more noise than the accountant needs, never less)."""
-        # deferred: cryptography, numpy, torch, which this module does not load otherwise
-        from sifl_ray.privacy.secagg import default_threshold
-
-        sa = cfg.secagg
-        expected = max(2, math.floor(float(cfg.clients.fraction) * int(cfg.clients.num_clients)))
-        closed = (expected - 1 if sa.degree is None else min(int(sa.degree), expected - 1)) + 1
-        return int(sa.threshold) if sa.threshold is not None else default_threshold(closed)
+        return round_threshold(cfg)
 
     def steps(self, ctx: ArmContext) -> PartySteps:
         # deferred: dp_accounting, numpy, torch, which this module does not load otherwise
@@ -275,6 +269,18 @@ class DpFedAvgSecAgg(DpFedAvg):
         sigma = out["noise_multiplier"] * float(cfg.dp_fedavg.clip) / math.sqrt(t)
         out.update(ring_report(cfg, clip=float(cfg.dp_fedavg.clip) + float(cfg.secagg.noise_margin) * sigma))
         return out
+
+
+def round_threshold(cfg: Any) -> int:
+    """Shamir's t of a full round (``secagg.threshold``, or the default for the round's closed
+    neighbourhoods): the fewest clients whose masked inputs the aggregator can unmask."""
+    # deferred: cryptography, numpy, torch, which this module does not load otherwise
+    from sifl_ray.privacy.secagg import default_threshold
+
+    sa = cfg.secagg
+    expected = max(2, math.floor(float(cfg.clients.fraction) * int(cfg.clients.num_clients)))
+    closed = (expected - 1 if sa.degree is None else min(int(sa.degree), expected - 1)) + 1
+    return int(sa.threshold) if sa.threshold is not None else default_threshold(closed)
 
 
 def secure_releases(upload: str, aggregate: str) -> tuple[Release, ...]:

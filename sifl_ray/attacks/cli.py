@@ -1,7 +1,7 @@
 """``sifl attack [scenario=attack_small] [arms=[sifl_m1,sifl_m2]] [key=value ...] [out_dir=PATH]``: run the
 attack suite.
 
-Loads ``scenarios/<scenario>.yaml`` over :class:`~sifl_ray.attacks.config.AttackConfig`, applies the
+Loads the scenario (of kind ``attack``) over :class:`~sifl_ray.attacks.config.AttackConfig`, applies the
 overrides, plays every arm of ``arms`` (any registered arm: ``fl``, ``sifl_m1``, ``sifl_m2``, ``nbafl``,
 yours) through the platform's own parties with every channel recorded (an m1 arm once per key design), runs
 the adversaries on what each party saw, and writes ``result.json``, ``report.md``, TensorBoard text and the
@@ -20,7 +20,18 @@ from sifl_ray.attacks.config import load_attack_config
 from sifl_ray.config import ConfigError
 from sifl_ray.progress import Progress
 
-USAGE = __doc__ or ""
+#: ``sifl attack --help``: plain text, what a terminal shows (the module's docstring is for the API docs).
+USAGE = """usage: sifl attack [scenario=attack_small] [arms=[sifl_m1,sifl_m2]] [key=value ...] [out_dir=PATH]
+
+Runs the attack suite: plays every arm of arms (any registered arm: fl, sifl_m1, sifl_m2, nbafl, yours)
+through the platform's own parties on the scenario's small task, records every channel (an m1 arm once per
+key design), runs the adversaries on what each party saw, and audits each arm's DP claim. Writes
+result.json, report.md, TensorBoard text and the recorded transcripts to out_dir (default
+runs/attack/<scenario>/<date-time>/); prints a table of the arms attacked and, last, one RESULT line
+(none for a figure of an arm not attacked).
+  the attack scenarios (kind: attack):  sifl list
+  what each attack measures:            docs/attacks.md
+"""
 
 
 def attack_main(argv: list[str] | None = None) -> int:

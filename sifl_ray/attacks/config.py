@@ -1,4 +1,4 @@
-"""The attack suite's configuration: a typed schema, ``scenarios/attack_*.yaml``, ``key=value`` overrides.
+"""The attack suite's configuration: a typed schema, a scenario of kind ``attack``, ``key=value`` overrides.
 
 Why a schema of its own: the attack suite simulates a small model (its own synthetic task, ``model`` and
 ``data``) and compares several key designs at once (``designs``, ``contrast``, ``m2``, ``audit``). Where a

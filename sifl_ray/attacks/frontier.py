@@ -332,7 +332,7 @@ RENAMED: dict[str, str] = {
 
 
 def _scenario_values(name: str) -> dict[str, Any]:
-    """n, |D_i| and the keys of :data:`READS` of the run's scenario ``scenarios/NAME.yaml``, dotted.
+    """n, |D_i| and the keys of :data:`READS` of the run's scenario ``NAME``, dotted.
 
     Raises:
         ConfigError: the scenario does not load.

@@ -13,7 +13,7 @@ One package, one module per concern:
   method's fixed choices, so that validation never loads torch;
 - :mod:`~sifl_ray.config.checks`: what spans several keys;
 - :mod:`~sifl_ray.config.load`: a run's configuration, from scenario and overrides;
-- :mod:`~sifl_ray.config.scenarios`: the bundled scenarios and which command plays each;
+- :mod:`~sifl_ray.config.scenarios`: the shipped scenarios and a user's, and which command plays each;
 - :mod:`~sifl_ray.config.help`: ``sifl config``, every key with its value, default, type, choices, meaning;
 - :mod:`~sifl_ray.config.import_paths` and :mod:`~sifl_ray.config.plugins`: a user's own code, named by
   import path or loaded before the configuration is read.
@@ -32,8 +32,11 @@ from sifl_ray.config.registry import Registry, RegistryError
 from sifl_ray.config.scenarios import (
     SCENARIO_COMMANDS,
     SCENARIO_DIR,
+    USER_SCENARIOS,
     ScenarioKindError,
+    load_yaml,
     read_scenario,
+    scenario_files,
     scenario_kinds,
     scenario_names,
     scenario_path,
@@ -73,6 +76,7 @@ __all__ = [
     "RULES",
     "SCENARIO_COMMANDS",
     "SCENARIO_DIR",
+    "USER_SCENARIOS",
     "Choice",
     "ClientsConfig",
     "CodingConfig",
@@ -95,8 +99,10 @@ __all__ = [
     "load_config",
     "load_plugins",
     "load_run_config",
+    "load_yaml",
     "parse_overrides",
     "read_scenario",
+    "scenario_files",
     "scenario_kinds",
     "scenario_names",
     "scenario_path",

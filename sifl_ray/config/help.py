@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import difflib
 import functools
 import inspect
 import io
@@ -25,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sifl_ray.config.components import ARMS
 from sifl_ray.config.load import RULES, scenario_schema
-from sifl_ray.config.validation import Choice, Range, rule_of
+from sifl_ray.config.validation import Choice, ConfigError, Range, rule_of
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,12 @@ def _module_comments(module: str) -> dict[str, dict[str, str]]:
     return out
 
 
+def _meaning(cls: type, name: str) -> str:
+    """The comment of field ``name`` in the class that declares it: ``cls`` or a base (the run's schema is
+    a class made at run time over :class:`~sifl_ray.config.schema.ScenarioConfig`, with its fields)."""
+    return next((text for base in cls.__mro__ if (text := field_comments(base).get(name))), "")
+
+
 def _type_name(annotation: Any) -> str:
     text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
     return text.replace("typing.", "")
@@ -118,12 +125,36 @@ def describe_keys(cfg: DictConfig) -> list[KeyHelp]:
                     default=default,
                     type=_type_name(f.type),
                     allowed=_allowed(key, f),
-                    meaning=field_comments(cls).get(f.name, ""),
+                    meaning=_meaning(cls, f.name),
                 )
             )
 
     walk(scenario_schema(), "", values)
     return out
+
+
+def select_keys(keys: list[KeyHelp], wanted: list[str]) -> list[KeyHelp]:
+    """The keys named by ``wanted``: a section (``train``: its every key), a key (``train.lr``) or a section
+    within one (``coding.noise``); all of them where ``wanted`` is empty.
+
+    Raises:
+        ConfigError: a name that is no section or key, with the nearest one and the sections there are.
+    """
+    chosen = [k for k in keys if not wanted or any(k.key == w or k.key.startswith(f"{w}.") for w in wanted)]
+    names = {k.key for k in keys} | {k.key.rsplit(".", 1)[0] for k in keys if "." in k.key}
+    unknown = [w for w in wanted if w not in names]
+    if unknown:
+        sections = sorted({k.key.split(".")[0] for k in keys if "." in k.key})
+        problems = []
+        for w in unknown:
+            close = difflib.get_close_matches(w, sorted(names), n=1)
+            tip = f"did you mean {close[0]}? " if close else ""
+            problems.append(
+                f"sifl config {w}: no such section or key; {tip}sections: {', '.join(sections)} "
+                "(sifl config SECTION, or sifl config SECTION.KEY)"
+            )
+        raise ConfigError(problems)
+    return chosen
 
 
 def format_keys(keys: list[KeyHelp]) -> str:

@@ -28,7 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sifl_ray.config.checks import cross_checks, fault_checks
 from sifl_ray.config.components import DATASETS, load_components
-from sifl_ray.config.scenarios import read_scenario, scenario_kinds, scenario_path
+from sifl_ray.config.scenarios import read_scenario, scenario_kinds, scenario_path, yaml_problem
 from sifl_ray.config.schema import ScenarioConfig
 from sifl_ray.config.sections import SectionError, owners, sections
 from sifl_ray.config.validation import ConfigError, Rules, parse_overrides, refuse_renamed, set_path, validate
@@ -78,8 +78,8 @@ def load_config(
 
     Args:
         overrides: ``key=value`` strings (dotted keys; YAML values), applied over the scenario.
-            ``scenario=NAME`` picks the scenario file ``scenarios/NAME.yaml``; a path to a ``.yaml`` file
-            also works.
+            ``scenario=NAME`` picks the scenario of that name (shipped, or in a folder of
+            ``SIFL_SCENARIOS``); a path to a ``.yaml`` file also works.
         scenario: the scenario if not given in ``overrides`` (default ``quickstart``).
         sections: a scenario given as a mapping of sections (what a scenario file holds) instead of a
             file (:func:`sifl_ray.api.simulate`); ``scenario`` names it (default ``custom``).
@@ -128,7 +128,7 @@ def load_run_config(path: str | Path) -> DictConfig:
     except FileNotFoundError:
         raise ConfigError([f"{path}: missing; is this a run folder (made by sifl run)?"]) from None
     except yaml.YAMLError as err:
-        raise ConfigError([f"{path}: not valid YAML ({err.__class__.__name__})"]) from None
+        raise ConfigError([yaml_problem(path, err)]) from None
     if not isinstance(raw, dict):
         raise ConfigError([f"{path}: expected a mapping of sections, got {type(raw).__name__}"])
     return _validated(raw, [])

@@ -14,6 +14,7 @@ Nothing here imports a registry's module at import time: each is read when a val
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,9 @@ from sifl_ray.config import names
 from sifl_ray.config.components import DATASETS, PARTITIONERS
 from sifl_ray.config.import_paths import is_import_path
 from sifl_ray.config.validation import AT_LEAST_1, NONNEG, POSITIVE, PROBABILITY, Choice, Range, setting
+
+#: What ``output.name`` may be: one folder's name, one word of the RESULT line.
+RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 DEFAULT_ARMS = ("fl", "sifl_m1", "sifl_m2", "nbafl")  # the arms a scenario runs when it lists none
 
@@ -78,7 +82,7 @@ class DataConfig:
         ),
     )
     limit_train: int | None = None  # keep a random subset of the training set (scaled-down runs)
-    limit_test: int | None = None
+    limit_test: int | None = None  # keep a random subset of the test set (faster evaluation)
     # the share of samples held out for testing by a data set without a test set of its own (digits,
     # mnist_sample, arrays and leaf without one, yours)
     test_fraction: float = setting(0.25, rule=PROBABILITY)
@@ -90,7 +94,7 @@ class DataConfig:
 class ClientsConfig:
     """Who takes part: how many clients and how each round samples them."""
 
-    num_clients: int = setting(10, rule=AT_LEAST_1)
+    num_clients: int = setting(10, rule=AT_LEAST_1)  # N: the clients the training set is split over
     # fraction of clients sampled each round (at least one)
     fraction: float = setting(1.0, rule=Range(lambda v: 0 < v <= 1, "a number in (0, 1]"))
     # fixed: exactly ⌈fraction·N⌉ clients a round; poisson: each client with probability fraction (a round
@@ -114,12 +118,12 @@ class TrainConfig:
             names.OPTIMIZERS.names, more=names.torch_optimizer_names, more_label="a torch.optim class name"
         ),
     )
-    lr: float = setting(0.05, rule=POSITIVE)
-    batch_size: int = setting(32, rule=AT_LEAST_1)
-    local_epochs: int = setting(1, rule=AT_LEAST_1)
+    lr: float = setting(0.05, rule=POSITIVE)  # the clients' learning rate (the optimizer's step size)
+    batch_size: int = setting(32, rule=AT_LEAST_1)  # a client's minibatch size
+    local_epochs: int = setting(1, rule=AT_LEAST_1)  # passes over its data a client makes in a round
     local_steps: int = setting(0, rule=NONNEG)  # > 0: this many local steps instead of epochs
-    rounds: int = setting(20, rule=AT_LEAST_1)
-    eval_batch_size: int = setting(2048, rule=AT_LEAST_1)
+    rounds: int = setting(20, rule=AT_LEAST_1)  # global rounds (T) every arm plays
+    eval_batch_size: int = setting(2048, rule=AT_LEAST_1)  # the evaluator's batch on the test set
     # model/training dtype (coding is always float64); float64 isolates coding error
     dtype: str = setting("float32", rule=Choice(lambda: ("float32", "float64")))
     skip_training: bool = False  # no-op clients (benchmarks of framework overhead)
@@ -132,6 +136,7 @@ class TrainConfig:
 class NoiseConfig:
     """The law of SIFL's two noises (the server's r1 / R1 and the aggregator's R2)."""
 
+    # the law of the noises: gaussian (σ = sigma1, sigma2) | laplace (scale b = sigma1, sigma2)
     distribution: str = setting("gaussian", rule=Choice(lambda: names.NOISE_DISTRIBUTIONS))
     sigma1: float = setting(1e3, rule=NONNEG)  # server noise r1 / R1: std (gaussian) or scale b (laplace)
     sigma2: float = setting(1e3, rule=NONNEG)  # aggregator noise R2
@@ -143,6 +148,7 @@ class PrecisionConfig:
     about) before training."""
 
     tolerance: float = setting(1e-5, rule=POSITIVE)  # largest acceptable predicted per-round decode error
+    # refuse: a coding predicted above the tolerance is an error before training; warn: it runs, warned
     policy: str = setting("refuse", rule=Choice(lambda: names.PRECISION_POLICIES))
 
 
@@ -157,6 +163,7 @@ class CodingConfig:
     """The immersion codes (docs/method.md "Choosing the matrices")."""
 
     backend: str = setting("fast", rule=Choice(names.immersion_backends))  # fast | dense | block
+    # the left inverse of the server code: oblique (the paper's, with a kernel term) | pinv (orthogonal)
     left_inverse: str = setting("oblique", rule=Choice(lambda: names.LEFT_INVERSES))
     # ñ − n
     n_extra: int = setting(
@@ -185,7 +192,7 @@ class PrivacyConfig:
     """SIFL's ε inputs: the clip C behind the sensitivities 2C/|D_i| and 2C/|D|, and δ."""
 
     clip: float = setting(1000.0, rule=POSITIVE)  # C used for SIFL's sensitivities 2C/|D_i| and 2C/|D|
-    delta: float = setting(1e-5, rule=PROBABILITY)
+    delta: float = setting(1e-5, rule=PROBABILITY)  # δ of SIFL's (ε, δ) per element
 
 
 @dataclass
@@ -198,7 +205,7 @@ class RayConfig:
     address: str | None = None
     # client workers; 0 → one per available CPU (at most the number of clients)
     num_workers: int = setting(0, rule=NONNEG)
-    cpus_per_worker: float = setting(1.0, rule=NONNEG)
+    cpus_per_worker: float = setting(1.0, rule=NONNEG)  # CPUs Ray reserves for each client worker
     # fractional GPUs per client worker (0: the workers train on CPUs)
     gpus_per_worker: float = setting(0.0, rule=NONNEG)
     # fractional GPU for the evaluator (simulation only; 0: on a CPU)
@@ -222,10 +229,18 @@ class RayConfig:
 class OutputConfig:
     """What a run writes: the run folder, TensorBoard, the plot, progress and checkpoints."""
 
-    dir: str = "runs"
-    tensorboard: bool = True
-    plot: bool = True
-    progress: bool = True
+    dir: str = "runs"  # where run folders are made
+    # the run's name: its folder (output.dir/<name>/<date-time>) and the RESULT tag; None: the scenario's
+    name: str | None = setting(
+        None,
+        rule=Range(
+            lambda v: bool(RUN_NAME.fullmatch(v)),
+            "a name of letters, digits, '.', '_' or '-' (a folder's name and the RESULT tag), e.g. lr_0.05",
+        ),
+    )
+    tensorboard: bool = True  # write TensorBoard event files (<run folder>/tb)
+    plot: bool = True  # draw accuracy.png (and accuracy_vs_epsilon.png where arms state an ε)
+    progress: bool = True  # print a line per round (a bar on a terminal)
 
 
 @dataclass
@@ -266,6 +281,7 @@ class FaultsConfig:
     max_retries: int = setting(2, rule=NONNEG)
     # server / aggregator / evaluator restores per run before the run gives up
     max_restores: int = setting(3, rule=NONNEG)
+    # faults to inject, for drills and tests: a list of events (kind, round, ...: sifl_ray.faults)
     inject: list[FaultEventConfig] = field(default_factory=list)
 
 
@@ -303,11 +319,12 @@ class ScenarioConfig:
     components declare (:mod:`sifl_ray.config.sections`) are merged in by
     :func:`sifl_ray.config.load.scenario_schema`."""
 
-    scenario: str = "quickstart"
-    seed: int = 0
+    scenario: str = "quickstart"  # the scenario's name (its file's, or scenario= on the command line)
+    seed: int = 0  # the run seed: the split, the initial model, the minibatches, the sampling, the noises
     # what hosts the parties: ray (a process per party, on this machine or a cluster: the ray section) or
     # local (every party in this process, the same parties and the same numbers)
     backend: str = setting("ray", rule=names.BACKENDS.choice())
+    # the arms played side by side on the same data, initial model and minibatches (docs/privacy.md)
     arms: list[str] = field(default_factory=lambda: list(DEFAULT_ARMS))
     data: DataConfig = field(default_factory=DataConfig)
     clients: ClientsConfig = field(default_factory=ClientsConfig)

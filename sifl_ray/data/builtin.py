@@ -45,6 +45,13 @@ def mnist_sample(seed: int, test_fraction: float) -> Dataset:
     return load_dataset("mnist_sample", seed=seed, test_fraction=test_fraction)
 
 
+#: What to run instead of a downloaded data set on a machine without its files or a network: a set that
+#: ships with the installed packages (the message of a missing or unobtainable file ends with it).
+OFFLINE = {
+    "mnist": "; offline, data.name=mnist_sample runs on 5,000 real MNIST digits that ship with the install",
+}
+
+
 def _files_present(folder: str) -> Callable[[DictConfig], list[str]]:
     """The rule of a downloaded data set: with ``data.download=false`` its files must already be there,
     in ``<root>/<name>/`` or torchvision's ``<root>/<folder>/``."""
@@ -58,12 +65,13 @@ def _files_present(folder: str) -> Callable[[DictConfig], list[str]]:
         if not root.is_dir():
             return [
                 f"data.root: expected an existing folder with the IDX files, got {str(root)!r} (missing); "
-                "create it, point data.root at it, or set data.download=true"
+                f"create it, point data.root at it, or set data.download=true{OFFLINE.get(data.name, '')}"
             ]
         if not any(p.is_dir() for p in layouts):
             return [
                 f"data.root: no {data.name} folder in {str(root)!r} (expected {layouts[0]}/ with the IDX "
                 "files, or torchvision's layout); put the files there or set data.download=true"
+                + OFFLINE.get(data.name, "")
             ]
         return []
 

@@ -184,6 +184,7 @@ def partition_iid(labels: np.ndarray, num_clients: int, generator: np.random.Gen
 class DirichletSettings:
     """Dirichlet label skew's knob (section ``dirichlet``)."""
 
+    # the Dirichlet concentration of each client's label mix: small, few labels a client; large, near IID
     alpha: float = setting(0.5, rule=Range(lambda v: v > 0, "a number > 0 (smaller means more label skew)"))
 
 
@@ -376,3 +377,27 @@ def partition_dataset(
         raise ValueError(f"partition scheme {scheme!r} declares no settings; got {dict(settings)}")
     generator = numpy_generator(seed, "partition", scheme)
     return partitioner.function(labels, num_clients, generator=generator, **options)
+
+
+def partition_report(
+    parts: Sequence[np.ndarray], labels: np.ndarray, num_classes: int, *, scheme: str
+) -> dict[str, Any]:
+    """What a split gave each client, for ``sifl describe`` and ``summary.json``: its size and its label
+    histogram (``label_histogram[i][c]``: client i's samples of class c), with the smallest, median and
+    largest size and the fewest and most classes a client holds (a ``natural`` or Dirichlet split is
+    uneven, and the ε of a record-level guarantee depends on the smallest client)."""
+    labels = np.asarray(labels)
+    sizes = [len(p) for p in parts]
+    histogram = [np.bincount(labels[p], minlength=num_classes).astype(int).tolist() for p in parts]
+    classes = [sum(1 for c in row if c) for row in histogram]
+    return {
+        "scheme": scheme,
+        "clients": len(parts),
+        "sizes": sizes,
+        "size_min": int(min(sizes)),
+        "size_median": float(np.median(sizes)),
+        "size_max": int(max(sizes)),
+        "classes_per_client_min": int(min(classes)),
+        "classes_per_client_max": int(max(classes)),
+        "label_histogram": histogram,
+    }

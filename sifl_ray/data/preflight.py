@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from sifl_ray.config.import_paths import ImportPathError, import_object, is_import_path
 from sifl_ray.config.validation import ConfigError
+from sifl_ray.data.builtin import OFFLINE
 from sifl_ray.data.download import (
     MNIST_CHECKSUMS,
     CorruptFileError,
@@ -111,7 +112,12 @@ def _check_own(cfg: DictConfig) -> None:
 
 
 def data_problem(err: DatasetError | IDXFormatError, cfg: DictConfig) -> str:
-    """The configuration problem ``err`` is, in ``sifl run``'s keys: what is wrong, then the fix."""
+    """The configuration problem ``err`` is, in ``sifl run``'s keys: what is wrong, then the fix, and for a
+    data set that must be fetched, the one that ships with the install (:data:`OFFLINE`)."""
+    return _data_problem(err, cfg) + OFFLINE.get(str(cfg.data.name), "")
+
+
+def _data_problem(err: DatasetError | IDXFormatError, cfg: DictConfig) -> str:
     key = getattr(err, "key", None)  # a user's data (sifl_ray.data.own), a partition: the key is known
     if key is not None and isinstance(err, DatasetError):
         return f"{key}: {err.problem}" + (f"; {err.fix}" if err.fix else "")

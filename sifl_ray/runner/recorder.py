@@ -31,6 +31,7 @@ from sifl_ray.runner.summary import (
     result_line,
     round_incidents,
     round_line,
+    run_name,
     summarise,
 )
 from sifl_ray.specs import Coding
@@ -62,9 +63,11 @@ class Recorder:
         self.logger: RunLogger | None = None
         self.audit: dict[str, dict[str, Any]] = {}  # arm → the in-run audit's latest figures
 
-    def open(self, *, purge_step: int | None) -> None:
+    def open(self, *, purge_step: int | None, keep_replayed: bool = False) -> None:
         """(Re)open the TensorBoard writers; ``purge_step=t`` makes TensorBoard drop the steps ≥ t that an
-        earlier writer left (a round replayed after a restore or a resume is then logged once)."""
+        earlier writer left (a round replayed after a restore or a resume is then shown once), and, unless
+        ``keep_replayed``, removes their scalars from the event files too (a resume: a reader of the raw
+        files then counts each round once)."""
         if self.logger is not None:
             for writer in self.logger.writers.values():  # not close(): the run is not over
                 writer.close()
@@ -75,6 +78,7 @@ class Recorder:
             hparams={arm: arm_hparams(self.cfg, arm) for arm in self.arms},
             tensorboard=self.cfg.output.tensorboard,
             purge_step=purge_step,
+            drop_replayed=not keep_replayed,
         )
         self.logger.chart(audit=bool(self.cfg.audit.canaries))
 
@@ -216,17 +220,17 @@ class Recorder:
         if cfg.output.plot:
             epsilons = arm_epsilons(summary)
             styles = summary_styles(summary, epsilons)
-            plot_accuracy(self.run_dir, driver.history, styles, f"{cfg.scenario}: test accuracy")
-            title = f"{cfg.scenario}: final accuracy against ε"
+            plot_accuracy(self.run_dir, driver.history, styles, f"{run_name(cfg)}: test accuracy")
+            title = f"{run_name(cfg)}: final accuracy against ε"
             plot_accuracy_vs_epsilon(self.run_dir, summary, epsilons, styles, title)
-            plot_audit(self.run_dir, summary, f"{cfg.scenario}: the in-run audit against the claimed ε")
+            plot_audit(self.run_dir, summary, f"{run_name(cfg)}: the in-run audit against the claimed ε")
         self.logger.close(results=results_markdown(summary))
         return RunResult(self.run_dir, summary, history=driver.history, result_line=result_line(summary))
 
 
 def arm_hparams(cfg: DictConfig, arm: str) -> dict[str, Any]:
     """The settings TensorBoard's HParams tab shows for ``arm`` (five: the tab's default; every other
-    setting is in ``tb/_run``'s config text): the scenario, the model, optimizer and learning rate, and
+    setting is in the first arm's config text): the scenario, the model, optimizer and learning rate, and
     the arm's coding (``plain``, ``m1``, ``m2``). The arm itself is the session's name."""
     return {
         "scenario": str(cfg.scenario),
@@ -238,7 +242,7 @@ def arm_hparams(cfg: DictConfig, arm: str) -> dict[str, Any]:
 
 
 def results_markdown(summary: dict[str, Any]) -> str:
-    """Every arm's final figures side by side, as a Markdown table (TensorBoard's text tab, ``tb/_run``):
+    """Every arm's final figures side by side, as a Markdown table (TensorBoard's text tab, first arm's run):
     accuracy, its difference to fl, loss, the deviation from fl, and the ε figures with their δ (a whole
     model's ε covers the rounds its scope in ``summary.json`` says)."""
     eps = arm_epsilons(summary)

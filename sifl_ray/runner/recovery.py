@@ -99,7 +99,9 @@ def recover(sim: Run, lost: PartyLost) -> int:
         "replayed_from_round": resume_at,
         "restore_s": round(time.perf_counter() - tic, 3),
     }
-    sim.recorder.open(purge_step=resume_at)
+    # a restore keeps the replayed rounds in the raw event files: a round released twice within one run is
+    # on record (the audit's tests read it there); TensorBoard's view shows the replay only
+    sim.recorder.open(purge_step=resume_at, keep_replayed=True)
     sim.recorder.restored(record, event="restored", step=resume_at)
     say(
         f"round {lost.round} {lost.arm}: {lost}; restored it from "

@@ -44,7 +44,7 @@ from sifl_ray.runner.state import (
     is_checkpoint_error,
     open_resume,
 )
-from sifl_ray.runner.summary import RunResult
+from sifl_ray.runner.summary import RunResult, run_name
 from sifl_ray.runner.workload import load_workload
 
 
@@ -147,6 +147,7 @@ class Simulation:
         say(f"loading {cfg.data.name} for {clients} clients while the server and aggregator start")
         work = load_workload(cfg, self.num_workers)
         self.dataset, self.sizes, self.owner = work.dataset, work.sizes, work.owner
+        self.partition = work.partition
         self.model_spec, self.w0, self.n = work.model_spec, work.w0, work.n
         self.pool.host_shards(self.n + cfg.coding.n_extra)  # the largest encoded vector of any arm
         for ev in self.plan.events:
@@ -424,6 +425,7 @@ class Simulation:
                 checkpoint_dir=str(self.checkpoints.store.root),
                 placement=placement,
                 startup=self.startup(),
+                partition=self.partition,
             )
         finally:
             if closing is not None:
@@ -454,9 +456,9 @@ class Simulation:
 
 
 def new_run_dir(cfg: DictConfig) -> Path:
-    """A fresh run folder: ``output.dir/<scenario>/<date-time>``."""
+    """A fresh run folder: ``output.dir/<name>/<date-time>`` (the name: ``output.name`` or the scenario's)."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
-    return Path(cfg.output.dir) / cfg.scenario / stamp
+    return Path(cfg.output.dir) / run_name(cfg) / stamp
 
 
 def cpu_count() -> int:

@@ -44,6 +44,12 @@ class RoundIncidents:
     messages: list[str]
 
 
+def run_name(cfg: DictConfig) -> str:
+    """The run's name: ``output.name``, else the scenario's; it names the run folder and the RESULT tag, so
+    that runs of one scenario with different settings can be told apart."""
+    return str(cfg.output.name or cfg.scenario)
+
+
 def record_text(record: dict) -> str:
     """A record as a Markdown list (TensorBoard text: privacy figures, faults, restores)."""
     return "\n".join(f"- **{k}**: {v}" for k, v in record.items())
@@ -157,6 +163,7 @@ def summarise(
     checkpoint_s: list[float],
     placement: dict[str, Any] | None = None,
     startup: dict[str, float | None] | None = None,
+    partition: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``summary.json``: per arm (in ``history``'s order) the final figures, timings and incidents; the
     run's sizes, precision claims, privacy scope, faults, restores and checkpoints.
@@ -167,6 +174,7 @@ def summarise(
         checkpoint_dir: where checkpoints go (reported only when ``checkpoint.every`` is set).
         placement: the node of every party (Ray; ``None`` in-process).
         startup: where the run's start went (:meth:`~sifl_ray.runner.Simulation.startup`).
+        partition: every client's size and label histogram (:func:`sifl_ray.data.partition.partition_report`).
     """
     fl_final = history["fl"][-1]["test_accuracy"] if "fl" in history else None
     arms = {
@@ -180,6 +188,7 @@ def summarise(
     )
     return {
         "scenario": cfg.scenario,
+        "name": run_name(cfg),
         "run_dir": str(run_dir),
         "n": n,
         "n_tilde": n + cfg.coding.n_extra,
@@ -190,6 +199,7 @@ def summarise(
         "backend": backend,
         "placement": placement,
         "startup": startup,
+        "partition": partition,
         "deviation_estimate": estimate,
         "round_bound": round_bound,
         "evaluator": EVALUATOR,
@@ -368,14 +378,15 @@ def round_line(t: int, total: int, elapsed: float, accuracies: dict[str, float],
 
 
 def result_line(summary: dict[str, Any]) -> str:
-    """The one-line result: ``RESULT <scenario> <arm>=<acc> ... max_dev_<arm>=<x> ...
+    """The one-line result: ``RESULT <name> <arm>=<acc> ... max_dev_<arm>=<x> ...
     eps_per_element_<arm>=<ε> (SIFL) ... eps_<arm>=<ε> (NbAFL, DP-FedAvg) ... dev_estimate=<e> round_bound=<b>
     run_dir=<p>``.
 
+    ``<name>`` is ``output.name``, or the scenario's where none is set (:func:`run_name`).
     ``dev_estimate`` is the additive estimate of the paired deviation (an estimate: training can amplify);
     ``round_bound`` the rigorous float64 bound on one round's coding error (the worst SIFL arm).
     """
-    parts = [f"RESULT {summary['scenario']}"]
+    parts = [f"RESULT {summary.get('name') or summary['scenario']}"]
     parts += [f"{arm}={a['final_accuracy']:.4f}" for arm, a in summary["arms"].items()]
     parts += [
         f"max_dev_{arm}={a['max_deviation']:.3e}"

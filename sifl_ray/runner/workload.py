@@ -5,7 +5,7 @@ resumed run) sees the same.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from sifl_ray.config.sections import component_section
 from sifl_ray.data import partition_dataset
 from sifl_ray.data.own import load_any_dataset
+from sifl_ray.data.partition import partition_report
 from sifl_ray.models import build_model, flatten_params, resolve_model_factory
 from sifl_ray.seeding import torch_generator
 from sifl_ray.specs import ModelSpec
@@ -55,6 +56,7 @@ class Workload:
     owner: dict[int, int]  # client → its worker
     model_spec: ModelSpec
     w0: torch.Tensor  # the initial model, float64
+    partition: dict[str, Any] = field(default_factory=dict)  # every client's size and labels (summary.json)
 
     @property
     def n(self) -> int:
@@ -121,4 +123,7 @@ def load_workload(cfg: DictConfig, num_workers: int) -> Workload:
         owner={int(c): k for k, cs in enumerate(owners) for c in cs},
         model_spec=model_spec,
         w0=flatten_params(net).to(torch.float64),
+        partition=partition_report(
+            parts, np.asarray(dataset.y_train), int(dataset.num_classes), scheme=str(cfg.data.partition)
+        ),
     )

@@ -8,7 +8,7 @@
 #   tests/mutation/run.sh NAME...         # only these mutants (the survivors of the last run, say)
 #
 # mutmut writes a mutants/ folder beside the code it mutates, and reads its configuration from the current
-# folder; to keep both out of the checkout, the code, the tests and the scenarios are copied to a staging
+# folder; to keep both out of the checkout, the code (its scenarios included) and the tests are copied to a staging
 # folder ($STAGE) with this folder's setup.cfg, and mutmut runs there. Results stay in $STAGE/mutants
 # (`cd $STAGE && mutmut results`, `mutmut show NAME`); a rerun in the same $STAGE only retries what changed.
 set -euo pipefail
@@ -19,7 +19,7 @@ jobs="${JOBS:-1}"
 limit="${TIMEOUT:-3000}"
 
 mkdir -p "$stage"
-for path in sifl_ray tests scenarios; do
+for path in sifl_ray tests; do  # the scenarios are package data, in sifl_ray/scenarios
     rm -rf "${stage:?}/$path"
     cp -a "$repo/$path" "$stage/$path"  # -a: mtimes kept, so mutmut keeps the mutants and verdicts it has
 done
