@@ -29,6 +29,7 @@ WHAT = {
     "gpu": "every GPU measurement in one command, for a lent GPU machine (--quick)",
     "startup": "where the fixed cost of python run.py goes, measured from outside",
     "wheelhouse": "the wheels that carry the platform to a GPU machine with no internet",
+    "check": "every bench's last ratio against its target and its recorded history (--record)",
 }
 
 

@@ -42,8 +42,8 @@ def run_scenario(
         Interrupted: the run was interrupted.
     """
     run_dir = Path(run_dir) if run_dir else new_run_dir(cfg)
-    say(f"run folder: {run_dir}")  # first, so that a user knows where it is before anything fails
     try:
+        say(f"run folder: {run_dir}")  # first, so that a user knows where it is before anything fails
         sim = Simulation(cfg, backend=backend, hosts=hosts, run_dir=run_dir, startup_marks=startup_marks)
     except KeyboardInterrupt:
         raise Interrupted(interrupted_message(cfg, run_dir, default_key_dir(cfg, run_dir))) from None
