@@ -14,10 +14,17 @@ from typing import Any
 from omegaconf import DictConfig
 
 from sifl_ray.arms import arm_of
+from sifl_ray.clock.stage import Clock
 from sifl_ray.config import to_yaml
 from sifl_ray.faults import FaultJournal
 from sifl_ray.logging import RunLogger
-from sifl_ray.plots import plot_accuracy, plot_accuracy_vs_epsilon, plot_audit, summary_styles
+from sifl_ray.plots import (
+    plot_accuracy,
+    plot_accuracy_vs_epsilon,
+    plot_accuracy_vs_time,
+    plot_audit,
+    summary_styles,
+)
 from sifl_ray.progress import progress_enabled
 from sifl_ray.round import RoundResult
 from sifl_ray.runner.parties import say
@@ -61,6 +68,7 @@ class Recorder:
         self.arms = list(driver.arms)
         self.logger: RunLogger | None = None
         self.audit: dict[str, dict[str, Any]] = {}  # arm → the in-run audit's latest figures
+        self.clock: Clock | None = None  # the run's simulated clock (None: off)
 
     def open(self, *, purge_step: int | None) -> None:
         """(Re)open the TensorBoard writers; ``purge_step=t`` makes TensorBoard drop the steps ≥ t that an
@@ -76,7 +84,7 @@ class Recorder:
             tensorboard=self.cfg.output.tensorboard,
             purge_step=purge_step,
         )
-        self.logger.chart(audit=bool(self.cfg.audit.canaries))
+        self.logger.chart(audit=bool(self.cfg.audit.canaries), clock=self.clock is not None)
 
     def privacy(self, privacy: dict[str, dict[str, Any]]) -> None:
         """Each arm's privacy figures, once, at the start of a fresh run."""
@@ -205,6 +213,8 @@ class Recorder:
         )
         for arm, figures in self.audit.items():
             summary["arms"][arm]["audit"] = figures
+        if self.clock is not None:
+            summary["clock"] = self.clock.describe()
         summary["chance_accuracy"] = chance_accuracy
         for message in end_of_run_messages(summary, precision):
             say(message)
@@ -220,6 +230,9 @@ class Recorder:
             title = f"{cfg.scenario}: final accuracy against ε"
             plot_accuracy_vs_epsilon(self.run_dir, summary, epsilons, styles, title)
             plot_audit(self.run_dir, summary, f"{cfg.scenario}: the in-run audit against the claimed ε")
+            if self.clock is not None:
+                title = f"{cfg.scenario}: test accuracy against the simulated clock"
+                plot_accuracy_vs_time(self.run_dir, driver.history, styles, title, cfg.clock.target_accuracy)
         self.logger.close(results=results_markdown(summary))
         return RunResult(self.run_dir, summary, history=driver.history, result_line=result_line(summary))
 

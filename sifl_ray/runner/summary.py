@@ -15,6 +15,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from sifl_ray.arms import arm_of
+from sifl_ray.clock.report import arm_clock
 from sifl_ray.round import RoundResult
 
 
@@ -272,6 +273,8 @@ def _arm_summary(
     }
     if any("secagg/quantisation_bound" in r for r in rows):
         out["secure_aggregation"] = secure_aggregation_summary(rows)
+    if all("clock/elapsed_s" in r for r in rows):
+        out["clock"] = arm_clock(rows, cfg.clock.target_accuracy)
     return out
 
 
