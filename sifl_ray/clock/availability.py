@@ -5,7 +5,7 @@ round number; a round that lasts longer sees more clients leave mid-round, and a
 devices at other moments than a fast one. Each device alternates exponential spells (means ``online_s``
 and ``offline_s`` of its :class:`~sifl_ray.clock.profiles.Devices` row), starting at time 0 in its
 stationary state (online with probability ``online / (online + offline)``). A device with ``online_s``
-infinite is always online.
+infinite is always online; one with measured windows (a trace's ``online`` column) is online exactly in them.
 
 Determinism: device ``i``'s spells come from its own stream ``("clock", "availability", i)`` of the run's
 seed and are generated in order, as far as a query needs, so any order of queries, any arm and a resumed
@@ -34,11 +34,6 @@ class Availability:
         self._first: dict[int, bool] = {}  # device → online at time 0
         self._streams: dict[int, np.random.Generator] = {}
 
-    @property
-    def always(self) -> bool:
-        """Every device is always online."""
-        return bool(np.isinf(self.devices.online_s).all())
-
     def window(self, clients: np.ndarray, start: float) -> tuple[np.ndarray, np.ndarray]:
         """For clients ``clients`` (device rows): whether each is online at time ``start``, and the seconds
         after ``start`` until it next goes offline (``inf``: it stays online; ``0`` if it is offline)."""
@@ -46,7 +41,7 @@ class Availability:
         online = np.ones(clients.shape, dtype=bool)
         leaves = np.full(clients.shape, math.inf)
         for j, device in enumerate(clients.tolist()):
-            if math.isinf(self.devices.online_s[device]):
+            if self.devices.windows[device] is None and math.isinf(self.devices.online_s[device]):
                 continue
             online[j], leaves[j] = self._state(device, start)
         return online, leaves
@@ -60,7 +55,15 @@ class Availability:
         return True, switches[flips] - start  # the next flip, from online to offline
 
     def _extend(self, device: int, until: float) -> list[float]:
-        """Device ``device``'s flips, drawn until one lies after ``until``."""
+        """Device ``device``'s flips, drawn until one lies after ``until`` (or its measured windows' flips,
+        and an endless offline spell after the last)."""
+        windows = self.devices.windows[device]
+        if windows is not None:
+            if device not in self._switches:
+                bounds = [x for span in windows for x in span]
+                self._first[device] = bounds[0] <= 0.0
+                self._switches[device] = [*(x for x in bounds if x > 0.0), math.inf]
+            return self._switches[device]
         if device not in self._streams:
             rng = numpy_generator(self.seed, "clock", "availability", device)
             on, off = float(self.devices.online_s[device]), float(self.devices.offline_s[device])

@@ -28,6 +28,7 @@ import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
+from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +59,8 @@ class Devices:
         latency: one-way latency of a message, s.
         online_s, offline_s: mean seconds a device stays online, then offline (exponential spells, see
             :mod:`~sifl_ray.clock.availability`); ``inf`` online: always online.
+        windows: per device, ``None`` or its online windows ``((start, end), ...)`` in simulated seconds
+            (a trace's measured availability; offline outside them): then its spells are not drawn.
     """
 
     flops: np.ndarray
@@ -66,6 +69,7 @@ class Devices:
     latency: np.ndarray
     online_s: np.ndarray
     offline_s: np.ndarray
+    windows: np.ndarray
 
     def __len__(self) -> int:
         return int(self.flops.shape[0])
@@ -83,7 +87,7 @@ class Devices:
             p5, p50, p95 = np.percentile(x * scale, [5, 50, 95])
             return {"p5": float(p5), "median": float(p50), "p95": float(p95)}
 
-        always = bool(np.isinf(self.online_s).all())
+        always = bool(np.isinf(self.online_s).all()) and all(w is None for w in self.windows)
         return {
             "devices": len(self),
             "gflops": spread(self.flops, 1e-9),
@@ -93,11 +97,14 @@ class Devices:
             "availability": "always online"
             if always
             else {
-                "online_min": spread(self.online_s[np.isfinite(self.online_s)], 1 / 60),
-                "offline_min": spread(self.offline_s[np.isfinite(self.online_s)], 1 / 60),
+                "devices_with_spells": int(np.isfinite(self.online_s).sum()),
+                "devices_with_windows": sum(w is not None for w in self.windows),
             },
         }
 
+
+Windows = tuple[tuple[float, float], ...]
+"""A device's online windows, ``((start, end), ...)`` in simulated seconds, increasing, not overlapping."""
 
 Profile = Callable[..., Devices]
 """``profile(count, rng, **settings) -> Devices``: ``count`` devices drawn from the NumPy generator
@@ -131,6 +138,7 @@ def devices(
     latency: Any,
     online_s: Any = math.inf,
     offline_s: Any = 0.0,
+    windows: list[Windows | None] | None = None,
     count: int,
 ) -> Devices:
     """:class:`Devices` of ``count`` rows from arrays or scalars (a scalar: every row the same)."""
@@ -140,8 +148,10 @@ def devices(
     def column(x: Any) -> np.ndarray:
         return np.broadcast_to(np.asarray(x, dtype=np.float64), (count,)).copy()
 
+    held = np.empty(count, dtype=object)
+    held[:] = [None] * count if windows is None else windows
     return Devices(
-        column(flops), column(down), column(up), column(latency), column(online_s), column(offline_s)
+        column(flops), column(down), column(up), column(latency), column(online_s), column(offline_s), held
     )
 
 
@@ -236,6 +246,7 @@ TRACE_OPTIONAL: Mapping[str, float | None] = {
     "online_s": math.inf,
     "offline_s": 0.0,
     "client": None,
+    "online": None,
 }
 
 
@@ -251,7 +262,9 @@ def read_trace(path: str | Path) -> Trace:
     """The devices of a trace file: CSV with a header row, or JSON (a list of objects, or an object whose
     ``devices`` is one). Columns: ``flops`` (FLOP/s), ``down_bps`` and ``up_bps`` (bit/s), optional
     ``latency_s`` (s, default 0), ``online_s`` and ``offline_s`` (mean seconds of the online and offline
-    spells; empty: always online) and ``client`` (the client the row belongs to).
+    spells; empty: always online), ``online`` (measured windows instead of spells: CSV ``"0-600 900-1500"``,
+    JSON ``[[0, 600], [900, 1500]]``, in simulated seconds, offline outside them) and ``client`` (the client
+    the row belongs to).
 
     Raises:
         ConfigError: the file is missing or malformed; the message names ``clock.trace``, the row and the fix.
@@ -276,7 +289,8 @@ def read_trace(path: str | Path) -> Trace:
         )
     known = (*TRACE_REQUIRED, *TRACE_OPTIONAL)
     problems: list[str] = []
-    columns: dict[str, list[float]] = {k: [] for k in known}
+    columns: dict[str, list[float]] = {k: [] for k in known if k != "online"}
+    windows: list[Windows | None] = []
     for row_number, record in enumerate(records, start=1):
         unknown = sorted(set(record) - set(known))
         if unknown:
@@ -284,11 +298,15 @@ def read_trace(path: str | Path) -> Trace:
                 f"{where} row {row_number}: unknown column(s) {', '.join(map(str, unknown))}; expected "
                 f"{', '.join(known)}"
             )
-        for key in known:
+        for key in columns:
             value, problem = _cell(record.get(key), key)
             if problem is not None:
                 problems.append(f"{where} row {row_number}: {key} {problem}")
             columns[key].append(value if value is not None else math.nan)
+        window, problem = _windows(record.get("online"))
+        if problem is not None:
+            problems.append(f"{where} row {row_number}: online {problem}")
+        windows.append(window)
     if problems:
         raise ConfigError(problems)
     count = len(records)
@@ -300,6 +318,7 @@ def read_trace(path: str | Path) -> Trace:
         latency=columns["latency_s"],
         online_s=columns["online_s"],
         offline_s=columns["offline_s"],
+        windows=windows,
         count=count,
     )
     return Trace(table, pinned)
@@ -312,6 +331,25 @@ def _json_records(text: str) -> list[dict[str, Any]]:
     if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
         raise ValueError('expected a list of objects, one per device, or {"devices": [...]}')
     return data
+
+
+def _windows(raw: Any) -> tuple[Windows | None, str | None]:
+    """A row's online windows (``None``: none given) or what is wrong with them."""
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return None, None
+    expected = 'windows "start-end start-end ..." (CSV) or [[start, end], ...] (JSON), seconds, increasing'
+    try:
+        pairs = [w.split("-") for w in raw.split()] if isinstance(raw, str) else list(raw)
+        spans = tuple((float(a), float(b)) for a, b in pairs)
+    except (TypeError, ValueError):
+        return None, f"must be {expected}, got {raw!r}"
+    bounds = [x for span in spans for x in span]
+    if not spans or bounds[0] < 0 or any(b <= a for a, b in pairwise(bounds)):
+        return (
+            None,
+            f"must be {expected} (each end after its start, each start after the last end), got {raw!r}",
+        )
+    return spans, None
 
 
 def _cell(raw: Any, key: str) -> tuple[float | None, str | None]:

@@ -34,6 +34,7 @@ from sifl_ray.runner.summary import (
     arm_epsilons,
     end_of_run_messages,
     epsilon_metrics,
+    realised_claims,
     record_text,
     result_line,
     round_incidents,
@@ -69,6 +70,7 @@ class Recorder:
         self.logger: RunLogger | None = None
         self.audit: dict[str, dict[str, Any]] = {}  # arm → the in-run audit's latest figures
         self.clock: Clock | None = None  # the run's simulated clock (None: off)
+        self.weakened: set[str] = set()  # arms whose noise fell short of the plan in some round (said once)
 
     def open(self, *, purge_step: int | None) -> None:
         """(Re)open the TensorBoard writers; ``purge_step=t`` makes TensorBoard drop the steps ≥ t that an
@@ -121,6 +123,7 @@ class Recorder:
             metrics.update({f"privacy/epsilon_{r.release}": r.epsilon for r in released})
         else:
             metrics.update(epsilon_metrics(privacy, t))
+            metrics.update(self._realised(arm, t, privacy, metrics))
         if result.audit is not None and arm in driver.audits:
             metrics.update(self._audit(arm, t, result.audit, result.audit_uploads, privacy, metrics))
         driver.wall[arm] += metrics["time/round"]
@@ -134,6 +137,29 @@ class Recorder:
             for message in got.messages:
                 say(message)
         return metrics["test_accuracy"]
+
+    def _realised(
+        self, arm: str, t: int, privacy: dict | None, metrics: dict[str, float]
+    ) -> dict[str, float]:
+        """The ε of the noise that arrived (:meth:`~sifl_ray.arms.Arm.realised_privacy`), where a round
+        carried less than planned: it replaces the cumulative ε where it is the weaker, said once per arm."""
+        if not privacy:
+            return {}
+        got = arm_of(self.cfg, arm).realised_privacy(privacy, [*self.driver.history[arm], metrics])
+        if not got:
+            return got
+        planned = metrics.get("privacy/epsilon_cumulative")
+        if planned is not None and got["privacy/epsilon_realised"] > planned:
+            got["privacy/epsilon_cumulative"] = got["privacy/epsilon_realised"]
+        if arm not in self.weakened:
+            self.weakened.add(arm)
+            say(
+                f"round {t} {arm}: its sum carried {got['privacy/shares_missing']:g} noise share(s) fewer "
+                f"than the {privacy['num_noisers']} planned (clients dropped after the key agreement): the "
+                f"noise that arrived gives ε = {got['privacy/epsilon_realised']:.4g} so far, and the run "
+                "reports the ε of the noise that arrived (privacy/epsilon_realised)"
+            )
+        return got
 
     def _audit(
         self,
@@ -196,6 +222,7 @@ class Recorder:
         ``chance_accuracy``: a guess's, 1 / the classes, for the table to say when an arm learnt nothing),
         the end-of-run messages, the accountant's report (for ``coded_arms``), the plots."""
         cfg, driver = self.cfg, self.driver
+        privacy, weakened = realised_claims(privacy, driver.history)
         summary = summarise(
             cfg,
             run_dir=self.run_dir,
@@ -216,7 +243,7 @@ class Recorder:
         if self.clock is not None:
             summary["clock"] = self.clock.describe()
         summary["chance_accuracy"] = chance_accuracy
-        for message in end_of_run_messages(summary, precision):
+        for message in [*end_of_run_messages(summary, precision), *weakened]:
             say(message)
         self.logger.write_summary(summary)
         if len(driver.accountant):

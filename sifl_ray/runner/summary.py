@@ -82,6 +82,31 @@ def epsilon_metrics(info: dict[str, Any] | None, t: int | None = None) -> dict[s
     return out
 
 
+def realised_claims(
+    privacy: dict[str, dict[str, Any]], history: dict[str, list[dict[str, float]]]
+) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Each arm's privacy report with the ε its realised noise gives where that is weaker than the planned
+    one (``epsilon`` becomes it, ``epsilon_planned`` keeps the plan), and a warning for each such arm."""
+    out, messages = dict(privacy), []
+    for arm, info in privacy.items():
+        realised = [
+            r["privacy/epsilon_realised"] for r in history.get(arm, []) if "privacy/epsilon_realised" in r
+        ]
+        if not realised:
+            continue
+        final, planned = realised[-1], info.get("epsilon")
+        claim = {**info, "epsilon_realised": final}
+        if planned is not None and final > planned:
+            claim.update(epsilon=final, epsilon_planned=planned)
+            messages.append(
+                f"{arm}: fewer noise shares arrived than planned, so the claim is weaker: ε = {final:.4g}, "
+                f"not the planned {planned:.4g} (δ = {info.get('delta')}); summary.json reports the realised "
+                "one (arms.<arm>.privacy.epsilon, epsilon_planned beside it)"
+            )
+        out[arm] = claim
+    return out, messages
+
+
 def round_incidents(arm: str, t: int, result: RoundResult) -> RoundIncidents | None:
     """The incidents of round ``t`` of ``arm`` (``None``: nothing went wrong)."""
     if not (result.rejected or result.dropped or result.retried or result.skipped):
