@@ -15,6 +15,7 @@ COMMANDS = {
     "gpu": "bench.gpu",
     "startup": "bench.startup",
     "wheelhouse": "bench.wheelhouse",
+    "clock": "bench.clock",
 }
 
 

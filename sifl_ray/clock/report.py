@@ -21,6 +21,11 @@ def time_to_accuracy(rows: Sequence[Mapping[str, float]], target: float) -> floa
     return None
 
 
+def clock_dropped(rows: Sequence[Mapping[str, float]]) -> bool:
+    """Whether the clock dropped a client of any of ``rows`` (offline, late, cut, gone)."""
+    return any(r.get(f"clock/{name}", 0) for r in rows for name in STEPS[1:])
+
+
 def arm_clock(rows: Sequence[Mapping[str, float]], target: float | None) -> dict[str, Any]:
     """An arm's clock over the run (``rows``: its recorded rounds, each with ``clock/*``)."""
     durations = [r["clock/round_s"] for r in rows]

@@ -15,7 +15,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from sifl_ray.arms import arm_of
-from sifl_ray.clock.report import arm_clock
+from sifl_ray.clock.report import arm_clock, clock_dropped
 from sifl_ray.round import RoundResult
 
 
@@ -196,7 +196,7 @@ def summarise(
     """
     fl_final = history["fl"][-1]["test_accuracy"] if "fl" in history else None
     arms = {
-        arm: _arm_summary(cfg, arm, rows, fl_final, wall, dropped, privacy, precision)
+        arm: _arm_summary(cfg, arm, rows, fl_final, wall, dropped, privacy, precision, history)
         for arm, rows in history.items()
     }
     estimate = max((p["deviation_estimate"] for p in precision.values()), default=None)
@@ -260,12 +260,19 @@ def _arm_summary(
     dropped: dict[str, list[dict]],
     privacy: dict[str, dict[str, Any]],
     precision: dict[str, dict[str, Any]],
+    history: dict[str, list[dict[str, float]]],
 ) -> dict[str, Any]:
     """One arm's part of ``summary.json``: its final figures, precision claims, privacy report, timings,
     rounds, incidents and clipping."""
     protocol = arm_of(cfg, arm)
     final = rows[-1]["test_accuracy"]
     devs = [r["max_deviation"] for r in rows if "max_deviation" in r]
+    # the clock drops each arm's clients by its own message sizes: a deviation between arms that lost other
+    # clients measures who took part, not the coding, and is kept apart
+    unpaired = bool(devs) and any(
+        clock_dropped(h) for h in (rows, history.get(protocol.paired_with or "", []))
+    )
+    unpaired_devs, devs = (devs, []) if unpaired else ([], devs)
     arm_precision = precision.get(arm, {})
     estimate = arm_precision.get("deviation_estimate")
     out = {
@@ -300,6 +307,12 @@ def _arm_summary(
         out["secure_aggregation"] = secure_aggregation_summary(rows)
     if all("clock/elapsed_s" in r for r in rows):
         out["clock"] = arm_clock(rows, cfg.clock.target_accuracy)
+    if unpaired_devs:
+        out["max_deviation_unpaired"] = max(unpaired_devs)
+        out["unpaired"] = (
+            f"the clock dropped clients in {arm} or in {protocol.paired_with}: their models differ by who "
+            "took part as well as by the coding, so no deviation is reported as the coding's"
+        )
     return out
 
 
