@@ -243,6 +243,27 @@ def accuracy_vs_time_figure(
     return fig if fig is not None else ax.figure
 
 
+def accuracy_vs_time_panels(
+    panels: dict[str, tuple[dict[str, list[dict[str, float]]], dict[str, ArmStyle], float | None]], title: str
+) -> Any:
+    """One :func:`accuracy_vs_time_figure` panel per condition (name → the run's history, its styles and
+    its target accuracy), on one accuracy axis, the legend once (a study of several runs)."""
+    plt = _pyplot()
+    count = len(panels)
+    fig, axes = plt.subplots(1, count, figsize=(6.2 * count + 1.5, 4.8), sharey=True, squeeze=False)
+    for ax, (name, (history, styles, target)) in zip(axes[0], panels.items(), strict=True):
+        accuracy_vs_time_figure(history, styles, name, target, ax=ax)
+    _legend_outside(axes[0][-1])
+    fig.suptitle(title)
+    return fig
+
+
+def save_figure(fig: Any, path: Path) -> Path:
+    """Write ``fig`` to ``path`` (PNG) with what lies outside its axes, and close it."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return _save(fig, Path(path))
+
+
 def plot_accuracy_vs_epsilon(
     run_dir: Path,
     summary: dict[str, Any],

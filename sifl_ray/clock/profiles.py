@@ -42,11 +42,11 @@ if TYPE_CHECKING:
 #: The built-in mix's medians (docs/clock.md "Where the numbers come from" says what is measured and what is
 #: assumed): a phone's sustained training speed (an assumption), the global mobile downlink of Ookla's
 #: Speedtest Global Index for July 2021, the uplink at Ookla's U.S. mobile upload/download ratio of H1 2018
-#: (8.63 / 27.33 Mbit/s), and Ookla's global mobile latency for November 2022.
+#: (8.63 / 27.33 Mbit/s), and one way of Ookla's global mobile latency (a round trip) for November 2022.
 PHONE_GFLOPS = 10.0
 MOBILE_DOWN_MBPS = 55.07
 MOBILE_UP_MBPS = round(MOBILE_DOWN_MBPS * 8.63 / 27.33, 2)
-MOBILE_LATENCY_MS = 28.0
+MOBILE_LATENCY_MS = 28.0 / 2
 
 
 @dataclass(frozen=True)
@@ -167,7 +167,8 @@ class MobileProfile:
     # median uplink, Mbit/s (the downlink at Ookla's U.S. upload/download ratio, 2018)
     up_mbps: float = setting(MOBILE_UP_MBPS, rule=POSITIVE)
     bandwidth_sigma: float = setting(1.0, rule=NONNEG)  # log-normal σ of both links (assumed)
-    latency_ms: float = setting(MOBILE_LATENCY_MS, rule=POSITIVE)  # median one-way latency, ms (Ookla, 2022)
+    # median one-way latency, ms (half of Ookla's round trip, 2022)
+    latency_ms: float = setting(MOBILE_LATENCY_MS, rule=POSITIVE)
     latency_sigma: float = setting(0.5, rule=NONNEG)  # log-normal σ of the latency (assumed)
     # mean minutes a device stays online (exponential spells); null: always online
     online_min: float | None = setting(None, rule=POSITIVE)
