@@ -254,3 +254,27 @@ def test_secure_aggregations_messages_are_the_sizes_the_protocol_counts(tmp_path
     assert row["secagg/sent_per_client/shares"] == sizes.shares * d
     assert row["secagg/sent_per_client/masked"] == sizes.masked
     assert row["secagg/sent_per_client/unmask"] == sizes.unmask_share * (d + 1)
+
+
+def test_central_dp_fedavg_keeps_its_denominator_noise_and_claim_when_a_client_drops(tmp_path):
+    """Central noise: the mean divides what arrived by the fixed qN = 3 and the aggregator adds all of the
+    noise, so a dropped client leaves the ε as planned (nothing realised to report)."""
+    trace = _trace(tmp_path, THREE)
+    overrides = [
+        "arms=[dp_fedavg]",
+        "clients.num_clients=3",
+        "train.rounds=2",
+        f"clock.trace={trace}",
+        "clock.deadline_s=0.375",
+        "output.plot=false",
+    ]
+    _, run = _run(tmp_path, overrides)
+    arm = run.summary["arms"]["dp_fedavg_eps5"]
+    privacy, rows = arm["privacy"], run.history["dp_fedavg_eps5"]
+    assert [r["clients/accepted"] for r in rows] == [2, 2] and [r["clock/before_upload"] for r in rows] == [
+        1,
+        1,
+    ]
+    clip = 1.0  # dp_fedavg.clip
+    assert all(r["aggregator/noise_std"] == privacy["noise_multiplier"] * clip / 3 for r in rows)
+    assert "epsilon_realised" not in privacy and privacy["epsilon"] == privacy["epsilon_per_round"][-1]
