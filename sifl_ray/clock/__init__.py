@@ -12,8 +12,12 @@ One module per concern (docs/clock.md is the guide):
   not branched on), and :class:`~sifl_ray.clock.stage.Clock`, the run's clock;
 - :mod:`~sifl_ray.clock.report`: what summary.json says of it (time to accuracy, who dropped where).
 
-This module imports nothing: the configuration imports :mod:`~sifl_ray.clock.profiles` to learn the built-in
-profiles' names and sections before torch is loaded.
+This module imports only the profiles (no torch, no numpy): the configuration imports them to learn the
+built-in profiles' names and sections before torch is loaded.
 """
 
 from __future__ import annotations
+
+from sifl_ray.clock.profiles import Devices, register_profile
+
+__all__ = ["Devices", "register_profile"]

@@ -302,9 +302,10 @@ class ServerSideConfig:
     """The server and the aggregator as the clock charges them: one data centre, its compute and the link
     between the two (docs/clock.md "What a round costs")."""
 
-    gflops: float = setting(1000.0, rule=POSITIVE)  # their compute, GFLOP/s: sums, codes, SecAgg's masks
-    gbps: float = setting(10.0, rule=POSITIVE)  # the aggregator-server link, Gbit/s
-    latency_ms: float = setting(0.5, rule=NONNEG)  # one way, on that link
+    # the server's and the aggregator's compute, GFLOP/s: sums, codes, secure aggregation's masks
+    gflops: float = setting(1000.0, rule=POSITIVE)
+    gbps: float = setting(10.0, rule=POSITIVE)  # the link from the aggregator to the server, Gbit/s
+    latency_ms: float = setting(0.5, rule=NONNEG)  # one-way latency on that link, ms
 
 
 @dataclass

@@ -182,3 +182,33 @@ def test_a_transforms_cost_follows_its_backend():
     assert transform_flops("dense", n=10, n_tilde=20, block_size=4) == 400
     assert transform_flops("block", n=10, n_tilde=20, block_size=4) == 160
     assert transform_flops("fast", n=10, n_tilde=20, block_size=4) == 20 * 5
+
+
+def test_a_registered_profile_is_a_choice_with_its_own_section():
+    from dataclasses import dataclass
+
+    from sifl_ray.clock import register_profile
+    from sifl_ray.config.components import DEVICE_PROFILES
+    from sifl_ray.config.sections import SECTIONS
+
+    @dataclass
+    class Laptops:
+        gflops: float = 50.0  # every laptop's speed
+
+    saved = dict(SECTIONS)
+    with DEVICE_PROFILES.restored():
+        try:
+
+            @register_profile("laptops", settings=Laptops)
+            def laptops(count, rng, *, gflops):
+                return devices(flops=gflops * 1e9, down=1e7, up=1e7, latency=0.01, count=count)
+
+            cfg = _cfg("clock.profile=laptops", "laptops.gflops=80")
+            assert np.all(client_devices(cfg, 3).flops == 80e9)
+            with pytest.raises(ConfigError, match=r"laptops\.gflop: unknown key"):
+                _cfg("clock.profile=laptops", "laptops.gflop=80")
+        finally:
+            SECTIONS.clear()
+            SECTIONS.update(saved)
+    with pytest.raises(ConfigError, match=r"clock\.profile: expected one of mobile, equal"):
+        _cfg("clock.profile=laptops")
