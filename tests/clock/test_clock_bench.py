@@ -10,7 +10,7 @@ import pytest
 
 from bench.__main__ import main as bench_main
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]  # a whole benchmark, as the platform's are
 
 
 def test_clock_bench(ray_session, tmp_path, capsys):

@@ -202,6 +202,7 @@ def test_with_the_threshold_as_the_split_a_dropout_never_weakens_the_claim(tmp_p
     assert [r["clients/accepted"] for r in run.history["dp_fedavg_secagg_eps5"]] == [2, 2]
 
 
+@pytest.mark.slow  # three rounds, then two again from the checkpoint
 def test_a_resumed_run_replays_the_same_clock(tmp_path):
     """Phones that come and go (spells of 20 s online, 10 s offline): a run resumed from its round-0
     checkpoint plays rounds 1 and 2 at the same simulated times, with the same clients present."""

@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # two runs of five arms
 def test_the_study_draws_its_chart_and_prints_its_table(tmp_path):
     out = tmp_path / "study.png"
     args = [
