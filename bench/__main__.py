@@ -16,6 +16,7 @@ COMMANDS = {
     "startup": "bench.startup",
     "wheelhouse": "bench.wheelhouse",
     "check": "bench.check",
+    "clock": "bench.clock",
 }
 
 #: What each benchmark measures, in a few words (``python -m bench --help``, ``sifl bench --help``).
@@ -29,6 +30,7 @@ WHAT = {
     "gpu": "every GPU measurement in one command, for a lent GPU machine (--quick)",
     "startup": "where the fixed cost of python run.py goes, measured from outside",
     "wheelhouse": "the wheels that carry the platform to a GPU machine with no internet",
+    "clock": "the simulated clock's cost in a run at N clients, as a share of the round (--clients N)",
     "check": "every bench's last ratio against its target and its recorded history (--record)",
 }
 

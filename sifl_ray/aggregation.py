@@ -109,6 +109,11 @@ class Aggregation(Protocol):
     dropped: list[dict[str, Any]]
     """Workers lost during the stage's own phases."""
 
+    silent: frozenset[int]
+    """Clients that answer nothing once their upload is in (the simulated clock's devices gone after it):
+    under secure aggregation their self masks are rebuilt from the others' shares; in the clear nothing is
+    asked of a client after its upload."""
+
     def open(self, assignment: list[list[int]]) -> list[list[int]]: ...
 
     def train(
@@ -139,6 +144,7 @@ class PlainAggregation:
     retries: bool = True
     failure: str | None = None
     dropped: list[dict[str, Any]] = field(default_factory=list)
+    silent: frozenset[int] = frozenset()
 
     def open(self, assignment: list[list[int]]) -> list[list[int]]:
         return assignment
@@ -204,6 +210,7 @@ class SecureAggregation:
     retries: bool = False
     failure: str | None = None  # the round could not be run or unmasked (nothing was revealed)
     dropped: list[dict[str, Any]] = field(default_factory=list)  # workers lost during the protocol's steps
+    silent: frozenset[int] = frozenset()  # clients that do not answer the unmasking (gone after upload)
     inboxes: Ref[dict[int, dict[int, bytes]]] | None = None  # each client's encrypted shares (step 1)
     workers: set[int] = field(default_factory=set)  # workers whose clients took part in the key agreement
     costs: list[UnmaskCosts] = field(default_factory=list)  # per answering worker: its clients' costs
@@ -269,7 +276,10 @@ class SecureAggregation:
         if announced is None:
             return [], [], [], refused
         workers = r.parties.workers
-        answers = {k: workers[k].call(ClientWorker.secagg_unmask, r.arm, r.t, announced) for k in sources}
+        answers = {
+            k: workers[k].call(ClientWorker.secagg_unmask, r.arm, r.t, announced, self.silent)
+            for k in sources
+        }
         hosted: dict[int, list[int]] = {k: [] for k in sources}  # a worker lost now drops no client
         costs = self._alive({k: a.costs for k, a in answers.items()}, step="unmask", clients=hosted)
         self.costs = list(costs.values())
@@ -352,6 +362,7 @@ class SecureAggregation:
             # dropped after sharing keys (their neighbours' masks rebuilt) / after uploading (shares do)
             "secagg/recovered": float(info.get("shared", 0) - info.get("survivors", 0)),
             "secagg/unanswered": float(info.get("survivors", 0) - info.get("responders", 0)),
+            "secagg/mask_terms": float(info.get("mask_terms", 0)),  # masks rebuilt: self and dropped pairs
             "secagg/clipped_coordinates": float(sum(r.coords_clipped for r in reports)),
         }
         if infos:

@@ -111,7 +111,12 @@ def tensorboard_scalars(metrics: dict[str, Any], *, per_element: bool) -> dict[s
     return out
 
 
-def results_layout(*, audit: bool) -> dict[str, dict[str, list]]:
+#: Test accuracy against the simulated clock (:mod:`sifl_ray.clock`): its step is the simulated second at the
+#: end of the round (its wall time too, so TensorBoard's "relative" axis shows the simulated hours).
+TIME_TO_ACCURACY = "eval/test_accuracy_vs_simulated_s"
+
+
+def results_layout(*, audit: bool, clock: bool = False) -> dict[str, dict[str, list]]:
     """TensorBoard's Custom Scalars layout: every arm on one chart for each figure a reader compares. The
     layout cannot set a log axis, so every chart is drawn linear; those whose values span decades (the
     deviation, ε, a diverging loss) say in their title that the chart's log-scale button shows them. With
@@ -140,6 +145,11 @@ def results_layout(*, audit: bool) -> dict[str, dict[str, list]]:
             "wall time per round (s)": ["Multiline", ["^system/time/round$"]],
         }
     }
+    if clock:
+        layout["results: every arm on one chart"]["test accuracy against the simulated clock (step: s)"] = [
+            "Multiline",
+            [f"^{TIME_TO_ACCURACY}$"],
+        ]
     if audit:
         # regular expressions: anchored, or the estimate's interval ends (``..._low``) would match too
         layout["privacy: the accountant's ε and the in-run audit"] = {
@@ -268,15 +278,21 @@ class RunLogger:
             return
         for tag, value in tensorboard_scalars(metrics, per_element=per_element).items():
             writer.add_scalar(tag, value, t)
+        elapsed = metrics.get("clock/elapsed_s")
+        if elapsed is not None and math.isfinite(float(metrics["test_accuracy"])):
+            step = round(float(elapsed))
+            writer.add_scalar(
+                TIME_TO_ACCURACY, float(metrics["test_accuracy"]), step, walltime=float(elapsed)
+            )
         writer.flush()
 
-    def chart(self, *, audit: bool) -> None:
+    def chart(self, *, audit: bool, clock: bool = False) -> None:
         """TensorBoard's Custom Scalars tab (:func:`results_layout`), written once with the first arm's
         writer (TensorBoard merges the layouts of all runs; each chart draws every arm)."""
         writer = next(iter(self.writers.values()), None)
         if writer is None:
             return
-        writer.add_custom_scalars(results_layout(audit=audit))
+        writer.add_custom_scalars(results_layout(audit=audit, clock=clock))
         writer.flush()
 
     def log_text(self, arm: str, tag: str, text: str, t: int = 0) -> None:

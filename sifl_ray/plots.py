@@ -1,4 +1,5 @@
-"""The run's figures (PNG): accuracy per round, final accuracy against ε, the in-run audit.
+"""The run's figures (PNG): accuracy per round and against the simulated clock, final accuracy against ε,
+the in-run audit.
 
 Up to fifteen arms and more must stay readable: one colour map per mechanism family, the one its arms
 declare (:attr:`~sifl_ray.arms.Arm.colormap`: the SIFL modes share one; an arm that declares none gets a
@@ -184,6 +185,84 @@ def accuracy_figure(
     _legend_outside(ax)
     _caption(fig, coincide_caption(coinciding(curves), "test accuracy of every round"))
     return fig
+
+
+def plot_accuracy_vs_time(
+    run_dir: Path,
+    history: dict[str, list[dict[str, float]]],
+    styles: dict[str, ArmStyle],
+    title: str,
+    target: float | None = None,
+) -> Path:
+    """``accuracy_vs_time.png`` (:func:`accuracy_vs_time_figure`)."""
+    fig = accuracy_vs_time_figure(history, styles, title, target)
+    return _save(fig, Path(run_dir) / "accuracy_vs_time.png")
+
+
+def accuracy_vs_time_figure(
+    history: dict[str, list[dict[str, float]]],
+    styles: dict[str, ArmStyle],
+    title: str,
+    target: float | None = None,
+    ax: Any = None,
+) -> Any:
+    """Test accuracy against the simulated clock (``clock/elapsed_s``: each point a round's end), every arm
+    in its :class:`ArmStyle`; ``target`` (an accuracy) drawn as a line, where each arm crosses it marked.
+    Minutes on the axis once the longest run passes ten. Drawn into ``ax`` when given (a study's panel);
+    returns the figure."""
+    plt = _pyplot()
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(8, 4.8))
+    longest = max((r["clock/elapsed_s"] for rows in history.values() for r in rows), default=0.0)
+    scale, unit = (60.0, "min") if longest > 600 else (1.0, "s")
+    for arm, rows in history.items():
+        style = styles[arm]
+        x = [r["clock/elapsed_s"] / scale for r in rows]
+        y = [100 * r["test_accuracy"] for r in rows]
+        ax.plot(
+            x, y, linestyle=style.linestyle, marker=style.marker, markersize=3, color=style.color, label=arm
+        )
+        crossed = next((xi for xi, yi in zip(x, y, strict=True) if yi >= 100 * (target or 2.0)), None)
+        if crossed is not None:
+            ax.axvline(crossed, color=style.color, linewidth=0.8, alpha=0.6)
+    if target is not None:
+        ax.axhline(100 * target, color="grey", linewidth=0.8, linestyle=":")
+    ax.set_xlim(left=0)
+    ax.set_xlabel(f"simulated time ({unit})")
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if fig is not None:
+        _legend_outside(ax)
+        goal = (
+            ""
+            if target is None
+            else f"; dotted: the target {100 * target:g} %, a vertical line where an arm reaches it"
+        )
+        _caption(fig, f"each point is the end of a round on the simulated clock (docs/clock.md){goal}")
+    return fig if fig is not None else ax.figure
+
+
+def accuracy_vs_time_panels(
+    panels: dict[str, tuple[dict[str, list[dict[str, float]]], dict[str, ArmStyle], float | None]], title: str
+) -> Any:
+    """One :func:`accuracy_vs_time_figure` panel per condition (name → the run's history, its styles and
+    its target accuracy), on one accuracy axis, the legend once (a study of several runs)."""
+    plt = _pyplot()
+    count = len(panels)
+    fig, axes = plt.subplots(1, count, figsize=(6.2 * count + 1.5, 4.8), sharey=True, squeeze=False)
+    for ax, (name, (history, styles, target)) in zip(axes[0], panels.items(), strict=True):
+        accuracy_vs_time_figure(history, styles, name, target, ax=ax)
+    _legend_outside(axes[0][-1])
+    fig.suptitle(title)
+    return fig
+
+
+def save_figure(fig: Any, path: Path) -> Path:
+    """Write ``fig`` to ``path`` (PNG) with what lies outside its axes, and close it."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return _save(fig, Path(path))
 
 
 def plot_accuracy_vs_epsilon(

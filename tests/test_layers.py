@@ -37,6 +37,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("backends",),
     ("aggregation",),
     ("round",),
+    ("clock",),
     ("runner",),
     ("describe", "attacks"),
     ("api",),

@@ -36,7 +36,7 @@ Nothing here imports torch: the configuration validator reads the registry, and 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -239,6 +239,15 @@ class Arm:
         """The privacy figures as the mechanism states them (``None``: it claims none). JSON-safe; keys
         ``epsilon_local`` / ``epsilon_broadcast`` / ``epsilon_global`` become TensorBoard metrics."""
         return None
+
+    def realised_privacy(
+        self, privacy: Mapping[str, Any], rounds: Sequence[Mapping[str, float]]
+    ) -> dict[str, float]:
+        """What the privacy that actually arrived gives, after ``rounds`` (the arm's recorded rounds, the one
+        just played last; ``privacy``: its report): metrics beside the planned figures, such as
+        ``privacy/epsilon_realised`` where a round carried less noise than planned. ``{}``: the planned
+        figures hold whoever took part (the default: central noise, or none)."""
+        return {}
 
     def client_noise_seeds(self, ctx: ArmContext) -> ClientNoiseSeeds:
         """Its clients' secret noise seeds for a run (under :attr:`noise_stream`), for a client step that adds

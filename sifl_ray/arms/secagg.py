@@ -34,7 +34,7 @@ this relation.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -76,6 +76,11 @@ class SecAggConfig:
     )
     # dp_fedavg_secagg: coordinates are encoded up to C + margin·σ_client
     noise_margin: float = setting(8.0, rule=POSITIVE)
+    # dp_fedavg_secagg: the shares its noise is split into, each client adding 1/shares of the variance;
+    # null → the threshold t, so that a round that is unmasked carries at least the planned noise. More
+    # (up to the clients of a round) add less noise when every client arrives; a round with fewer survivors
+    # than shares then carries less, and the run reports the ε that the noise which arrived gives
+    noise_shares: int | None = setting(None, rule=AT_LEAST_1)
 
 
 def arm_codec(cfg: Any, clip: float) -> FixedPointCodec:
@@ -210,11 +215,36 @@ class DpFedAvgSecAgg(DpFedAvg):
         # so the up-front check uses C alone and the set-up reports the precision actually fitted
         return super().problems(cfg) + _ring_problems(cfg, clip) + _graph_problems(cfg)
 
-    def num_noisers(self, cfg: Any) -> int:
-        """t: the fewest clients whose masked inputs a round can unmask, and so the fewest noise shares a
-        round that completes can carry (each client adds ``1/t`` of the variance: a round with more survivors
-        carries more noise than the accountant needs, never less)."""
+    def threshold(self, cfg: Any) -> int:
+        """t: the fewest clients whose masked inputs a round can unmask (the protocol's floor)."""
         return round_threshold(cfg)
+
+    def num_noisers(self, cfg: Any) -> int:
+        """s: the shares the round's noise is split into (each client adds ``1/s`` of the variance):
+        ``secagg.noise_shares``, or t, the fewest survivors a round that completes can have, so that it
+        carries at least the planned noise (more when more survive, never less)."""
+        shares = cfg.secagg.noise_shares
+        return int(shares) if shares is not None else self.threshold(cfg)
+
+    def realised_privacy(
+        self, privacy: Mapping[str, Any], rounds: Sequence[Mapping[str, float]]
+    ) -> dict[str, float]:
+        """The ε of the noise that arrived, after ``rounds``: a round's sum carries one share per upload in it
+        (``clients/accepted``, k), so its multiplier is ``z·√(k/s)``; a round that released nothing costs
+        nothing. ``{}`` while no round carried fewer than s shares (the planned ε then holds)."""
+        z, s = float(privacy["noise_multiplier"]), int(privacy["num_noisers"])
+        shares = [int(r["clients/accepted"]) for r in rounds if r["clients/accepted"] > 0]
+        if all(k >= s for k in shares):
+            return {}
+        # deferred: dp_accounting, numpy, torch, which this module does not load otherwise
+        from sifl_ray.privacy.dp_fedavg import epsilon_of_rounds
+
+        epsilon = epsilon_of_rounds(
+            noise_multipliers=[z * math.sqrt(k / s) for k in shares],
+            delta=float(privacy["delta"]),
+            accountant=privacy["accountant"],
+        )
+        return {"privacy/epsilon_realised": epsilon, "privacy/shares_missing": float(s - min(shares))}
 
     def steps(self, ctx: ArmContext) -> PartySteps:
         # deferred: dp_accounting, numpy, torch, which this module does not load otherwise
@@ -225,7 +255,7 @@ class DpFedAvgSecAgg(DpFedAvg):
         t = self.num_noisers(cfg)
         sigma = distributed_noise_std(noise_multiplier=z, clip=clip, num_noisers=t)
         bound = clip + float(cfg.secagg.noise_margin) * sigma
-        spec = secagg_spec(cfg, n=ctx.n, clip=bound, weight_ref=1.0, min_survivors=t)
+        spec = secagg_spec(cfg, n=ctx.n, clip=bound, weight_ref=1.0, min_survivors=self.threshold(cfg))
         seeds = self.client_noise_seeds(ctx)
         expected = float(cfg.clients.fraction) * int(cfg.clients.num_clients)
         return PartySteps(
@@ -249,6 +279,7 @@ class DpFedAvgSecAgg(DpFedAvg):
         out.update(
             mechanism="dp-fedavg-distributed-gaussian",
             num_noisers=t,
+            threshold=self.threshold(cfg),
             amplified_by_sampling=False,  # the aggregator receives the roster: every round is counted
             aggregator_covered=True,  # it unmasks only the noisy sum
             neighbour_relation="zero-out: the client takes part and adds its noise share, its update "
@@ -260,10 +291,12 @@ class DpFedAvgSecAgg(DpFedAvg):
             guarantee="client-level (ε, δ) of everything the aggregator and the server receive over all "
             "rounds, zero-out relation (the noise in the sum grows with the clients in it, so it gives no "
             "add/remove guarantee), unsampled Gaussian composed over every round, from dp_accounting; the "
-            f"noise is added by the clients, 1/t of the variance each, t = {t}: it holds when at least t "
-            "honest clients add their share in every round (a round with fewer survivors is not unmasked: "
-            "it tells only who took part, public here), for the continuous mechanism (the ring's rounding "
-            "of each noised update is not accounted; Kairouz et al. 2021 discretise it)",
+            f"noise is added by the clients, 1/s of the variance each, s = {t}: it holds when at least s "
+            "honest clients add their share in every round (a round with fewer survivors than the threshold "
+            "is not unmasked: it tells only who took part, public here; one unmasked with fewer than s "
+            "carries less noise, and the run reports the ε of the noise that arrived, "
+            "privacy/epsilon_realised), for the continuous mechanism (the ring's rounding of each noised "
+            "update is not accounted; Kairouz et al. 2021 discretise it)",
             scope="every global model released, all rounds together; the aggregator sees only the noisy sum",
         )
         sigma = out["noise_multiplier"] * float(cfg.dp_fedavg.clip) / math.sqrt(t)

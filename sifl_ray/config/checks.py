@@ -10,6 +10,7 @@ every client having a sample, the audit's replay, and the injected faults.
 from __future__ import annotations
 
 import difflib
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -24,6 +25,7 @@ def cross_checks(cfg: DictConfig, problems: list[str]) -> None:
     _free_form_checks(cfg, problems)
     _arm_checks(cfg, problems)
     _data_checks(cfg, problems)
+    _clock_checks(cfg, problems)
     if cfg.audit.compare and cfg.audit.canaries and cfg.coding.key_seed is None:
         problems.append(
             "audit.compare: the run without canaries must draw the same secrets (sample, noise, keys) as "
@@ -82,6 +84,35 @@ def _data_checks(cfg: DictConfig, problems: list[str]) -> None:
 
 _FAULT_KIND = Choice(lambda: names.FAULT_KINDS)
 _WORKER_KINDS = ("worker_exit", "worker_kill", "straggle", "corrupt_partial")  # take faults.inject[i].worker
+
+
+def _clock_checks(cfg: DictConfig, problems: list[str]) -> None:
+    """The clock's rules need devices; a trace must exist; over-selection must not void a DP mean's claim."""
+    clock = cfg.clock
+    if clock.profile is None and clock.trace is None:
+        for key in ("deadline_s", "keep", "target_accuracy"):
+            if clock[key] is not None:
+                problems.append(
+                    f"clock.{key}: the simulated clock is off (no device profile and no trace), got "
+                    f"clock.{key}={clock[key]}; set clock.profile=mobile (or equal, or a trace file in "
+                    "clock.trace)"
+                )
+    if clock.trace is not None and not Path(str(clock.trace)).is_file():
+        problems.append(
+            f"clock.trace: no file {clock.trace}; give the path of a CSV or JSON device table "
+            "(docs/clock.md 'Trace files')"
+        )
+    if clock.keep is None:
+        return
+    for name, kind in arm_instances(cfg).items():
+        arm = ARMS[kind]
+        if arm.uniform_weights and not arm.zero_out:
+            problems.append(
+                f"clock.keep: over-selection lets one client's upload push another's out of the sum, so one "
+                f"client moves {name}'s mean by up to twice its clip, and its accountant (add/remove, "
+                "sensitivity C) no longer holds; drop clock.keep and use clock.deadline_s, or an arm stated "
+                "under zero-out (dp_fedavg_secagg)"
+            )
 
 
 def fault_checks(cfg: DictConfig, problems: list[str]) -> None:

@@ -1,6 +1,6 @@
 """The registries of the components a scenario chooses among, held here so that the configuration reads
-them without importing a component: the arms (``arms``), the data sets (``data.name``) and the partitioners
-(``data.partition``).
+them without importing a component: the arms (``arms``), the data sets (``data.name``), the partitioners
+(``data.partition``) and the simulated clock's device profiles (``clock.profile``).
 
 Why here: the configuration sits below every component (a component declares its settings with the
 configuration's ``setting`` and registers here), so it may not import one. A component module registers
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 #: The modules whose import registers the built-in components (and declares their sections): loaded like
 #: a user's plug-ins, by name. None imports torch.
-BUILTIN_COMPONENTS: tuple[str, ...] = ("sifl_ray.arms", "sifl_ray.data")
+BUILTIN_COMPONENTS: tuple[str, ...] = ("sifl_ray.arms", "sifl_ray.data", "sifl_ray.clock.profiles")
 
 #: The arms (:class:`sifl_ray.arms.Arm` objects), by kind: ``register_arm`` adds one.
 ARMS: Registry[Any] = Registry("arm", key="arms")
@@ -34,6 +34,10 @@ DATASETS: Registry[Any] = Registry("data set", key="data.name")
 #: The partitioners ``data.partition`` accepts (:class:`sifl_ray.data.partition.Partitioner`):
 #: ``register_partitioner`` adds one.
 PARTITIONERS: Registry[Any] = Registry("partitioner", key="data.partition")
+
+#: The device profiles ``clock.profile`` accepts (:func:`sifl_ray.clock.profiles.register_profile` adds one):
+#: each draws every client's device (compute speed, links, latency, availability) from the run's seed.
+DEVICE_PROFILES: Registry[Any] = Registry("device profile", key="clock.profile")
 
 
 def load_components() -> None:

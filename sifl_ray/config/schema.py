@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sifl_ray.config import names
-from sifl_ray.config.components import DATASETS, PARTITIONERS
+from sifl_ray.config.components import DATASETS, DEVICE_PROFILES, PARTITIONERS
 from sifl_ray.config.import_paths import is_import_path
 from sifl_ray.config.validation import AT_LEAST_1, NONNEG, POSITIVE, PROBABILITY, Choice, Range, setting
 
@@ -35,6 +35,10 @@ def _partitioners() -> tuple[str, ...]:
 
 def _datasets() -> tuple[str, ...]:
     return DATASETS.names()
+
+
+def _profiles() -> tuple[str, ...]:
+    return DEVICE_PROFILES.names()
 
 
 @dataclass(frozen=True)
@@ -314,6 +318,41 @@ class CheckpointConfig:
 
 
 @dataclass
+class ServerSideConfig:
+    """The server and the aggregator as the clock charges them: one data centre, its compute and the link
+    between the two (docs/clock.md "What a round costs")."""
+
+    # the server's and the aggregator's compute, GFLOP/s: sums, codes, secure aggregation's masks
+    gflops: float = setting(1000.0, rule=POSITIVE)
+    gbps: float = setting(10.0, rule=POSITIVE)  # the link from the aggregator to the server, Gbit/s
+    latency_ms: float = setting(0.5, rule=NONNEG)  # one-way latency on that link, ms
+
+
+@dataclass
+class ClockConfig:
+    """A simulated clock (docs/clock.md): every client gets a device, every round a simulated duration (its
+    real work converted to device time), and a deadline drops the late at the step they are in. Off unless
+    a profile or a trace names the devices; then summary.json, TensorBoard and accuracy_vs_time.png have
+    the clock as their time axis."""
+
+    # the devices' law: mobile (phones on cellular links, its sources in docs/clock.md), equal (every device
+    # the same), or one registered with sifl_ray.clock.register_profile; null (and no trace): no clock
+    profile: str | None = setting(None, rule=Choice(_profiles))
+    # a file of devices, CSV or JSON, one row per device (docs/clock.md "Trace files"); replaces the profile
+    trace: str | None = None
+    # simulated seconds from a round's start by which an upload must arrive; a client still working then
+    # drops at the step it is in (before upload; under secure aggregation after sharing its keys); null: none
+    deadline_s: float | None = setting(None, rule=POSITIVE)
+    # over-selection: keep the first k uploads to arrive, drop the rest before upload; null: keep every one
+    keep: int | None = setting(None, rule=AT_LEAST_1)
+    # secure aggregation's key agreement and unmasking: how long the server waits for a client's message
+    phase_timeout_s: float = setting(10.0, rule=POSITIVE)
+    # test accuracy whose first crossing summary.json reports per arm (time to accuracy); null: none
+    target_accuracy: float | None = setting(None, rule=PROBABILITY)
+    server: ServerSideConfig = field(default_factory=ServerSideConfig)
+
+
+@dataclass
 class ScenarioConfig:
     """A scenario: every section of the platform's own (the arms, the data, the coding, …); the sections that
     components declare (:mod:`sifl_ray.config.sections`) are merged in by
@@ -336,3 +375,4 @@ class ScenarioConfig:
     faults: FaultsConfig = field(default_factory=FaultsConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     audit: AuditConfig = field(default_factory=AuditConfig)
+    clock: ClockConfig = field(default_factory=ClockConfig)

@@ -438,6 +438,7 @@ class AggregatorHost(Host):
             server_s=stats.compute_s,
             server_bytes=stats.bytes_sent + stats.bytes_received,
             server_messages=stats.messages_sent,
+            mask_terms=0 if plan is None else len(plan.terms),
             **rounds.round_sets(),  # type: ignore[typeddict-item]
         )
         return Planned(plan, info)

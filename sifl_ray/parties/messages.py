@@ -155,6 +155,7 @@ class PlanInfo(TypedDict, total=False):
     shared: int
     survivors: int
     responders: int
+    mask_terms: int  # masks the unmasking rebuilt: a self mask per survivor, a pairwise one per dropped pair
 
 
 class UnmaskCosts(TypedDict):

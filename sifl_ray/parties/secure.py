@@ -162,15 +162,19 @@ class WorkerSecAgg:
         """Step 2 for round ``t``: an empty ring sum of this worker's clients' masked inputs."""
         return MaskedSum(self, t, n, inboxes)
 
-    def unmask(self, t: int, survivors: Collection[int]) -> tuple[dict[int, UnmaskResponse], ClientCosts]:
-        """Step 3: the answer of each of this worker's clients that is a survivor (U3), and what the
-        protocol cost this worker's clients over the round."""
-        self._round(t)
-        responses = {i: c.unmask(survivors) for i, c in self._clients.items() if i in survivors}
+    def unmask(
+        self, t: int, survivors: Collection[int], silent: Collection[int] = ()
+    ) -> tuple[dict[int, UnmaskResponse], ClientCosts]:
+        """Step 3: the answer of each of this worker's clients that is a survivor (U3) and not ``silent``
+        (platform ids of clients gone after their upload: they answer nothing), and what the protocol cost
+        this worker's clients over the round."""
+        public = self._round(t)
+        gone = {public.index(c) for c in silent if c in public.roster}
+        answering = [i for i in self._clients if i in survivors and i not in gone]
+        responses = {i: self._clients[i].unmask(survivors) for i in answering}
         costs = ClientCosts()
-        for i, client in self._clients.items():
-            if i in survivors:
-                costs.add(client.stats)
+        for i in answering:
+            costs.add(self._clients[i].stats)
         self._clients = {}  # the round is over: its secrets go
         return responses, costs
 

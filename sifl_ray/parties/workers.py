@@ -425,10 +425,13 @@ class ClientWorker(Host):
         return self.secure[arm].share(t, routed)
 
     @returns(Unmasked)
-    def secagg_unmask(self, arm: str, t: int, survivors: Collection[int]) -> Unmasked:
-        """Step 3's answers of this worker's surviving clients, and what the protocol cost them."""
+    def secagg_unmask(
+        self, arm: str, t: int, survivors: Collection[int], silent: Collection[int] = ()
+    ) -> Unmasked:
+        """Step 3's answers of this worker's surviving clients, and what the protocol cost them; the clients
+        ``silent`` (platform ids) answer nothing: the simulated clock's devices gone after their upload."""
         self.faults.before_unmask(arm, t)
-        responses, costs = self.secure[arm].unmask(t, survivors)
+        responses, costs = self.secure[arm].unmask(t, survivors, silent)
         return Unmasked(responses, UnmaskCosts(**vars(costs)))  # type: ignore[typeddict-item]
 
 

@@ -31,7 +31,8 @@ variance. All randomness comes from a ``torch.Generator`` passed in.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -159,6 +160,23 @@ def epsilon(
     event = round_event(noise_multiplier, sample_rate, sampling=sampling, population=population)
     if steps:  # the library refuses a composition count of 0; nothing released is ε = 0
         acc.compose(dp_accounting.SelfComposedDpEvent(event, int(steps)))
+    return float(acc.get_epsilon(delta))
+
+
+def epsilon_of_rounds(
+    *, noise_multipliers: Sequence[float], delta: float, accountant: Accountant = "rdp"
+) -> float:
+    """ε at δ of unsampled Gaussian rounds, each with its own noise multiplier ``z_t`` (composed; rounds of
+    one ``z`` as one self-composition). What distributed noise gives when a round's sum carries fewer or
+    more noise shares than planned: the multipliers are the realised ones.
+
+    Why composition of different ``z_t`` is sound here: the sequence depends on who took part (public under
+    the zero-out relation), never on a client's update, so it is fixed before the data speak."""
+    for z in noise_multipliers:
+        _check(noise_multiplier=z, sample_rate=1.0, steps=1, delta=delta, population=None)
+    acc = make_accountant(accountant, sampling="poisson")
+    for z, count in sorted(Counter(float(z) for z in noise_multipliers).items()):
+        acc.compose(dp_accounting.SelfComposedDpEvent(round_event(z, 1.0, sampling="poisson"), count))
     return float(acc.get_epsilon(delta))
 
 

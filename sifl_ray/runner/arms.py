@@ -19,6 +19,7 @@ from sifl_ray.aggregation import PlainAggregation, SecureAggregation
 from sifl_ray.arms import ArmContext, arm_of, reference_of
 from sifl_ray.arms.sifl_figures import arm_precision, arm_round_bound
 from sifl_ray.backends import Backend
+from sifl_ray.clock.stage import Clock
 from sifl_ray.parties.aggregator import AggregatorHost
 from sifl_ray.parties.handle import Handle
 from sifl_ray.parties.server import ServerHost
@@ -177,6 +178,7 @@ def setup_arm(
     sizes: np.ndarray,
     clients_per_worker: int,
     restored: ArmState | None = None,
+    clock: Clock | None = None,
 ) -> PreparedArm:
     """Give every party its part of ``arm`` (:func:`hand_out_arm`: fresh keys, or with ``restored``, the
     arm's state taken back from a checkpoint, the keys already taken back from their files by
@@ -186,6 +188,7 @@ def setup_arm(
     Args:
         w0: the initial model (the first broadcast encodes it); ``sizes``: every client's data set size.
         clients_per_worker: the most clients one worker sums (for the round's rounding bound).
+        clock: the run's simulated clock, put around the arm's aggregation (``None``: no clock).
 
     Raises:
         PrecisionError: float64 cannot carry this configuration (before any party is asked anything).
@@ -213,6 +216,8 @@ def setup_arm(
         key_path=lambda party: checkpoints.key_path(party, arm),
         restored=restored,
     )
+    if clock is not None:
+        clock.attach(state, n=n, secagg=steps.secagg)
     out = PreparedArm(state=state, setup=setup, precision=precision)
     if coding.coded:
         server, aggregator = pool.server, pool.aggregators[0]

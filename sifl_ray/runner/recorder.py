@@ -14,10 +14,17 @@ from typing import Any
 from omegaconf import DictConfig
 
 from sifl_ray.arms import arm_of
+from sifl_ray.clock.stage import Clock
 from sifl_ray.config import to_yaml
 from sifl_ray.faults import FaultJournal
 from sifl_ray.logging import RunLogger
-from sifl_ray.plots import plot_accuracy, plot_accuracy_vs_epsilon, plot_audit, summary_styles
+from sifl_ray.plots import (
+    plot_accuracy,
+    plot_accuracy_vs_epsilon,
+    plot_accuracy_vs_time,
+    plot_audit,
+    summary_styles,
+)
 from sifl_ray.progress import progress_enabled
 from sifl_ray.round import RoundResult
 from sifl_ray.runner.parties import say
@@ -27,6 +34,7 @@ from sifl_ray.runner.summary import (
     arm_epsilons,
     end_of_run_messages,
     epsilon_metrics,
+    realised_claims,
     record_text,
     result_line,
     round_incidents,
@@ -62,6 +70,8 @@ class Recorder:
         self.arms = list(driver.arms)
         self.logger: RunLogger | None = None
         self.audit: dict[str, dict[str, Any]] = {}  # arm → the in-run audit's latest figures
+        self.clock: Clock | None = None  # the run's simulated clock (None: off)
+        self.weakened: set[str] = set()  # arms whose noise fell short of the plan in some round (said once)
 
     def open(self, *, purge_step: int | None, keep_replayed: bool = False) -> None:
         """(Re)open the TensorBoard writers; ``purge_step=t`` makes TensorBoard drop the steps ≥ t that an
@@ -80,7 +90,7 @@ class Recorder:
             purge_step=purge_step,
             drop_replayed=not keep_replayed,
         )
-        self.logger.chart(audit=bool(self.cfg.audit.canaries))
+        self.logger.chart(audit=bool(self.cfg.audit.canaries), clock=self.clock is not None)
 
     def privacy(self, privacy: dict[str, dict[str, Any]]) -> None:
         """Each arm's privacy figures, once, at the start of a fresh run."""
@@ -117,6 +127,7 @@ class Recorder:
             metrics.update({f"privacy/epsilon_{r.release}": r.epsilon for r in released})
         else:
             metrics.update(epsilon_metrics(privacy, t))
+            metrics.update(self._realised(arm, t, privacy, metrics))
         if result.audit is not None and arm in driver.audits:
             metrics.update(self._audit(arm, t, result.audit, result.audit_uploads, privacy, metrics))
         driver.wall[arm] += metrics["time/round"]
@@ -130,6 +141,29 @@ class Recorder:
             for message in got.messages:
                 say(message)
         return metrics["test_accuracy"]
+
+    def _realised(
+        self, arm: str, t: int, privacy: dict | None, metrics: dict[str, float]
+    ) -> dict[str, float]:
+        """The ε of the noise that arrived (:meth:`~sifl_ray.arms.Arm.realised_privacy`), where a round
+        carried less than planned: it replaces the cumulative ε where it is the weaker, said once per arm."""
+        if not privacy:
+            return {}
+        got = arm_of(self.cfg, arm).realised_privacy(privacy, [*self.driver.history[arm], metrics])
+        if not got:
+            return got
+        planned = metrics.get("privacy/epsilon_cumulative")
+        if planned is not None and got["privacy/epsilon_realised"] > planned:
+            got["privacy/epsilon_cumulative"] = got["privacy/epsilon_realised"]
+        if arm not in self.weakened:
+            self.weakened.add(arm)
+            say(
+                f"round {t} {arm}: its sum carried {got['privacy/shares_missing']:g} noise share(s) fewer "
+                f"than the {privacy['num_noisers']} planned (clients dropped after the key agreement): the "
+                f"noise that arrived gives ε = {got['privacy/epsilon_realised']:.4g} so far, and the run "
+                "reports the ε of the noise that arrived (privacy/epsilon_realised)"
+            )
+        return got
 
     def _audit(
         self,
@@ -192,6 +226,7 @@ class Recorder:
         ``chance_accuracy``: a guess's, 1 / the classes, for the table to say when an arm learnt nothing),
         the end-of-run messages, the accountant's report (for ``coded_arms``), the plots."""
         cfg, driver = self.cfg, self.driver
+        privacy, weakened = realised_claims(privacy, driver.history)
         summary = summarise(
             cfg,
             run_dir=self.run_dir,
@@ -209,8 +244,10 @@ class Recorder:
         )
         for arm, figures in self.audit.items():
             summary["arms"][arm]["audit"] = figures
+        if self.clock is not None:
+            summary["clock"] = self.clock.describe()
         summary["chance_accuracy"] = chance_accuracy
-        for message in end_of_run_messages(summary, precision):
+        for message in [*end_of_run_messages(summary, precision), *weakened]:
             say(message)
         self.logger.write_summary(summary)
         if len(driver.accountant):
@@ -224,6 +261,9 @@ class Recorder:
             title = f"{run_name(cfg)}: final accuracy against ε"
             plot_accuracy_vs_epsilon(self.run_dir, summary, epsilons, styles, title)
             plot_audit(self.run_dir, summary, f"{run_name(cfg)}: the in-run audit against the claimed ε")
+            if self.clock is not None:
+                title = f"{run_name(cfg)}: test accuracy against the simulated clock"
+                plot_accuracy_vs_time(self.run_dir, driver.history, styles, title, cfg.clock.target_accuracy)
         self.logger.close(results=results_markdown(summary))
         return RunResult(self.run_dir, summary, history=driver.history, result_line=result_line(summary))
 

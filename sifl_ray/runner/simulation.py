@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 from sifl_ray.arms import arm_of, play_order, unpaired_arms
 from sifl_ray.backends import Backend, make_backend
 from sifl_ray.checkpoint import CheckpointError, describe_error
+from sifl_ray.clock.stage import Clock
 from sifl_ray.config import ConfigError, arm_names
 from sifl_ray.data import sample_clients
 from sifl_ray.faults import FaultJournal, FaultPlan
@@ -149,6 +150,10 @@ class Simulation:
         self.dataset, self.sizes, self.owner = work.dataset, work.sizes, work.owner
         self.partition = work.partition
         self.model_spec, self.w0, self.n = work.model_spec, work.w0, work.n
+        # the simulated clock (clock.profile or clock.trace), put around each arm's aggregation; None: off
+        self.clock = self.recorder.clock = Clock.of(
+            cfg, sizes=self.sizes, model=self.model_spec, history=lambda arm: self.driver.history[arm]
+        )
         self.pool.host_shards(self.n + cfg.coding.n_extra)  # the largest encoded vector of any arm
         for ev in self.plan.events:
             if ev.worker is not None and ev.worker >= self.num_workers:
@@ -203,6 +208,7 @@ class Simulation:
                 sizes=self.sizes,
                 clients_per_worker=max(len(p) for p in work.partitions),
                 restored=self.states[arm] if self._resume is not None else None,
+                clock=self.clock,
             )
             self.states[arm] = got.state
             for table, value in ((self.precision, got.precision), (self.privacy, got.privacy)):

@@ -15,6 +15,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from sifl_ray.arms import arm_of
+from sifl_ray.clock.report import arm_clock, clock_dropped
 from sifl_ray.round import RoundResult
 
 
@@ -85,6 +86,31 @@ def epsilon_metrics(info: dict[str, Any] | None, t: int | None = None) -> dict[s
     if per_round and t is not None and 0 <= t < len(per_round):
         out["privacy/epsilon_cumulative"] = float(per_round[t])
     return out
+
+
+def realised_claims(
+    privacy: dict[str, dict[str, Any]], history: dict[str, list[dict[str, float]]]
+) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Each arm's privacy report with the ε its realised noise gives where that is weaker than the planned
+    one (``epsilon`` becomes it, ``epsilon_planned`` keeps the plan), and a warning for each such arm."""
+    out, messages = dict(privacy), []
+    for arm, info in privacy.items():
+        realised = [
+            r["privacy/epsilon_realised"] for r in history.get(arm, []) if "privacy/epsilon_realised" in r
+        ]
+        if not realised:
+            continue
+        final, planned = realised[-1], info.get("epsilon")
+        claim = {**info, "epsilon_realised": final}
+        if planned is not None and final > planned:
+            claim.update(epsilon=final, epsilon_planned=planned)
+            messages.append(
+                f"{arm}: fewer noise shares arrived than planned, so the claim is weaker: ε = {final:.4g}, "
+                f"not the planned {planned:.4g} (δ = {info.get('delta')}); summary.json reports the realised "
+                "one (arms.<arm>.privacy.epsilon, epsilon_planned beside it)"
+            )
+        out[arm] = claim
+    return out, messages
 
 
 def round_incidents(arm: str, t: int, result: RoundResult) -> RoundIncidents | None:
@@ -178,7 +204,7 @@ def summarise(
     """
     fl_final = history["fl"][-1]["test_accuracy"] if "fl" in history else None
     arms = {
-        arm: _arm_summary(cfg, arm, rows, fl_final, wall, dropped, privacy, precision)
+        arm: _arm_summary(cfg, arm, rows, fl_final, wall, dropped, privacy, precision, history)
         for arm, rows in history.items()
     }
     estimate = max((p["deviation_estimate"] for p in precision.values()), default=None)
@@ -244,12 +270,19 @@ def _arm_summary(
     dropped: dict[str, list[dict]],
     privacy: dict[str, dict[str, Any]],
     precision: dict[str, dict[str, Any]],
+    history: dict[str, list[dict[str, float]]],
 ) -> dict[str, Any]:
     """One arm's part of ``summary.json``: its final figures, precision claims, privacy report, timings,
     rounds, incidents and clipping."""
     protocol = arm_of(cfg, arm)
     final = rows[-1]["test_accuracy"]
     devs = [r["max_deviation"] for r in rows if "max_deviation" in r]
+    # the clock drops each arm's clients by its own message sizes: a deviation between arms that lost other
+    # clients measures who took part, not the coding, and is kept apart
+    unpaired = bool(devs) and any(
+        clock_dropped(h) for h in (rows, history.get(protocol.paired_with or "", []))
+    )
+    unpaired_devs, devs = (devs, []) if unpaired else ([], devs)
     arm_precision = precision.get(arm, {})
     estimate = arm_precision.get("deviation_estimate")
     out = {
@@ -282,6 +315,14 @@ def _arm_summary(
     }
     if any("secagg/quantisation_bound" in r for r in rows):
         out["secure_aggregation"] = secure_aggregation_summary(rows)
+    if all("clock/elapsed_s" in r for r in rows):
+        out["clock"] = arm_clock(rows, cfg.clock.target_accuracy)
+    if unpaired_devs:
+        out["max_deviation_unpaired"] = max(unpaired_devs)
+        out["unpaired"] = (
+            f"the clock dropped clients in {arm} or in {protocol.paired_with}: their models differ by who "
+            "took part as well as by the coding, so no deviation is reported as the coding's"
+        )
     return out
 
 

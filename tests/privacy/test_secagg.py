@@ -181,9 +181,9 @@ class _ClientHost:
         partials, exact = total.partials(self.client, bounds, key_epoch=0, weight=report.weight)
         return MaskedTrained.of(partials, exact, report)
 
-    def secagg_unmask(self, arm, t, survivors):
+    def secagg_unmask(self, arm, t, survivors, silent=()):
         self._step("unmask")
-        responses, costs = self.secure.unmask(t, survivors)
+        responses, costs = self.secure.unmask(t, survivors, silent)
         return Unmasked(responses, UnmaskCosts(**vars(costs)))
 
 
