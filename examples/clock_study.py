@@ -1,6 +1,6 @@
-"""The clock's study (docs/clock.md "The study"): every arm of ``sifl_ray/scenarios/clock_study.yaml`` in time to
-accuracy, once on the mobile mix with its deadline and once with every device equal; one chart with a
-panel each, and a Markdown table.
+"""The clock's study (docs/clock.md "The study"): every arm of ``sifl_ray/scenarios/clock_study.yaml`` in
+time to accuracy, once on the mobile mix with its deadline and once with every device equal; one chart with
+a panel each, and a Markdown table.
 
     python examples/clock_study.py [key=value ...] [--out docs/img/clock_study.png]
 
