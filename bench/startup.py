@@ -81,14 +81,14 @@ print("SESSION", json.dumps(out), flush=True)
 """
 
 
-def run_sampled(argv: list[str], interval: float, what: str) -> tuple[str, MemorySampler]:
+def run_sampled(argv: list[str], interval: float, what: str, cwd: Path = ROOT) -> tuple[str, MemorySampler]:
     """Run ``argv`` in the repository root while sampling its process tree's PSS; its output (stdout and
     stderr together) and the sampler.
 
     Raises:
         RuntimeError: it failed; the message ends with the tail of its output.
     """
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     with MemorySampler(interval, root=proc.pid) as sampler:
         output, _ = proc.communicate()
     if proc.returncode != 0:
@@ -96,13 +96,14 @@ def run_sampled(argv: list[str], interval: float, what: str) -> tuple[str, Memor
     return output, sampler
 
 
-def run_once(overrides: list[str], interval: float) -> dict[str, Any]:
-    """One ``python run.py`` in a fresh process; its wall time, start-up record and peak PSS."""
+def run_once(overrides: list[str], interval: float, checkout: Path = ROOT) -> dict[str, Any]:
+    """One ``python run.py`` of ``checkout`` in a fresh process; its wall time, start-up record and peak
+    PSS."""
     with tempfile.TemporaryDirectory(prefix="sifl-startup-") as out:
         load = os.getloadavg()[0]
         start = time.perf_counter()
         argv = [sys.executable, "run.py", "output.progress=false", f"output.dir={out}", *overrides]
-        output, sampler = run_sampled(argv, interval, "python run.py")
+        output, sampler = run_sampled(argv, interval, f"python run.py in {checkout}", checkout)
         wall = time.perf_counter() - start
         (summary_path,) = Path(out).rglob("summary.json")
         summary = json.loads(summary_path.read_text())
@@ -143,8 +144,11 @@ def session_once(overrides: list[str]) -> dict[str, Any]:
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Each measurement in turn, ``--runs`` times (the first run, the floor, the session and its sweep)."""
-    runs, floors, sessions = [], [], []
+    runs, floors, sessions, before = [], [], [], []
     for _ in progress(range(args.runs), "bench startup", name=lambda i: f"round {i}"):
+        if args.before:
+            theirs = args.before_overrides.split(",") if args.before_overrides else args.overrides
+            before.append(run_once(theirs, args.interval, Path(args.before).resolve()))
         runs.append(run_once(args.overrides, args.interval))
         floors.append(floor_once())
         sessions.append(session_once(args.overrides))
@@ -165,6 +169,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "runs": runs,
         "floors": floors,
         "sessions": sessions,
+        "before": before,
         "median": median,
     }
 
@@ -172,17 +177,31 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 def report(res: dict[str, Any]) -> str:
     """The first runs phase by phase, then each measurement's median against its target, and the ratios."""
     header = ["run", "wall s", "imports", "Ray", "parties", "→ 1st round", "rounds", "end", "PSS MiB", "load"]
+    labelled = [(f"before {i + 1}", r) for i, r in enumerate(res.get("before", []))]
+    labelled += [(f"{'after ' if labelled else ''}{i + 1}", r) for i, r in enumerate(res["runs"])]
     rows = [
         [
-            str(i + 1),
+            label,
             f"{r['wall_s']:.2f}",
-            *(f"{r[k]:.2f}" if r[k] is not None else "—" for k in (*PHASES, "end_s")),
+            *(f"{r[k]:.2f}" if r.get(k) is not None else "—" for k in (*PHASES, "end_s")),
             f"{r['peak_pss_bytes'] / MIB:.0f}",
             f"{r['load_before']:.1f}→{r['load_after']:.1f}",
         ]
-        for i, r in enumerate(res["runs"])
+        for label, r in sorted(labelled, key=lambda lr: lr[0].split()[-1])  # each round's pair together
     ]
     m = res["median"]
+    if res.get("before"):
+        fixed = statistics.median(r["wall_s"] - r["rounds_s"] for r in res["before"])
+        pss = statistics.median(r["peak_pss_bytes"] for r in res["before"]) / MIB
+        rows.append(
+            [
+                "before",
+                f"fixed {fixed:.2f} s = {fixed / m['floor_s']:.2f} × floor",
+                *[""] * 6,
+                f"{pss:.0f}",
+                "",
+            ]
+        )
     first_ratio = m["first_fixed_s"] / m["floor_s"]
     checks = [  # (id, what, value, target, how)
         (
@@ -234,6 +253,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="rounds of the four measurements (default 3)")
     parser.add_argument("--interval", type=float, default=0.1, help="seconds between PSS samples")
     parser.add_argument("--out", default="bench_results/startup.json", help="JSON path")
+    parser.add_argument(
+        "--before",
+        metavar="CHECKOUT",
+        help="another checkout whose python run.py is measured too, alternated with this one's",
+    )
+    parser.add_argument(
+        "--before-overrides",
+        metavar="KEY=VALUE,...",
+        help="the other checkout's overrides, where its keys differ (default: the same as this one's)",
+    )
     parser.add_argument("overrides", nargs="*", help="run.py overrides (key=value), e.g. train.rounds=5")
     args = parser.parse_args(argv)
     res = measure(args)
