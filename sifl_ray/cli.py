@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import sifl_ray
 from sifl_ray.backends import make_backend, starting
+from sifl_ray.backends.base import ClusterUnreachable
 from sifl_ray.config import (
     SCENARIO_COMMANDS,
     SCENARIO_DIR,
@@ -151,9 +152,6 @@ def cmd_run(argv: list[str]) -> int:
     _check_data(cfg)  # and the data set's files before Ray starts
 
     quiet_ray(cfg)  # before Ray is imported, which reads these switches
-    # deferred: Ray, which this module does not load otherwise
-    from sifl_ray.backends.cluster import ClusterUnreachable
-
     _note(f"[sifl] {starting(str(cfg.backend), cfg.ray.address)}…")  # the first line, before Ray's start
     imports = _import_in_background(cfg)
     marks = {"backend_start": time.time()}
@@ -244,9 +242,6 @@ def cmd_resume(argv: list[str]) -> int:
     run_dir = target.parent.parent if target.name.startswith("round-") else target
     with contextlib.suppress(ConfigError):  # a folder that is no run: open_resume says so below
         quiet_ray(load_run_config(run_dir / "config.yaml"))  # before Ray is imported, as a run does
-    # deferred: Ray, which this module does not load otherwise
-    from sifl_ray.backends.cluster import ClusterUnreachable
-
     # deferred: torch, which this module does not load otherwise
     from sifl_ray.checkpoint import CheckpointError, describe_error
 

@@ -17,11 +17,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ParamSpec, Protocol, TypeVar, runtime_checkable
 
+from sifl_ray.errors import SiflError
 from sifl_ray.parties.handle import Handle, Ref
 
 T = TypeVar("T")
 H = TypeVar("H")
 P = ParamSpec("P")
+
+
+class ClusterUnreachable(SiflError, RuntimeError):
+    """``ray.address`` (or ``RAY_ADDRESS``) names a cluster that cannot be joined; ``str()`` is one line
+    for the user, with the fix. Here, not beside the cluster code, so that a caller catches it without
+    importing Ray."""
 
 
 @dataclass(frozen=True)

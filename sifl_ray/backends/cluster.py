@@ -23,14 +23,9 @@ from typing import Any
 
 import ray
 
-from sifl_ray.errors import SiflError
+from sifl_ray.backends.base import ClusterUnreachable
 
 PRIVATE = ("", "local")
-
-
-class ClusterUnreachable(SiflError, RuntimeError):
-    """``ray.address`` (or ``RAY_ADDRESS``) names a cluster that cannot be joined; ``str()`` is one line
-    for the user, with the fix."""
 
 
 def recorded_address() -> tuple[Path | None, str]:
