@@ -11,8 +11,11 @@ The overrides apply to both runs (``backend=ray``, ``train.rounds=10``); the sec
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
+
+from PIL import Image, PngImagePlugin
 
 from sifl_ray import simulate
 from sifl_ray.plots import accuracy_vs_time_panels, save_figure, summary_styles
@@ -49,14 +52,41 @@ def table(runs: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def chart(runs: dict[str, Any], out: Path) -> Path:
+def chart(runs: dict[str, Any], out: Path, commands: dict[str, list[str]]) -> Path:
     """One panel per condition, every arm in its run's style, the same accuracy axis."""
     panels = {}
     for name, run in runs.items():
         target = next(iter(run.summary["arms"].values()))["clock"].get("target_accuracy")
         panels[name] = (run.history, summary_styles(run.summary, arm_epsilons(run.summary)), target)
     title = "time to accuracy: each point is a round's end on the simulated clock (docs/clock.md)"
-    return save_figure(accuracy_vs_time_panels(panels, title), out)
+    path = save_figure(accuracy_vs_time_panels(panels, title), out)
+    carry_runs(path, runs, commands)
+    return path
+
+
+def carry_runs(path: Path, runs: dict[str, Any], commands: dict[str, list[str]]) -> None:
+    """Write into the PNG what it draws (its ``sifl-data`` text chunk, as docs/make_figures.py does): each
+    condition's command, RESULT line and every arm's final accuracy and ε."""
+    data = {"runs": []}
+    for name, run in runs.items():
+        eps = arm_epsilons(run.summary)
+        arms = {
+            arm: {
+                "final_accuracy": a["final_accuracy"],
+                "epsilon_whole_model": eps[arm]["whole"],
+                "epsilon_per_element": eps[arm]["per_element"],
+            }
+            for arm, a in run.summary["arms"].items()
+        }
+        command = "python run.py scenario=clock_study " + " ".join(commands[name])
+        data["runs"].append(
+            {"condition": name, "command": command.strip(), "result": run.result_line, "arms": arms}
+        )
+    info = PngImagePlugin.PngInfo()
+    info.add_text("sifl-data", json.dumps(data, sort_keys=True))
+    with Image.open(path) as image:
+        image.load()
+        image.save(path, pnginfo=info)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,8 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="key=value, applied to both runs")
     parser.add_argument("--out", default="docs/img/clock_study.png")
     args = parser.parse_args(argv)
-    runs = {name: simulate("clock_study", [*args.overrides, *extra]) for name, extra in CONDITIONS.items()}
-    path = chart(runs, Path(args.out))
+    commands = {name: [*args.overrides, *extra] for name, extra in CONDITIONS.items()}
+    runs = {name: simulate("clock_study", commands[name]) for name in CONDITIONS}
+    path = chart(runs, Path(args.out), commands)
     for name, run in runs.items():
         print(f"{name}: {run.run_dir}")
     print(table(runs))
