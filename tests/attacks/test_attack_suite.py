@@ -218,6 +218,7 @@ def test_projection_near_round_off_under_pinv_at_moderate_noise():
     assert 20 < louder.figures["projection"].value / pinv.figures["projection"].value < 500
 
 
+@pytest.mark.slow  # 100 rounds recorded and attacked
 def test_oblique_regression_error_falls_with_rounds():
     cfg = load_attack_config(
         [*SMALL, "designs=[fast-oblique]", "primary=fast-oblique", "train.rounds=100", "coding.n_extra=4"]
