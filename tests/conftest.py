@@ -67,7 +67,6 @@ SLOW_TESTS = (  # module::test, or a prefix of its parametrised ids
     "tests/test_arms.py::test_toy_arm_runs_on_ray_and_in_process_with_identical_numbers",
     "tests/test_platform.py::test_workers_are_pinned_to_declared_gpus",
     "tests/test_vectorised_runs.py::test_ray_and_in_process_runs_agree_with_vectorised_clients",
-    "tests/coding/test_coding_registry.py::test_a_registered_backend_is_a_choice_and_runs_like_the_one_it_mirrors",
     "tests/coding/test_coding_registry.py::test_a_process_that_never_registered_it_imports_it_from_its_path",
     "tests/optim/test_optim_rules.py::test_the_trainer_does_not_import_dynamo",
     "tests/bench/test_bench_gpu.py::test_a_rehearsal_runs_every_section_through_the_platform",

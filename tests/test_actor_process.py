@@ -57,6 +57,7 @@ def _probe(keep: bool) -> float:
     return float(resident)
 
 
+@pytest.mark.slow  # two Python processes
 @pytest.mark.skipif(not GLIBC, reason="the setting is glibc's (elsewhere keep_freed_memory changes nothing)")
 def test_keep_freed_memory_keeps_a_freed_block_for_reuse():
     assert _probe(keep=True) >= 15

@@ -34,6 +34,7 @@ def sifl(*args: str, timeout: float = 300, env: dict[str, str] | None = None) ->
     )
 
 
+@pytest.mark.slow  # a `sifl describe` process per model (the paper's sizes)
 @pytest.mark.parametrize("model", sorted(TABLE3))
 def test_describe_prints_table3_sizes(model):
     proc = sifl("describe", f"scenario=paper_mnist_{model}_sgd", "--json")
@@ -48,6 +49,7 @@ def test_describe_prints_table3_sizes(model):
     assert info["scope"] == "per-element, per-round"
 
 
+@pytest.mark.slow  # two `sifl` processes
 def test_describe_text_and_list():
     proc = sifl("describe", "scenario=quickstart")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -59,6 +61,7 @@ def test_describe_text_and_list():
     assert {"quickstart", "dp_compare", "scale_1000", "paper_fmnist_cnn_momentum", "attack_small"} <= names
 
 
+@pytest.mark.slow  # `sifl describe` and `python run.py` processes
 def test_describe_refuses_nothing_but_reports_an_excess():
     """A configuration float64 cannot carry is reported by describe (and refused by run, exit code 2)."""
     proc = sifl("describe", "scenario=quickstart", "coding.gamma=1e-4", "--json")
@@ -76,6 +79,7 @@ def test_describe_refuses_nothing_but_reports_an_excess():
     assert "exceeds the tolerance" in run.stderr and "Fix:" in run.stderr and "Traceback" not in run.stderr
 
 
+@pytest.mark.slow  # two `sifl describe` processes
 def test_describe_shows_round0_of_m2_as_an_m1_round():
     """M2's round 0 starts from the server's M1 encoding: describe reports it with M1's figures, ‖P2R‖ = 1/γ
     (100 in the quickstart) times the local ε of later rounds."""
@@ -115,6 +119,7 @@ register_arm(PluginFedAvg())
 """
 
 
+@pytest.mark.slow  # `sifl run` processes
 def test_an_arm_from_a_plugin_module_runs_from_the_command_line(tmp_path):
     """``SIFL_PLUGINS=module sifl run arms=[...]``: the module registers its arm before the configuration
     is read; the arm (FedAvg under another name) gives fl's accuracy. Without the plug-in: exit 2."""
@@ -142,6 +147,7 @@ def test_an_arm_from_a_plugin_module_runs_from_the_command_line(tmp_path):
     assert "Traceback" not in broken.stderr
 
 
+@pytest.mark.slow  # a `sifl run` of 15 arms
 def test_dp_compare_small_prints_every_arms_accuracy_and_epsilon_and_plots_them(tmp_path):
     """``sifl run scenario=dp_compare_small`` (rounds cut to 2 here): the table, one RESULT line with every
     arm's final accuracy and its ε named for its scope, and a readable ``accuracy_vs_epsilon.png``."""
@@ -281,6 +287,7 @@ def _interrupt(tmp_path: Path, sig: int, after: str, rounds: int = 200) -> tuple
     return code, "".join(seen) + rest, tmp_path / "quickstart"
 
 
+@pytest.mark.slow  # a run interrupted, then resumed, in processes
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_an_interrupted_run_says_what_is_saved_and_how_to_resume(tmp_path, sig):
     """The run folder comes first, and an interrupt names the last complete checkpoint and the exact
@@ -296,6 +303,7 @@ def test_an_interrupted_run_says_what_is_saved_and_how_to_resume(tmp_path, sig):
     assert "Traceback" not in err
 
 
+@pytest.mark.slow  # a `python run.py` process
 def test_an_interrupt_before_any_round_leaves_no_key_folder(tmp_path):
     code, err, scenario_dir = _interrupt(tmp_path, signal.SIGINT, "run folder:")
     assert code == 130, err
@@ -303,6 +311,7 @@ def test_an_interrupt_before_any_round_leaves_no_key_folder(tmp_path):
     assert not (scenario_dir / ".keys").exists()
 
 
+@pytest.mark.slow  # a run, then a `sifl` process
 def test_resuming_a_finished_run_says_so_without_starting_ray(tmp_path):
     from sifl_ray.cli import main
 
@@ -315,6 +324,7 @@ def test_resuming_a_finished_run_says_so_without_starting_ray(tmp_path):
     assert "Ray" not in got.stdout + got.stderr  # no backend was started
 
 
+@pytest.mark.slow  # four `sifl` processes
 def test_a_scenario_made_for_another_command_names_the_command_in_one_line():
     """``python run.py scenario=attack_small`` and ``sifl attack scenario=quickstart`` name the command that
     plays the scenario, in one line (not a dozen "unknown key" lines about a shipped file)."""

@@ -279,6 +279,7 @@ def _run(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # `sifl run` processes
 def test_a_plugins_sections_work_from_the_command_line_and_are_checked(tmp_path):
     (tmp_path / "my_components.py").write_text(PLUGIN)
     done = _run(tmp_path, "pl_net.width=3", "pl_data.samples=48", "pl_blocks.block=2")

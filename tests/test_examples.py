@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -30,6 +32,7 @@ def test_own_arm_runs_as_a_script_with_its_setting(tmp_path):
     assert (tmp_path / "runs" / "quickstart").is_dir()
 
 
+@pytest.mark.slow  # `sifl run` processes
 def test_own_arm_is_a_plugin_of_the_command_line(tmp_path):
     args = [
         str(ROOT / "run.py"),

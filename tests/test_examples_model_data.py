@@ -33,6 +33,7 @@ def _result(out: str) -> dict[str, float]:
     return {k: float(v) for k, v in re.findall(r"(\w+)=([0-9.eE+-]+)(?=\s|$)", line)}
 
 
+@pytest.mark.slow  # the example as a process
 def test_own_model_example_trains_the_registered_model_under_every_arm(tmp_path):
     done = _run("own_model.py", "clients.num_clients=4", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -43,6 +44,7 @@ def test_own_model_example_trains_the_registered_model_under_every_arm(tmp_path)
     assert "one at a time: " in done.stderr  # GroupNorm is not stacked: said once, trained one by one
 
 
+@pytest.mark.slow  # the example as a process
 def test_own_data_example_splits_by_writer(tmp_path):
     done = _run("own_data.py", "clients.num_clients=6", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -41,6 +41,7 @@ def test_every_configuration_key_says_what_it_means():
     assert next(k for k in keys if k.key == "train.lr").meaning.startswith("the clients' learning rate")
 
 
+@pytest.mark.slow  # a `python run.py` process
 def test_a_model_in_the_working_folder_is_found_by_its_module_name(tmp_path):
     (tmp_path / "mynet.py").write_text(
         "import torch\n\n\ndef tiny(input_shape, num_classes):\n"

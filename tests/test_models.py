@@ -116,6 +116,7 @@ def test_init_depends_on_the_generator_only(name: str) -> None:
     assert not torch.equal(a, c)
 
 
+@pytest.mark.slow  # another Python process
 def test_build_model_imports_nothing_heavy_and_leaves_parameters_trainable() -> None:
     """Materialising the meta-device model imports no sympy (``Module.to_empty`` did: ~0.3–0.9 s of CPU and
     ~33 MiB in every process that builds one)."""

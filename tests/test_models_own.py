@@ -96,6 +96,7 @@ def test_a_factory_by_import_path_builds_from_the_generator_alone():
     assert torch.equal(torch.random.get_rng_state(), state)  # the caller's generator is left as it was
 
 
+@pytest.mark.slow  # another Python process
 def test_another_process_builds_the_same_initial_model(tmp_path):
     """What every party does: build from the run seed's stream in its own process (a fresh interpreter)."""
     (tmp_path / "usermodels.py").write_text(
@@ -210,6 +211,7 @@ def by_value():
     ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
 
 
+@pytest.mark.slow  # a run on Ray beside one in-process
 def test_a_test_file_model_runs_on_ray_and_in_process_with_identical_numbers(ray_session, by_value, tmp_path):
     arms = "arms=[fl,sifl_m1,sifl_m2,dp_fedavg]"
     model = [f"train.model={HERE}:small_net", "train.model_args={hidden: 6}", arms]

@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from sifl_ray.config import load_config
 from sifl_ray.progress import Progress, progress
 from sifl_ray.ray_output import WORKER_DIED, quiet_ray
@@ -105,6 +107,7 @@ def _drain(leader: int) -> str:
 
 
 # ------------------------------------------------------------------------------------------ the commands
+@pytest.mark.slow  # two `sifl describe` processes
 def test_describe_json_keeps_stdout_pure_json_and_says_each_step_on_stderr():
     proc = _sifl("describe", "scenario=quickstart", "coding.key_seed=0", "--json")
     assert proc.returncode == 0, proc.stderr
@@ -119,6 +122,7 @@ def test_describe_json_keeps_stdout_pure_json_and_says_each_step_on_stderr():
     assert quiet.returncode == 0 and quiet.stderr == "" and json.loads(quiet.stdout) == info
 
 
+@pytest.mark.slow  # a `sifl describe` process on a terminal
 def test_describe_on_a_terminal_draws_a_bar_on_stderr():
     leader, follower = pty.openpty()
     try:
@@ -163,6 +167,7 @@ SMALL_ATTACK = [
 ]
 
 
+@pytest.mark.slow  # a `sifl attack` process
 def test_attack_says_each_step_once_on_stderr_and_ends_stdout_with_its_result(tmp_path):
     from sifl_ray.attacks.config import load_attack_config
     from sifl_ray.attacks.suite import suite_steps
@@ -180,6 +185,7 @@ def test_attack_says_each_step_once_on_stderr_and_ends_stdout_with_its_result(tm
     assert proc.stdout.splitlines()[-1].startswith("RESULT attacks ")
 
 
+@pytest.mark.slow  # a `python run.py` of 15 arms
 def test_a_run_with_fifteen_arms_keeps_its_round_lines_short_and_the_clipping_caveat_once(tmp_path):
     proc = subprocess.run(
         [
@@ -208,6 +214,7 @@ def test_a_run_with_fifteen_arms_keeps_its_round_lines_short_and_the_clipping_ca
     assert proc.stderr.count("hold for clipped uploads only") == 1, proc.stderr
 
 
+@pytest.mark.slow  # a `python run.py` process that starts Ray and loses a worker
 def test_a_run_with_an_injected_worker_exit_prints_no_ray_noise(tmp_path):
     proc = subprocess.run(
         [

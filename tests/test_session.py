@@ -35,7 +35,9 @@ def figures(result) -> list[dict]:
     ]
 
 
-@pytest.mark.parametrize("kind", ["local", "ray"])
+@pytest.mark.parametrize(
+    "kind", ["local", pytest.param("ray", marks=pytest.mark.slow)]
+)  # ray: 3 runs, 15 arms
 def test_a_started_again_host_gives_a_fresh_hosts_numbers_on_every_arm(kind, request, tmp_path):
     if kind == "ray":
         request.getfixturevalue("ray_session")  # the suite's one Ray instance

@@ -177,6 +177,7 @@ def _run(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # `sifl run` processes
 def test_a_plugin_arms_setting_works_from_the_command_line_and_is_checked(tmp_path):
     (tmp_path / "my_topk_arm.py").write_text(PLUGIN)
     done = _run(tmp_path, "topk.fraction=0.05")

@@ -351,6 +351,7 @@ def test_sifl_attack_takes_the_arms_to_attack(tmp_path, capsys):
             "data.samples_per_client=40",
             "train.batch_size=8",
             "train.rounds=3",
+            "audit.trials=100",  # the arms' audits: test_every_arm_is_audited_beside_the_epsilon_it_reports
             f"out_dir={tmp_path}",
         ]
     )
@@ -384,7 +385,8 @@ def test_an_arm_that_uploads_updates_is_read_as_updates(tmp_path, capsys):
 
     small = ["model.features=11", "clients.num_clients=4", "data.samples_per_client=40", "train.batch_size=8"]
     clip = "arm_config.dp_fedavg.clip=1.0e6"
-    code = main(["attack", "arms=[dp_fedavg]", clip, *small, "train.rounds=3", f"out_dir={tmp_path}"])
+    few = "audit.trials=100"  # its audit: test_every_arm_is_audited_beside_the_epsilon_it_reports
+    code = main(["attack", "arms=[dp_fedavg]", clip, *small, "train.rounds=3", few, f"out_dir={tmp_path}"])
     assert code == 0
     capsys.readouterr()
     plain = json.loads((tmp_path / "result.json").read_text())["plain"]

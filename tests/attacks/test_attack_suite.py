@@ -40,7 +40,16 @@ DESIGNS = "designs=[dense-pinv,dense-oblique,fast-pinv,fast-oblique,block-pinv,f
 
 @pytest.fixture(scope="module")
 def suite():
-    cfg = load_attack_config([*SMALL, DESIGNS, "primary=fast-oblique"])
+    """The suite on the M1 arm: every design's attacks and the primary design's audit."""
+    cfg = load_attack_config([*SMALL, DESIGNS, "primary=fast-oblique", "arms=[sifl_m1]"])
+    return run_suite(cfg, log=lambda _msg: None)
+
+
+@pytest.fixture(scope="module")
+def m2_suite():
+    """The suite on the M2 arm: its server's attack. The arm's DP audit (2 × audit.trials releases through
+    the server, most of a whole suite's time) is not read here; test_attack_cli checks it at full size."""
+    cfg = load_attack_config([*SMALL, DESIGNS, "primary=fast-oblique", "arms=[sifl_m2]", "audit.trials=50"])
     return run_suite(cfg, log=lambda _msg: None)
 
 
@@ -170,9 +179,9 @@ def test_colluding_client_decodes_everything(suite):
         assert d.figures["collusion"].value < 1e-3
 
 
-def test_m2_server_correlation_in_round_one_whatever_the_noise(suite):
-    assert len(suite.m2) == 3 and suite.m2[0].n == 5000
-    for m in suite.m2:
+def test_m2_server_correlation_in_round_one_whatever_the_noise(m2_suite):
+    assert len(m2_suite.m2) == 3 and m2_suite.m2[0].n == 5000
+    for m in m2_suite.m2:
         assert m.corr_per_round[1] > 0.999
 
 
@@ -209,6 +218,7 @@ def test_projection_near_round_off_under_pinv_at_moderate_noise():
     assert 20 < louder.figures["projection"].value / pinv.figures["projection"].value < 500
 
 
+@pytest.mark.slow  # 100 rounds recorded and attacked
 def test_oblique_regression_error_falls_with_rounds():
     cfg = load_attack_config(
         [*SMALL, "designs=[fast-oblique]", "primary=fast-oblique", "train.rounds=100", "coding.n_extra=4"]

@@ -158,6 +158,7 @@ def test_nvidia_smi_rows():
     ]
 
 
+@pytest.mark.slow  # a `python -m bench gpu` process
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA path")
 def test_without_cuda_it_says_so_in_one_line_and_exits_0(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -140,6 +140,7 @@ def test_prune_ray_drops_jars_and_source_maps_and_pip_still_installs_it(tmp_path
     assert not (target / "ray" / "jars").exists()
 
 
+@pytest.mark.slow  # a download from the package index
 def test_download_fetches_one_real_wheel_for_the_target_python(tmp_path: Path) -> None:
     """A real download from the package index (the one CI installs from): a small pure-Python wheel."""
     from importlib.metadata import version

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from sifl_ray.logging import TIME_TO_ACCURACY
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,6 +27,7 @@ def test_sifl_config_shows_the_clock_and_the_profiles_sections(capsys):
     assert "  mobile.down_mbps = 55.07" in out and "median downlink, Mbit/s (Ookla, 2021)" in out
 
 
+@pytest.mark.slow  # a `python run.py` process
 def test_a_bad_trace_exits_2_with_the_row_and_no_traceback(tmp_path):
     trace = tmp_path / "devices.csv"
     trace.write_text("flops,down_bps,up_bps\n1e9,fast,4e6\n")

@@ -18,6 +18,10 @@ from sifl_ray.config import load_config
 from sifl_ray.privacy.dp_fedavg import epsilon_of_rounds
 from sifl_ray.runner import Simulation
 
+# A run that names no backend runs on Ray, the default: on the suite's one instance, never on one it would
+# start (and stop) for itself when it is the first run of the session on Ray.
+pytestmark = pytest.mark.usefixtures("ray_session")
+
 # the server side, exactly 2^30 FLOP/s and 2^30 bytes/s with no latency (GFLOP/s and Gbit/s as written)
 EXACT_SERVER = [
     "clock.server.gflops=1.073741824",
@@ -99,15 +103,13 @@ FIVE = [
 THREE = [FIVE[0], FIVE[1].removesuffix("0-0.4"), FIVE[2]]  # always online, client 2 too slow
 
 
-@pytest.mark.parametrize("backend", ["local", "ray"])
-def test_a_client_slower_than_the_deadline_drops_at_its_protocol_step(tmp_path, backend, request):
+@pytest.mark.parametrize("backend", ["local", pytest.param("ray", marks=pytest.mark.slow)])
+def test_a_client_slower_than_the_deadline_drops_at_its_protocol_step(tmp_path, backend):
     """Deadline 0.375 s. In the clear, client 2 misses it before its upload: four uploads are averaged.
     Under secure aggregation (t = 3) client 2 shared its keys, then missed the upload: its neighbours' masks
     with it are rebuilt (``recovered``); client 1 uploaded, then went offline at 0.4 s: it answers no
     unmasking request, its self mask is rebuilt from the others' shares, and the server waited the phase's
     timeout for it. The round is unmasked all the same; the clock is the same on both backends."""
-    if backend == "ray":
-        request.getfixturevalue("ray_session")
     trace = _trace(tmp_path, FIVE)
     overrides = [
         f"backend={backend}",
@@ -134,7 +136,7 @@ def test_a_client_slower_than_the_deadline_drops_at_its_protocol_step(tmp_path, 
     assert secagg["clock/server_s"] == pytest.approx(rebuilt + (4 * N + N) / 2**30 + N * 8 / 2**30, rel=1e-12)
 
 
-def test_the_clock_is_bit_identical_on_both_backends(tmp_path, ray_session):
+def test_the_clock_is_bit_identical_on_both_backends(tmp_path):
     trace = _trace(tmp_path, FIVE)
     overrides = [
         "arms=[secagg,sifl_m2]",

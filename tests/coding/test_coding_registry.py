@@ -43,11 +43,19 @@ def twin():
     SERVER_KEYS.unregister("dense_twin")
 
 
+def small_net(input_shape, num_classes) -> torch.nn.Module:
+    """A model of 650 parameters (the quickstart's has 2,410): the dense key's matrices, and the spectral
+    norms of its round-off bound, are the model's size, and the backend's numbers are its numbers at any."""
+    c, h, w = input_shape
+    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(c * h * w, num_classes))
+
+
 RUN = [
     "scenario=quickstart",
     "clients.num_clients=4",
     "coding.key_seed=3",
     "train.rounds=1",
+    f"train.model={__name__}:small_net",  # the module name pytest imported this file under
     "arms=[sifl_m1]",
     "backend=local",
     "output.progress=false",
@@ -63,6 +71,7 @@ def test_a_registered_backend_is_a_choice_and_runs_like_the_one_it_mirrors(tmp_p
         sim.run()
         models[backend] = sim.global_model("sifl_m1")
         sim.close()
+    assert models["dense"].numel() == 650
     assert torch.equal(models["dense"], models["dense_twin"])
 
 

@@ -212,6 +212,7 @@ def test_sifl_run_fetches_a_corrupt_file_again_and_trains(
     assert out.strip().splitlines()[-1].startswith("RESULT quickstart ")
 
 
+@pytest.mark.slow  # a `python run.py` that reads the data
 def test_a_bad_value_seen_only_when_the_data_is_read_is_a_configuration_error_too(tmp_path: Path) -> None:
     """A label file of the right shape and length with a label out of 0..9 passes the header check; the
     run meets it when it reads the values, and answers as the pre-flight check does (exit code 2)."""

@@ -153,6 +153,7 @@ def test_an_empty_round_without_noise_gives_the_audit_nothing_and_the_release_ch
         assert np.all(after[honest] != before[honest]), t
 
 
+@pytest.mark.slow  # an aggregator killed on Ray, its rounds replayed
 @pytest.mark.ray
 def test_fresh_noise_on_replay_is_out_of_the_audits_sight_and_the_replay_check_catches_it(
     ray_session, tmp_path

@@ -74,7 +74,11 @@ def test_pld_matches_dp_accounting_own_subsampled_value():
 
 @pytest.mark.parametrize(
     ("accountant", "q", "steps", "target"),
-    [("rdp", 0.05, 200, 1.0), ("rdp", 0.05, 200, 8.0), ("pld", 0.1, 10, 1.0)],
+    [
+        ("rdp", 0.05, 200, 1.0),
+        ("rdp", 0.05, 200, 8.0),
+        pytest.param("pld", 0.1, 10, 1.0, marks=pytest.mark.slow),  # PLD's search: seconds
+    ],
 )
 def test_calibration_round_trips(accountant, q, steps, target):
     kw = {"delta": 1e-5, "sample_rate": q, "steps": steps, "accountant": accountant}
