@@ -52,7 +52,7 @@ RECIPES = recipes(PAGE.read_text())
 
 
 def test_the_page_has_a_recipe_for_each_kind_of_component():
-    assert set(RECIPES) == {"arm", "attack", "partitioner", "model", "data", "backend", "remote_call"}
+    assert set(RECIPES) == {"arm", "dp_arm", "attack", "partitioner", "model", "data", "backend", "remote_call"}
 
 
 @pytest.fixture
@@ -79,6 +79,7 @@ def run_recipe(tmp_path, monkeypatch) -> Iterator:
     from sifl_ray.models import unregister_model
 
     unregister_arm("topk")
+    unregister_arm("my_dp")
     BACKENDS.unregister("threads")
     unregister_attack("inflation")
     unregister_partitioner("blocks")

@@ -193,6 +193,9 @@ class DpFedAvgSecAgg(DpFedAvg):
     secure_aggregation: ClassVar[bool] = True
     amplified: ClassVar[bool] = False  # zero-out, participation public: the accountant's q is 1
     zero_out: ClassVar[bool] = True
+    every_round: ClassVar[bool] = (
+        False  # a round nobody took part in has nothing to unmask: participation is public
+    )
     #: its clients' Gaussian noise shares are drawn under the label of NbAFL's client noise: each client's
     #: seed depends on the arm's name, so the two arms' streams are apart all the same
     noise_stream: ClassVar[str] = NbAFL.noise_stream

@@ -35,6 +35,38 @@ from sifl_ray.runner.summary import (
 )
 from sifl_ray.specs import Coding
 
+#: The in-run audit's figures logged each round (TensorBoard's ``audit/<threat model>/<name>``), named for
+#: what they are: each round's bound is the bound the run would report had it stopped there, one test per
+#: round, so the largest of them over the rounds is no bound.
+AUDIT_TAGS = {
+    "estimate": "epsilon_estimate",
+    "estimate_low": "epsilon_estimate_low",
+    "estimate_high": "epsilon_estimate_high",
+    "lower_bound": "epsilon_lower_bound_if_stopped_here",
+}
+
+
+def audit_confidence(cfg: DictConfig, arms: int) -> float:
+    """The confidence of each threat model's bounds: ``audit.confidence``, or with ``audit.correction=
+    bonferroni`` that of the whole table (every arm's three threat models, ``3 · arms`` tests) shared out
+    evenly, so that every lower bound of the run holds together at ``audit.confidence``."""
+    beta = 1 - float(cfg.audit.confidence)
+    tests = 3 * max(arms, 1) if str(cfg.audit.correction) == "bonferroni" else 1
+    return 1 - beta / tests
+
+
+def audit_family(cfg: DictConfig, arms: int) -> dict[str, Any]:
+    """What the audit table's lower bounds hold together: each at its confidence, and all ``3 · arms`` of
+    them at once (Bonferroni's inequality: at least 1 − the sum of their chances to fail)."""
+    tests = 3 * max(arms, 1)
+    each = audit_confidence(cfg, arms)
+    return {
+        "correction": str(cfg.audit.correction),
+        "tests": tests,
+        "each": each,
+        "together": max(0.0, 1 - tests * (1 - each)),
+    }
+
 
 class RoundLines:
     """A run's progress: one short line per round on stderr (:func:`~sifl_ray.runner.summary.round_line`),
@@ -118,6 +150,11 @@ class Recorder:
         driver.wall[arm] += metrics["time/round"]
         self.logger.log_round(arm, t, metrics, per_element=releases is not None)
         driver.history[arm].append({"round": t, **metrics})
+        if not result.skipped and result.accepted == 0:  # released all the same: the guarantee's every_round
+            say(
+                f"round {t} {arm}: nobody took part; released the aggregator's noise on a zero sum, as its "
+                "guarantee says"
+            )
         got = round_incidents(arm, t, result)
         if got is not None:
             driver.dropped[arm].append(got.entry)
@@ -156,22 +193,28 @@ class Recorder:
             "uploads": claimed if info.get("aggregator_covered") else None,
         }
         delta = float(info.get("delta", self.cfg.privacy.delta))
-        figures = audit.figures(delta=delta, confidence=float(self.cfg.audit.confidence), claims=claims, t=t)
+        confidence = audit_confidence(self.cfg, len(self.driver.audits))
+        figures = audit.figures(
+            delta=delta,
+            confidence=confidence,
+            claims=claims,
+            t=t,
+            gaussian=info.get("tradeoff") == "gaussian",
+            interval=t == int(self.cfg.train.rounds) - 1,  # the bootstrap: the run's last figures only
+        )
         self.audit[arm] = {
             "canaries": audit.k,
             "inserted": int(audit.included.sum()),
             "nulls": audit.m,
             "delta": delta,
             "claimed_epsilon": claimed,
+            "family": audit_family(self.cfg, len(self.driver.audits)),
             **figures,
         }
         out = {}
         for model, row in figures.items():
-            for key in ("estimate", "estimate_low", "estimate_high", "lower_bound"):
+            for key, name in AUDIT_TAGS.items():
                 if row.get(key) is not None:
-                    name = key.replace("estimate", "epsilon_estimate").replace(
-                        "lower_bound", "epsilon_lower_bound"
-                    )
                     out[f"audit/{model}/{name}"] = float(row[key])
         return out
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from sifl_ray.logging import format_table
+from sifl_ray.runner.audit_table import audit_table
 from sifl_ray.runner.summary import arm_epsilons
 
 
@@ -53,6 +54,13 @@ def table_notes(summary: dict[str, Any], eps: dict[str, dict[str, float | None]]
             "about a client, all coordinates together, over the rounds its scope says "
             "(arms.<arm>.privacy.scope in summary.json)"
         )
+    derived = [arm for arm, a in summary["arms"].items() if (a.get("privacy") or {}).get("secrets")]
+    if derived:
+        notes.append(
+            f"coding.key_seed is set: every secret of {', '.join(derived)} (the sample, the noise, the keys, "
+            "the canaries) derives from it, and config.yaml holds it: against whoever reads config.yaml none "
+            "of their ε holds (a reproducible simulation, never a deployment)"
+        )
     for arm, e in eps.items():
         if e["global_round0"] is not None:
             notes.append(
@@ -73,62 +81,6 @@ def table_notes(summary: dict[str, Any], eps: dict[str, dict[str, float | None]]
             "noise, the clipping or the learning rate drowned the training"
         )
     return notes
-
-
-def audit_table(summary: dict[str, Any]) -> str | None:
-    """The in-run audit's table (``None`` without canaries): per arm and threat model, the ε the arm claims
-    (the accountant's, whole run), the estimate with its interval, the lower bound, the largest bound these
-    canaries could give, and the verdict."""
-    header = ["arm", "threat model", "claimed ε", "estimate [CI]", "lower bound", "ceiling", "verdict"]
-    compared = any("accuracy_without_canaries" in (a.get("audit") or {}) for a in summary["arms"].values())
-    if compared:
-        header.append("accuracy with / without canaries")
-    lines = [header]
-    for arm, a in summary["arms"].items():
-        audit = a.get("audit")
-        if not audit:
-            continue
-        for model in ("final_model", "all_iterates", "uploads"):
-            if model not in audit:
-                continue
-            row = audit[model]
-            est = (
-                "—"
-                if row.get("estimate") is None
-                else f"{row['estimate']:.3g} [{row['estimate_low']:.3g}, {row['estimate_high']:.3g}]"
-            )
-            lines.append(
-                [
-                    arm,
-                    model.replace("_", " "),
-                    "—" if row.get("claimed_epsilon") is None else f"{row['claimed_epsilon']:.3g}",
-                    est,
-                    f"{row['lower_bound']:.3g}",
-                    f"{row['ceiling']:.3g}",
-                    row["verdict"],
-                    *(
-                        [
-                            f"{100 * audit['accuracy_with_canaries']:.1f} % / "
-                            f"{100 * audit['accuracy_without_canaries']:.1f} %"
-                        ]
-                        if compared
-                        else []
-                    ),
-                ]
-            )
-    if len(lines) == 1:
-        return None
-    widths = [max(len(str(r[i])) for r in lines) for i in range(len(header))]
-    out = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in lines]
-    out.insert(1, "  ".join("-" * w for w in widths))
-    first = next(a["audit"] for a in summary["arms"].values() if a.get("audit"))
-    out.insert(
-        0,
-        f"in-run audit: {first['canaries']} canary clients per arm ({first['inserted']} inserted), "
-        f"{first['nulls']} null directions; an estimate is not a bound, a lower bound is (at "
-        "audit.confidence)",
-    )
-    return "\n".join(out)
 
 
 def relation_name(relation: str | None) -> str | None:
