@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from sifl_ray.arms import register_arm, unregister_arm
+from sifl_ray.arms.dp_fedavg import DpFedAvg
 from sifl_ray.arms.secagg import DpFedAvgSecAgg
 from sifl_ray.config import load_config
 from sifl_ray.party_seeds import party_seed
@@ -216,3 +217,37 @@ def test_the_canaries_add_no_noise_beyond_the_deployed_arms(tmp_path):
         deployed = accountant * math.sqrt(6 / privacy.get("num_noisers", 6))  # 6 real clients' shares
         measured = float(np.std(sim.driver.audits[arm].sums[20:], ddof=1))
         assert measured == pytest.approx(deployed, rel=0.15), (arm, measured / accountant)
+
+
+class WeakCentralDp(DpFedAvg):
+    """DP-FedAvg whose aggregator adds a tenth of the noise it claims (a defect)."""
+
+    kind = "dp_fedavg_weak_quick"
+
+    def steps(self, ctx):
+        steps = super().steps(ctx)
+        weak = dataclasses.replace(steps.aggregator, noise_multiplier=steps.aggregator.noise_multiplier / 10)
+        return dataclasses.replace(steps, aggregator=weak)
+
+
+def test_a_weak_add_remove_arm_is_refuted_and_the_honest_one_is_not(tmp_path):
+    """The quick subset's check of the in-run audit's power and validity under add/remove (the slow suite's
+    is larger): 40 canaries, two rounds; the arm with a tenth of its noise is refuted at ε = 1, the honest
+    arm is not."""
+    register_arm(WeakCentralDp())
+    try:
+        _, result = _run(
+            tmp_path,
+            [
+                "arms=[dp_fedavg,dp_fedavg_weak_quick]",
+                "dp_fedavg.epsilons=[1]",
+                "audit.canaries=40",
+                "train.rounds=2",
+            ],
+        )
+    finally:
+        unregister_arm("dp_fedavg_weak_quick")
+    weak = result.summary["arms"]["dp_fedavg_weak_quick_eps1"]["audit"]["final_model"]
+    honest = result.summary["arms"]["dp_fedavg_eps1"]["audit"]["final_model"]
+    assert weak["verdict"] == "refuted" and weak["lower_bound"] > 1.0
+    assert honest["verdict"] == "not refuted" and honest["lower_bound"] <= 1.0
