@@ -251,3 +251,63 @@ def test_a_weak_add_remove_arm_is_refuted_and_the_honest_one_is_not(tmp_path):
     honest = result.summary["arms"]["dp_fedavg_eps1"]["audit"]["final_model"]
     assert weak["verdict"] == "refuted" and weak["lower_bound"] > 1.0
     assert honest["verdict"] == "not refuted" and honest["lower_bound"] <= 1.0
+
+
+def _tensorboard_texts(folder) -> dict[str, str]:
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    out = {}
+    for f in sorted(folder.glob("events.out.tfevents.*")):
+        for event in EventFileLoader(str(f)).Load():
+            for v in event.summary.value:
+                if v.metadata.plugin_data.plugin_name == "text":
+                    out[v.tag] = b"".join(v.tensor.string_val).decode()
+    return out
+
+
+def test_a_key_seed_run_says_its_secrets_derive_from_config_yaml_where_its_epsilon_is(tmp_path):
+    """Table, summary.json and TensorBoard say it; a run without a key seed says nothing of the kind."""
+    import json
+
+    from sifl_ray.runner.table import summary_table
+
+    _, keyed = _run(tmp_path, ["arms=[dp_fedavg]", "train.rounds=1", "audit.canaries=0"], "keyed")
+    privacy = json.loads((keyed.run_dir / "summary.json").read_text())["arms"]["dp_fedavg_eps5"]["privacy"]
+    assert "derived from coding.key_seed, which config.yaml holds" in privacy["secrets"]
+    assert "no ε of this report holds" in privacy["secrets"]
+    assert "coding.key_seed is set: every secret of dp_fedavg_eps5" in summary_table(keyed.summary)
+    texts = _tensorboard_texts(keyed.run_dir / "tb" / "dp_fedavg_eps5")
+    assert any("config.yaml holds" in text for tag, text in texts.items() if tag.startswith("privacy")), texts
+    _, secret = _run(
+        tmp_path, ["arms=[dp_fedavg]", "train.rounds=1", "audit.canaries=0", "coding.key_seed=null"], "secret"
+    )
+    assert "secrets" not in secret.summary["arms"]["dp_fedavg_eps5"]["privacy"]
+    assert "coding.key_seed is set" not in summary_table(secret.summary)
+
+
+def test_the_audit_table_states_its_family_wise_level_and_bonferroni_holds_it(tmp_path):
+    """Two arms, three threat models: six bounds. Without correction each holds at 95 % and the table says
+    what all six hold together (at least 70 %); with audit.correction=bonferroni each is computed at
+    1 − 0.05/6 and all six hold together at 95 %."""
+    from sifl_ray.runner.table import summary_table
+
+    over = ["arms=[fl,dp_fedavg]", "train.rounds=1"]
+    _, plain = _run(tmp_path, over, "plain")
+    table = summary_table(plain.summary)
+    assert "each of the table's 6 lower bounds holds with probability ≥ 95 %" in table
+    assert "all of them together only with ≥ 70 %" in table
+    _, corrected = _run(tmp_path, [*over, "audit.correction=bonferroni"], "bonferroni")
+    for arm in ("fl", "dp_fedavg_eps5"):
+        audit = corrected.summary["arms"][arm]["audit"]
+        family = audit["family"]
+        assert (family["correction"], family["tests"], family["each"]) == ("bonferroni", 6, 1 - 0.05 / 6)
+        assert family["together"] == pytest.approx(0.95)
+        assert audit["final_model"]["confidence"] == 1 - 0.05 / 6
+    assert "each bound at 99.17 %, so that all 6 of the table hold together with probability ≥ 95 %" in (
+        summary_table(corrected.summary)
+    )
+    # the stricter level asks more of the same canaries: a lower ceiling
+    assert (
+        corrected.summary["arms"]["fl"]["audit"]["final_model"]["steinke_ceiling"]
+        < plain.summary["arms"]["fl"]["audit"]["final_model"]["steinke_ceiling"]
+    )
