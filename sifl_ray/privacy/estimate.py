@@ -83,7 +83,7 @@ def _log_between(high: np.ndarray, low: np.ndarray) -> np.ndarray:
     b = np.where(right, -high, low)
     la, lb = special.log_ndtr(a), special.log_ndtr(b)
     with np.errstate(divide="ignore"):
-        return la + np.log1p(-np.exp(np.minimum(lb - la, 0.0)))
+        return np.asarray(la + np.log1p(-np.exp(np.minimum(lb - la, 0.0))), dtype=np.float64)
 
 
 def _hockey_stick(eps: np.ndarray, m: np.ndarray, s: np.ndarray) -> np.ndarray:
@@ -122,7 +122,12 @@ def _hockey_stick(eps: np.ndarray, m: np.ndarray, s: np.ndarray) -> np.ndarray:
     return np.asarray(out, dtype=np.float64)
 
 
-def gaussians_delta(*, epsilon, mean_null, sd_null, mean_canary, sd_canary):  # type: ignore[no-untyped-def]
+Numbers = float | np.ndarray  # a parameter, or an array of them (broadcast)
+
+
+def gaussians_delta(
+    *, epsilon: Numbers, mean_null: Numbers, sd_null: Numbers, mean_canary: Numbers, sd_canary: Numbers
+) -> np.ndarray:
     """δ(ε) of telling N(mean_null, sd_null²) and N(mean_canary, sd_canary²) apart, the larger of both
     directions (arrays broadcast). Each direction is taken in the units of its first Gaussian (ε does not
     change under one affine map of both)."""
@@ -131,10 +136,12 @@ def gaussians_delta(*, epsilon, mean_null, sd_null, mean_canary, sd_canary):  # 
     ratio = np.asarray(sd_canary, dtype=np.float64) / sd_null
     one = _hockey_stick(eps, shift, ratio)
     other = _hockey_stick(eps, -shift / ratio, 1 / ratio)
-    return np.maximum(one, other)
+    return np.asarray(np.maximum(one, other), dtype=np.float64)
 
 
-def gaussians_epsilon(*, mean_null, sd_null, mean_canary, sd_canary, delta: float) -> np.ndarray:  # type: ignore[no-untyped-def]
+def gaussians_epsilon(
+    mean_null: Numbers, sd_null: Numbers, mean_canary: Numbers, sd_canary: Numbers, *, delta: float
+) -> np.ndarray:
     """The exact ε at ``delta`` of the pair of Gaussians (arrays broadcast; 0 where δ already covers ε = 0,
     ``inf`` beyond ε = 2^20): δ(ε) falls with ε, so the crossing is bracketed by doubling and bisected to
     float64 resolution."""
@@ -172,7 +179,7 @@ def gaussians_epsilon(*, mean_null, sd_null, mean_canary, sd_canary, delta: floa
         up = above(mid)
         low, high = np.where(up, mid, low), np.where(up, high, mid)
     out = np.where(todo, high, 0.0)
-    return np.where(todo & above(high), np.inf, out)
+    return np.asarray(np.where(todo & above(high), np.inf, out), dtype=np.float64)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -247,11 +254,11 @@ def epsilon_estimate(
             f"(canaries' sd {sd_canary}, nulls' sd {sd_null})"
         )
     fitted = (float(null.mean()), sd_null, float(canary.mean()), sd_canary)
-    estimate = float(gaussians_epsilon(**_named(fitted), delta=delta))
+    estimate = float(gaussians_epsilon(*fitted, delta=delta))
     rng = numpy_generator(int(rng_seed), "one_run", "bootstrap")
     null_refits = _refit(rng, fitted[0], sd_null, null.size, int(resamples))
     canary_refits = _refit(rng, fitted[2], sd_canary, canary.size, int(resamples))
-    boot = gaussians_epsilon(**_named((*null_refits, *canary_refits)), delta=delta)
+    boot = gaussians_epsilon(*null_refits, *canary_refits, delta=delta)
     # order statistics, not interpolation: a refit may be told apart beyond any finite ε (inf)
     lo = np.quantile(boot, (1 - confidence) / 2, method="lower")
     hi = np.quantile(boot, (1 + confidence) / 2, method="higher")
@@ -267,11 +274,6 @@ def epsilon_estimate(
         nulls=int(null.size),
         delta=float(delta),
     )
-
-
-def _named(values: tuple[object, ...]) -> dict[str, object]:
-    """The four parameters of a pair of Gaussians by name (nulls' mean and spread, then the canaries')."""
-    return dict(zip(("mean_null", "sd_null", "mean_canary", "sd_canary"), values, strict=True))
 
 
 def _refit(

@@ -125,8 +125,8 @@ def threshold_counts(scores: np.ndarray, included: np.ndarray) -> tuple[np.ndarr
     threshold is guessed in; the thresholds are the distinct scores and +∞)."""
     inside, outside = np.sort(scores[included]), np.sort(scores[~included])
     thresholds = np.r_[np.union1d(inside, outside), np.inf]
-    missed = np.searchsorted(inside, thresholds, side="left")  # inserted canaries below the threshold
-    rejected = np.searchsorted(outside, thresholds, side="left")  # left-out canaries below it
+    missed = np.asarray(np.searchsorted(inside, thresholds, side="left"))  # inserted ones below the threshold
+    rejected = np.asarray(np.searchsorted(outside, thresholds, side="left"))  # left-out ones below it
     kept = _frontier(np.stack([missed, rejected], axis=1))
     return inside.size - missed[kept], outside.size - rejected[kept]
 
@@ -152,7 +152,7 @@ def fdp_lower_bound(
     total = tp + fp
     surest = np.argsort(-(1.0 - _upper_rate(fp, total, significance)))
     best, best_guess, best_right = 0.0, 0, 0
-    for i in surest:
+    for i in surest.tolist():
         guesses, right = int(total[i]), int(tp[i])
         if guesses == 0 or right / guesses <= special.expit(best):
             continue
