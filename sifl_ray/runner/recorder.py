@@ -20,6 +20,7 @@ from sifl_ray.logging import RunLogger
 from sifl_ray.plots import plot_accuracy, plot_accuracy_vs_epsilon, plot_audit, summary_styles
 from sifl_ray.progress import progress_enabled
 from sifl_ray.round import RoundResult
+from sifl_ray.runner.audit_record import audit_round
 from sifl_ray.runner.parties import say
 from sifl_ray.runner.state import DriverState
 from sifl_ray.runner.summary import (
@@ -34,38 +35,6 @@ from sifl_ray.runner.summary import (
     summarise,
 )
 from sifl_ray.specs import Coding
-
-#: The in-run audit's figures logged each round (TensorBoard's ``audit/<threat model>/<name>``), named for
-#: what they are: each round's bound is the bound the run would report had it stopped there, one test per
-#: round, so the largest of them over the rounds is no bound.
-AUDIT_TAGS = {
-    "estimate": "epsilon_estimate",
-    "estimate_low": "epsilon_estimate_low",
-    "estimate_high": "epsilon_estimate_high",
-    "lower_bound": "epsilon_lower_bound_if_stopped_here",
-}
-
-
-def audit_confidence(cfg: DictConfig, arms: int) -> float:
-    """The confidence of each threat model's bounds: ``audit.confidence``, or with ``audit.correction=
-    bonferroni`` that of the whole table (every arm's three threat models, ``3 · arms`` tests) shared out
-    evenly, so that every lower bound of the run holds together at ``audit.confidence``."""
-    beta = 1 - float(cfg.audit.confidence)
-    tests = 3 * max(arms, 1) if str(cfg.audit.correction) == "bonferroni" else 1
-    return 1 - beta / tests
-
-
-def audit_family(cfg: DictConfig, arms: int) -> dict[str, Any]:
-    """What the audit table's lower bounds hold together: each at its confidence, and all ``3 · arms`` of
-    them at once (Bonferroni's inequality: at least 1 − the sum of their chances to fail)."""
-    tests = 3 * max(arms, 1)
-    each = audit_confidence(cfg, arms)
-    return {
-        "correction": str(cfg.audit.correction),
-        "tests": tests,
-        "each": each,
-        "together": max(0.0, 1 - tests * (1 - each)),
-    }
 
 
 class RoundLines:
@@ -146,7 +115,11 @@ class Recorder:
         else:
             metrics.update(epsilon_metrics(privacy, t))
         if result.audit is not None and arm in driver.audits:
-            metrics.update(self._audit(arm, t, result.audit, result.audit_uploads, privacy, metrics))
+            record, logged = audit_round(
+                self.cfg, driver.audits, arm, t, result.audit, result.audit_uploads, privacy, metrics
+            )
+            self.audit[arm] = record
+            metrics.update(logged)
         driver.wall[arm] += metrics["time/round"]
         self.logger.log_round(arm, t, metrics, per_element=releases is not None)
         driver.history[arm].append({"round": t, **metrics})
@@ -163,60 +136,6 @@ class Recorder:
             for message in got.messages:
                 say(message)
         return metrics["test_accuracy"]
-
-    def _audit(
-        self,
-        arm: str,
-        t: int,
-        measured: dict,
-        uploads: list[float] | None,
-        privacy: dict | None,
-        metrics: dict[str, float],
-    ) -> dict[str, float]:
-        """The in-run audit after round ``t``: the canaries' scores so far, the estimate and the lower
-        bound per threat model, each beside the ε the arm claims against it after this round (the
-        accountant's cumulative ε where it has one). A record-level or per-element ε (NbAFL, SIFL) is no
-        claim about one whole client, which is what a canary is; the aggregator's view is claimed only by
-        an arm whose report says it covers the aggregator."""
-        audit = self.driver.audits[arm]
-        audit.observe(measured["dots"], measured["norm"])
-        if uploads is not None:
-            audit.observe_uploads(uploads)
-        info = privacy or {}
-        claimed = metrics.get("privacy/epsilon_cumulative", info.get("epsilon"))
-        relation = str(info.get("neighbour_relation", ""))
-        if not relation.startswith(("add/remove", "zero-out")):
-            claimed = None  # a record-level or per-element ε: the canaries test one whole client
-        claims = {
-            "final_model": claimed,
-            "all_iterates": claimed,
-            "uploads": claimed if info.get("aggregator_covered") else None,
-        }
-        delta = float(info.get("delta", self.cfg.privacy.delta))
-        confidence = audit_confidence(self.cfg, len(self.driver.audits))
-        figures = audit.figures(
-            delta=delta,
-            confidence=confidence,
-            claims=claims,
-            t=t,
-            gaussian=info.get("tradeoff") == "gaussian",
-            interval=t == int(self.cfg.train.rounds) - 1,  # the bootstrap: the run's last figures only
-        )
-        self.audit[arm] = {
-            "canaries": audit.k,
-            "inserted": int(audit.included.sum()),
-            "nulls": audit.m,
-            "delta": delta,
-            "claimed_epsilon": claimed,
-            "family": audit_family(self.cfg, len(self.driver.audits)),
-            **figures,
-        }
-        out = {}
-        for model, row in figures.items():
-            for key, name in AUDIT_TAGS.items():
-                if row.get(key) is not None:
-                    out[f"audit/{model}/{name}"] = float(row[key])
-        return out
 
     def finish(
         self,
