@@ -311,3 +311,33 @@ def test_the_audit_table_states_its_family_wise_level_and_bonferroni_holds_it(tm
         corrected.summary["arms"]["fl"]["audit"]["final_model"]["steinke_ceiling"]
         < plain.summary["arms"]["fl"]["audit"]["final_model"]["steinke_ceiling"]
     )
+
+
+def test_the_canary_record_survives_a_checkpoint_exactly():
+    """What a checkpoint keeps of an arm's record (JSON) gives back the record it was taken from: every
+    statistic, the uploads' view unread (None) or read."""
+    import json
+
+    from sifl_ray.privacy.canaries import CanaryAudit
+
+    seed = auditor_seeds(party_seed(5, "run", "auditor"))[1]
+    record = CanaryAudit(k=4, m=3, seed=seed)
+    fresh = CanaryAudit(k=4, m=3, seed=seed)
+    fresh.load_state_dict(json.loads(json.dumps(record.state_dict())))
+    assert fresh.upload_max is None and np.array_equal(fresh.sums, np.zeros(7))
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        record.observe(rng.normal(size=7), norm=float(rng.random()) + 0.5)
+        record.observe_uploads(rng.random(7))
+    record.observe(rng.normal(size=7), norm=0.0)  # a round the model did not move: no cosine
+    fresh.load_state_dict(json.loads(json.dumps(record.state_dict())))
+    for name in ("sums", "cos_sums", "upload_max"):
+        got, want = getattr(fresh, name), getattr(record, name)
+        assert got.dtype == np.float64 and np.array_equal(got, want), name
+    np.testing.assert_array_equal(fresh.included, record.included)
+    with pytest.raises(ValueError, match="expected 7 inner products"):
+        record.observe(np.zeros(6), norm=1.0)
+    with pytest.raises(ValueError, match="expected 7 cosines"):
+        record.observe_uploads(np.zeros(8))
+    record.reset()
+    assert record.upload_max is None and not record.sums.any() and not record.cos_sums.any()
