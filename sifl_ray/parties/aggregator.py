@@ -23,6 +23,7 @@ from sifl_ray.arms.base import AggregatorStep
 from sifl_ray.checkpoint import CheckpointError, load_party_key, save_party_key
 from sifl_ray.coding import make_aggregator_key
 from sifl_ray.coding.base import CODING_DTYPE, AggregatorKey, AggregatorNorms, NoiseSpec
+from sifl_ray.errors import SiflError
 from sifl_ray.parties.checks import check_masked_partial, check_partial
 from sifl_ray.parties.handle import returns
 from sifl_ray.parties.messages import (
@@ -49,7 +50,7 @@ if TYPE_CHECKING:  # imported where a secure arm is set up: ``cryptography`` cos
 T = TypeVar("T")
 
 
-class ReleaseError(RuntimeError):
+class ReleaseError(SiflError, RuntimeError):
     """A release the arm's guarantee does not cover was about to be made (and was not)."""
 
 

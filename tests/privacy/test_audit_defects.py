@@ -127,7 +127,11 @@ def test_fresh_noise_on_replay_is_out_of_the_audits_sight_and_the_replay_check_c
     finally:
         clean.close()
     honest = "dp_fedavg_eps5"
-    assert result.summary["arms"][honest]["audit"] == reference.summary["arms"][honest]["audit"]
+    # the same figures; only the size of the table's family differs (two arms audited, against one)
+    faulted_audit = {k: v for k, v in result.summary["arms"][honest]["audit"].items() if k != "family"}
+    assert faulted_audit == {
+        k: v for k, v in reference.summary["arms"][honest]["audit"].items() if k != "family"
+    }
 
     def values(arm: str) -> dict[int, set[float]]:
         out: dict[int, set[float]] = {}
