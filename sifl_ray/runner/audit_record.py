@@ -43,15 +43,14 @@ def audit_family(cfg: DictConfig, arms: int) -> dict[str, Any]:
     }
 
 
-def audit_claims(privacy: dict[str, Any] | None, metrics: dict[str, float]) -> dict[str, float | None]:
-    """The ε the arm claims against each threat model after this round (the accountant's cumulative ε where
-    it has one). A record-level or per-element ε (NbAFL, SIFL) is no claim about one whole client, which is
-    what a canary is; the aggregator's view is claimed only by an arm whose report says it covers the
-    aggregator."""
+def audit_claims(privacy: dict[str, Any] | None) -> dict[str, float | None]:
+    """The ε the arm claims against each threat model: the whole run's, which the figures of the last
+    round (the ones the record keeps) are read against. A record-level or per-element ε (NbAFL, SIFL) is no
+    claim about one whole client, which is what a canary is; the aggregator's view is claimed only by an arm
+    whose report says it covers the aggregator."""
     info = privacy or {}
-    claimed = metrics.get("privacy/epsilon_cumulative", info.get("epsilon"))
-    relation = str(info.get("neighbour_relation", ""))
-    if not relation.startswith(("add/remove", "zero-out")):
+    claimed = info.get("epsilon")
+    if not str(info.get("neighbour_relation", "")).startswith(("add/remove", "zero-out")):
         claimed = None  # a record-level or per-element ε: the canaries test one whole client
     return {
         "final_model": claimed,
@@ -68,7 +67,6 @@ def audit_round(
     measured: dict[str, Any],
     uploads: list[float] | None,
     privacy: dict[str, Any] | None,
-    metrics: dict[str, float],
 ) -> tuple[dict[str, Any], dict[str, float]]:
     """Round ``t`` of ``arm``'s audit: its scores (``measured``: the evaluator's inner products and the
     change's norm; ``uploads``: the aggregator's best cosines) folded into the arm's record, then the
@@ -80,7 +78,7 @@ def audit_round(
     if uploads is not None:
         audit.observe_uploads(uploads)
     info = privacy or {}
-    claims = audit_claims(privacy, metrics)
+    claims = audit_claims(privacy)
     delta = float(info.get("delta", cfg.privacy.delta))
     figures = audit.figures(
         delta=delta,

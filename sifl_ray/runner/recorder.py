@@ -116,7 +116,7 @@ class Recorder:
             metrics.update(epsilon_metrics(privacy, t))
         if result.audit is not None and arm in driver.audits:
             record, logged = audit_round(
-                self.cfg, driver.audits, arm, t, result.audit, result.audit_uploads, privacy, metrics
+                self.cfg, driver.audits, arm, t, result.audit, result.audit_uploads, privacy
             )
             self.audit[arm] = record
             metrics.update(logged)

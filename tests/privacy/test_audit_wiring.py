@@ -74,6 +74,16 @@ def test_the_figures_are_the_estimators_on_the_record_at_the_arms_delta(tmp_path
             )
             assert (row["steinke_bound"], row["fdp_bound"]) == (bounds.steinke, bounds.fdp)
             assert row["lower_bound"] == bounds.bound(gaussian=True)
+        # the claim read against each view: the arm's ε, and the aggregator's view only where it is covered
+        epsilon = result.summary["arms"][arm]["privacy"]["epsilon"]
+        covered = arm == "dp_fedavg_secagg_eps5"  # DP-FedAvg's aggregator sees the updates in the clear
+        assert audit["claimed_epsilon"] == epsilon
+        assert [audit[m]["claimed_epsilon"] for m in ("final_model", "all_iterates", "uploads")] == [
+            epsilon,
+            epsilon,
+            epsilon if covered else None,
+        ]
+        assert audit["uploads"]["verdict"] in (("not refuted", "untestable") if covered else ("no claim",))
 
 
 class WeakDistributedDp(DpFedAvgSecAgg):
@@ -341,3 +351,18 @@ def test_the_canary_record_survives_a_checkpoint_exactly():
         record.observe_uploads(np.zeros(8))
     record.reset()
     assert record.upload_max is None and not record.sums.any() and not record.cos_sums.any()
+
+
+def test_the_tables_family_counts_three_threat_models_per_audited_arm():
+    from sifl_ray.runner.audit_record import audit_confidence, audit_family
+
+    for arms, correction, each in [
+        (1, "none", 0.95),
+        (1, "bonferroni", 1 - 0.05 / 3),
+        (4, "bonferroni", 1 - 0.05 / 12),
+    ]:
+        cfg = load_config([f"audit.correction={correction}"])
+        assert audit_confidence(cfg, arms) == pytest.approx(each, rel=1e-12)
+        family = audit_family(cfg, arms)
+        assert (family["tests"], family["correction"]) == (3 * arms, correction)
+        assert family["together"] == pytest.approx(max(0.0, 1 - 3 * arms * (1 - each)))

@@ -151,3 +151,56 @@ def test_the_secure_arms_channels_say_what_travels():
         ),
         ("server", "clients", "broadcast", "w^t + the mean update"),
     ]
+
+
+def test_the_secure_arms_hand_their_parties_the_ring_they_report():
+    """The public parameters every party of a secure arm agrees on: the configured precision and threshold
+    when set, the FedAvg weights' reference (the largest |D_i|) for secagg, and for the distributed arm a
+    ring that holds the clip plus the noise margin of one share, equal weights and t survivors at least."""
+    from sifl_ray.arms.secagg import secagg_spec
+
+    cfg = load_config(
+        ["arms=[secagg]", "clients.num_clients=20", "secagg.frac_bits=12", "secagg.threshold=15"]
+    )
+    spec = secagg_spec(cfg, n=50, clip=10.0, weight_ref=3.0, min_survivors=4)
+    assert (spec.codec.frac_bits, spec.threshold, spec.degree, spec.vector_len) == (12, 15, None, 50)
+    assert (spec.weight_ref, spec.min_survivors, spec.key_seed) == (3.0, 4, cfg.coding.key_seed)
+    ctx = ArmContext(cfg=CFG, arm="secagg", n=100, local_size=10, total_size=200, largest_size=12)
+    plain = get_arm("secagg").steps(ctx).secagg
+    assert (plain.weight_ref, plain.codec.clip, plain.min_survivors) == (12.0, 10.0, 0)
+    ctx = ArmContext(
+        cfg=CFG, arm="dp_fedavg_secagg_eps5", n=100, local_size=10, total_size=200, largest_size=12
+    )
+    report = _report("dp_fedavg_secagg", "dp_fedavg_secagg_eps5")
+    noisy = get_arm("dp_fedavg_secagg").steps(ctx).secagg
+    assert (noisy.weight_ref, noisy.min_survivors) == (1.0, report["num_noisers"])
+    assert noisy.codec.clip == pytest.approx(report["coordinate_clip"])
+
+
+@pytest.mark.parametrize(
+    ("over", "said"),
+    [
+        (
+            ["secagg.threshold=21"],
+            "secagg.threshold: expected an integer in [11, 20] for closed neighbourhoods of 20 clients "
+            "(degree 19), got 21",
+        ),
+        (
+            ["secagg.degree=5", "secagg.threshold=3"],
+            "secagg.threshold: expected an integer in [4, 6] for closed neighbourhoods of 6 clients "
+            "(degree 5), got 3",
+        ),
+        (
+            ["clients.num_clients=1"],
+            "clients.num_clients: secure aggregation needs at least 2 clients a round",
+        ),
+    ],
+)
+def test_a_threshold_the_graph_cannot_hold_is_refused_with_the_range(over, said):
+    from sifl_ray.config import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        load_config(["arms=[secagg]", "clients.num_clients=20", *over])
+    assert any(said in problem for problem in err.value.problems), err.value.problems
+    good = load_config(["arms=[secagg]", "clients.num_clients=20", "secagg.degree=5", "secagg.threshold=4"])
+    assert good.secagg.threshold == 4
