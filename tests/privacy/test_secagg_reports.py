@@ -204,3 +204,25 @@ def test_a_threshold_the_graph_cannot_hold_is_refused_with_the_range(over, said)
     assert any(said in problem for problem in err.value.problems), err.value.problems
     good = load_config(["arms=[secagg]", "clients.num_clients=20", "secagg.degree=5", "secagg.threshold=4"])
     assert good.secagg.threshold == 4
+
+
+@pytest.mark.parametrize(("degree", "graph"), [(None, 19), (4, 4), (30, 19)])
+def test_the_ring_report_names_the_graph_and_the_noise_margin_at_the_arms_clip(degree, graph):
+    """The report's graph degree is secagg.degree, capped by the other clients (all of them when unset);
+    the distributed arm's ring holds its clip C plus the margin of one share, σ = zC/√t, here at C = 2."""
+    cfg = load_config(
+        [
+            "arms=[dp_fedavg_secagg]",
+            "clients.num_clients=20",
+            "dp_fedavg.clip=2.0",
+            "dp_fedavg.epsilons=[5]",
+            f"secagg.degree={'null' if degree is None else degree}",
+        ]
+    )
+    ctx = ArmContext(
+        cfg=cfg, arm="dp_fedavg_secagg_eps5", n=100, local_size=10, total_size=200, largest_size=12
+    )
+    report = get_arm("dp_fedavg_secagg").privacy(ctx)
+    sigma = report["noise_multiplier"] * 2.0 / math.sqrt(report["num_noisers"])
+    assert report["graph_degree"] == graph
+    assert report["coordinate_clip"] == pytest.approx(2.0 + 8.0 * sigma)
