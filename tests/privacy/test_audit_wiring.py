@@ -74,6 +74,8 @@ def test_the_figures_are_the_estimators_on_the_record_at_the_arms_delta(tmp_path
             )
             assert (row["steinke_bound"], row["fdp_bound"]) == (bounds.steinke, bounds.fdp)
             assert row["lower_bound"] == bounds.bound(gaussian=True)
+            # T unsampled Gaussian rounds are one Gaussian mechanism: the f-DP bound speaks to the claim
+            assert row["fdp_applies"] is True and row["ceiling"] == bounds.ceiling(gaussian=True)
         # the claim read against each view: the arm's ε, and the aggregator's view only where it is covered
         epsilon = result.summary["arms"][arm]["privacy"]["epsilon"]
         covered = arm == "dp_fedavg_secagg_eps5"  # DP-FedAvg's aggregator sees the updates in the clear

@@ -183,7 +183,8 @@ def test_the_secure_arms_hand_their_parties_the_ring_they_report():
         (
             ["secagg.threshold=21"],
             "secagg.threshold: expected an integer in [11, 20] for closed neighbourhoods of 20 clients "
-            "(degree 19), got 21",
+            "(degree 19), got 21; a majority stops the aggregator from rebuilding both secrets of one "
+            "client. Set it, or null for 14",
         ),
         (
             ["secagg.degree=5", "secagg.threshold=3"],
@@ -191,8 +192,12 @@ def test_the_secure_arms_hand_their_parties_the_ring_they_report():
             "(degree 5), got 3",
         ),
         (
+            ["secagg.degree=30", "secagg.threshold=21"],  # a degree beyond the other clients: all of them
+            "secagg.threshold: expected an integer in [11, 20] for closed neighbourhoods of 20 clients",
+        ),
+        (
             ["clients.num_clients=1"],
-            "clients.num_clients: secure aggregation needs at least 2 clients a round",
+            "clients.num_clients: secure aggregation needs at least 2 clients a round, got 1",
         ),
     ],
 )
@@ -202,8 +207,21 @@ def test_a_threshold_the_graph_cannot_hold_is_refused_with_the_range(over, said)
     with pytest.raises(ConfigError) as err:
         load_config(["arms=[secagg]", "clients.num_clients=20", *over])
     assert any(said in problem for problem in err.value.problems), err.value.problems
-    good = load_config(["arms=[secagg]", "clients.num_clients=20", "secagg.degree=5", "secagg.threshold=4"])
-    assert good.secagg.threshold == 4
+
+
+@pytest.mark.parametrize(
+    "over",
+    [
+        ["secagg.degree=5", "secagg.threshold=4"],
+        ["secagg.degree=4", "secagg.threshold=3"],  # closed 5: a majority is 3
+        ["secagg.threshold=20"],  # every client of the closed neighbourhood
+        ["secagg.degree=30", "secagg.threshold=20"],
+        ["clients.num_clients=2"],  # two clients can aggregate securely
+    ],
+)
+def test_a_threshold_the_graph_holds_is_accepted(over):
+    cfg = load_config(["arms=[secagg]", "clients.num_clients=20", *over])
+    assert cfg.arms == ["secagg"]
 
 
 @pytest.mark.parametrize(("degree", "graph"), [(None, 19), (4, 4), (30, 19)])
