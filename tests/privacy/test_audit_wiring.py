@@ -86,6 +86,19 @@ def test_the_figures_are_the_estimators_on_the_record_at_the_arms_delta(tmp_path
             epsilon if covered else None,
         ]
         assert audit["uploads"]["verdict"] in (("not refuted", "untestable") if covered else ("no claim",))
+        if not covered:  # the aggregator reads each clipped canary in the clear: every one told apart
+            perfect = audit_bounds(scores=included.astype(float), included=included, delta=1e-3)
+            assert audit["uploads"]["steinke_bound"] == pytest.approx(perfect.steinke)
+    # TensorBoard: each round's figures, named for what they are
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(result.run_dir / "tb" / "dp_fedavg_eps5"))
+    events.Reload()
+    bounds = events.Scalars("audit/final_model/epsilon_lower_bound_if_stopped_here")
+    assert [e.step for e in bounds] == [0, 1, 2]
+    assert bounds[-1].value == pytest.approx(
+        result.summary["arms"]["dp_fedavg_eps5"]["audit"]["final_model"]["lower_bound"]
+    )
 
 
 class WeakDistributedDp(DpFedAvgSecAgg):

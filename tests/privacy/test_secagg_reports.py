@@ -99,6 +99,9 @@ def test_distributed_dp_states_its_relation_threat_model_and_noise_split():
         (20, 1.0, None, 12),
         (3, 0.2, None, None),
         (40, 0.25, 6, None),
+        (20, 0.25, 8, None),  # a degree above the expected round's: capped by it
+        (40, 0.25, 9, None),  # a degree exactly the expected round's others
+        (10, 0.2, None, None),  # two clients expected: the fewest a round can have
     ],
 )
 def test_the_noise_split_counts_the_fewest_clients_a_round_can_unmask(clients, fraction, degree, threshold):
@@ -206,7 +209,7 @@ def test_a_threshold_the_graph_cannot_hold_is_refused_with_the_range(over, said)
 
     with pytest.raises(ConfigError) as err:
         load_config(["arms=[secagg]", "clients.num_clients=20", *over])
-    assert any(said in problem for problem in err.value.problems), err.value.problems
+    assert any(problem.startswith(said) for problem in err.value.problems), err.value.problems
 
 
 @pytest.mark.parametrize(
