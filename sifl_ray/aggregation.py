@@ -93,7 +93,7 @@ class RoundContext:
     key_epoch: int
     shards: list[Handle[AggregatorHost]]  # the arm's shards (an arm with a short vector may have fewer)
     supervisor: Supervisor | None = None
-    every_round: bool = False  # the aggregator's step releases every round, on a zero sum if nobody took part
+    every_round: bool = False  # the arm's guarantee releases every round: its step runs on an empty sum
 
 
 class Aggregation(Protocol):
@@ -166,7 +166,7 @@ class PlainAggregation:
         refused: dict[int, str] = {}
         reduced: list[Reduced] = []
         infos: list[ShardInfo] = []
-        while sources or r.every_round:  # a step that releases every round runs on a zero sum too
+        while sources or r.every_round:  # a guarantee that releases every round: on a zero sum too
             reduced = [
                 shard.call(
                     AggregatorHost.reduce,
@@ -175,6 +175,7 @@ class PlainAggregation:
                     r.key_epoch,
                     *[trained[k].partials[s] for k in sources],
                     shard=s,
+                    every_round=r.every_round,
                 )
                 for s, shard in enumerate(r.shards)
             ]

@@ -153,12 +153,13 @@ def results_layout(*, audit: bool, clock: bool = False) -> dict[str, dict[str, l
     if audit:
         # regular expressions: anchored, or the estimate's interval ends (``..._low``) would match too
         layout["privacy: the accountant's ε and the in-run audit"] = {
-            f"{model.replace('_', ' ')}: ε of the whole model, estimate, lower bound": [
+            f"{model.replace('_', ' ')}: ε of the whole model, estimate, lower bound had the run stopped at "
+            "each round (one test per round: their largest is no bound)": [
                 "Multiline",
                 [
                     f"^{EPSILON_WHOLE_VECTOR}$",
                     f"^audit/{model}/epsilon_estimate$",
-                    f"^audit/{model}/epsilon_lower_bound$",
+                    f"^audit/{model}/epsilon_lower_bound_if_stopped_here$",
                 ],
             ]
             for model in ("final_model", "all_iterates", "uploads")

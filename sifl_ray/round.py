@@ -69,7 +69,7 @@ class ArmState:
     server_step: bool = False  # the arm's server step needs the previous global model (this broadcast)
     # how the uploads are gathered (the arm's choice): in the clear, or under secure aggregation
     aggregation: Callable[[RoundContext], Aggregation] = PlainAggregation
-    every_round: bool = False  # the aggregator's step releases every round, on a zero sum if nobody took part
+    every_round: bool = False  # the arm's guarantee releases every round (Arm.every_round): a zero sum too
     audit: bool = (
         False  # canary clients take part: the evaluator scores each round's change (simulation only)
     )
@@ -152,7 +152,7 @@ def run_round(
 
     # 4. Server decodes (M1: the plain average; M2: P1L W'_a, code 2 still on) and encodes the next broadcast.
     #    Nothing usable this round (everyone dropped or refused): the model stays, the broadcast is reused,
-    #    unless the aggregator's step released its noise on the zero sum (central DP: ``every_round``).
+    #    unless the arm's guarantee releases every round: its aggregator step noised the zero sum.
     finished: Finished | None = None
     released = bool(sources) or bool(reduced)
     if released:

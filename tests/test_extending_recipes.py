@@ -52,7 +52,8 @@ RECIPES = recipes(PAGE.read_text())
 
 
 def test_the_page_has_a_recipe_for_each_kind_of_component():
-    assert set(RECIPES) == {"arm", "attack", "partitioner", "model", "data", "backend", "remote_call"}
+    kinds = {"arm", "dp_arm", "attack", "partitioner", "model", "data", "backend", "remote_call"}
+    assert set(RECIPES) == kinds
 
 
 @pytest.fixture
@@ -79,6 +80,7 @@ def run_recipe(tmp_path, monkeypatch) -> Iterator:
     from sifl_ray.models import unregister_model
 
     unregister_arm("topk")
+    unregister_arm("my_dp")
     BACKENDS.unregister("threads")
     unregister_attack("inflation")
     unregister_partitioner("blocks")
@@ -114,6 +116,20 @@ def test_the_arm_recipe_runs_beside_fl_and_uploads_the_top_k(run_recipe):
         False,
         Coding.PLAIN,
     )
+
+
+def test_the_dp_arm_recipe_releases_its_noise_in_every_round(run_recipe, capfd):
+    """The page's DP arm inherits DP-FedAvg's guarantee (``every_round``): at q = 0.1 over ten clients
+    some rounds sample nobody, and each still releases the noise, said on the console."""
+    got = run_recipe("dp_arm")
+    rows = got.result.rows()
+    assert got.MyDpArm.every_round and len(rows) == 4
+    assert all(r["aggregator/noise_std"] > 0 for r in rows)
+    empty = [r["round"] for r in rows if r["clients/accepted"] == 0]
+    assert empty  # this sample has such rounds
+    err = capfd.readouterr().err
+    for t in empty:
+        assert f"round {t} my_dp_eps5: nobody took part; released the aggregator's noise" in err
 
 
 def test_the_attack_recipe_adds_its_figure_to_the_report(run_recipe, tmp_path):

@@ -253,6 +253,23 @@ def test_ray_is_quieted_only_where_nothing_real_is_hidden(monkeypatch):
     assert quiet_ray(drill, {})["RAY_DEDUP_LOGS_SKIP_REGEX"] == WORKER_DIED
 
 
+def test_a_runs_configuration_loads_before_ray_is_imported():
+    """The switches above are read when ``ray`` is imported: the CLI sets them after loading the run's
+    configuration, so loading it (with a fault drill, the arms' registries, the data set's section) must not
+    import Ray, or the drill's "worker died ... OOM killer" diagnosis reaches the user's terminal."""
+    code = (
+        "import sys\n"
+        "from sifl_ray.config import load_config\n"
+        "load_config(['scenario=quickstart', 'arms=[fl,sifl_m1,secagg,dp_fedavg]',\n"
+        "             'faults.inject=[{kind: worker_exit, round: 0, worker: 0}]'])\n"
+        "print('ray' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout.split() == ["False"], done.stderr
+
+
 def test_rays_colour_codes_are_dropped_where_stderr_is_no_terminal(monkeypatch):
     monkeypatch.setattr(sys.stderr, "isatty", lambda: False)  # a log file, a pipe, a notebook
     assert quiet_ray(load_config(["scenario=quickstart"]), {})["RAY_COLOR_PREFIX"] == "0"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from sifl_ray.runner import result_line, summary_table
-from sifl_ray.runner.table import DEFAULT_WIDTH, terminal_width
+from sifl_ray.runner.columns import DEFAULT_WIDTH, terminal_width
 
 RELATIONS = {
     "nbafl": "one sample of one client's data set replaced (record level): D_i and D_i' differ",
@@ -79,3 +79,13 @@ def test_the_width_is_the_terminals_and_100_without_one(monkeypatch):
         "shutil.get_terminal_size", lambda fallback=(80, 24): __import__("os").terminal_size(fallback)
     )
     assert terminal_width() == DEFAULT_WIDTH == 100
+
+
+def test_a_column_left_out_for_having_nothing_to_say_is_not_said_to_be_cut():
+    """fl alone has no relation: its column goes for being empty, and the notes must not blame the width."""
+    summary = study()
+    summary["arms"] = {"fl": summary["arms"]["fl"]}
+    said = " ".join(summary_table(summary, width=100).split())
+    assert "relation" not in said and "left out to fit" not in said
+    narrow = " ".join(summary_table(summary, width=15).split())
+    assert "wall s: left out to fit the terminal" in narrow and "relation" not in narrow

@@ -78,9 +78,10 @@ class AggregatorStep(Protocol):
     called outside an aggregator): noise drawn from it is the same when a respawned aggregator replays the
     round, as docs/method.md "A replay reproduces, never redraws" requires.
 
-    A step with a true ``every_round`` attribute runs in every round, on a zero average (``weight`` 0) when
-    no update was accepted: central noise must be released even then, or the unchanged model tells
-    everyone that nobody took part (docs/method.md "Every round releases a noised output")."""
+    In an arm whose guarantee releases every round (:attr:`Arm.every_round`) the step also runs when no
+    update was accepted, on a zero average (``weight`` 0), and must noise it: central noise must be released
+    even then, or the unchanged model tells everyone that nobody took part (docs/method.md "Every round
+    releases a noised output"). The set-up tries it once on a zero sum (:mod:`sifl_ray.arms.conformance`)."""
 
     def __call__(
         self,
@@ -217,6 +218,11 @@ class Arm:
     #: its guarantee is stated under the zero-out relation (a client's update replaced by 0, participation
     #: public) rather than add/remove: the in-run audit then gives a left-out canary a zero update
     zero_out: ClassVar[bool] = False
+    #: its guarantee releases every round, a round in which nobody took part too: the aggregator's step then
+    #: runs on a zero sum and must noise it (central DP amplified by a secret sample); ``False``: such a
+    #: round releases nothing new, the model stays as it was (which tells that nobody took part). Checked at
+    #: set-up (:mod:`sifl_ray.arms.conformance`)
+    every_round: ClassVar[bool] = False
 
     def instances(self, cfg: DictConfig) -> list[str]:
         """The arms this kind runs as in ``cfg`` (one, its kind, unless it sweeps a parameter)."""

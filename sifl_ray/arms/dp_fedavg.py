@@ -17,9 +17,9 @@ aggregator sees. Hiding the updates from it as well is secure aggregation's job 
 What the ε says (docs/method.md "What a DP guarantee must say"): the relation is add/remove (one client's
 whole data set present or absent), and the amplification by sampling in it holds against whoever cannot tell
 who was sampled: the sample is drawn from the sampling party's secret seed, and a round in which nobody was
-sampled still releases the central noise (``CentralNoise.every_round``). Against the server, which draws the
-sample, the report gives the ε without amplification (``epsilon_roster_known``: a client sampled in every
-round).
+sampled still releases the central noise (the arm's ``every_round``: the aggregator's step runs on a zero
+sum). Against the server, which draws the sample, the report gives the ε without amplification
+(``epsilon_roster_known``: a client sampled in every round).
 """
 
 from __future__ import annotations
@@ -78,12 +78,13 @@ class CentralNoise:
     """Aggregator step: the fixed-denominator mean of the clipped updates plus ``N(0, (zC/m)²)``, m = qN.
 
     The shard receives the mean over the accepted clients, ``Σ Δ_i / k`` (k = ``weight``, their number under
-    equal weights), and rescales it to ``Σ Δ_i / m``. It runs in every round (``every_round``), on a zero
-    sum when nobody was sampled. The noise comes from the aggregator's own secret stream: in a run, the seed
-    the aggregator keeps in its key file (``seed``), so that a replayed round draws the same noise; called
-    alone, a seed made in this process on first use (secure random, or from ``coding.key_seed`` for a
-    reproducible simulation), which never leaves it: pickling keeps only ``key_seed``. Metric ``noise_std``:
-    the std zC/m of the noise in each coordinate of the released mean, the figure the accountant's ε rests on.
+    equal weights), and rescales it to ``Σ Δ_i / m``. It runs in every round (the arm's ``every_round``), on
+    a zero sum when nobody was sampled, and adds its noise whatever the weight. The noise comes from the
+    aggregator's own secret stream: in a run, the seed the aggregator keeps in its key file (``seed``), so
+    that a replayed round draws the same noise; called alone, a seed made in this process on first use
+    (secure random, or from ``coding.key_seed`` for a reproducible simulation), which never leaves it:
+    pickling keeps only ``key_seed``. Metric ``noise_std``: the std zC/m of the noise in each coordinate of
+    the released mean, the figure the accountant's ε rests on.
 
     One step, not a chain of :func:`~sifl_ray.arms.steps.fixed_denominator` and a noise step: the audit
     (:mod:`sifl_ray.attacks.arm_audit`) recognises the mechanism by this class and reads its z, C and m.
@@ -93,7 +94,6 @@ class CentralNoise:
     clip: float
     expected_clients: float
     key_seed: int | None = None
-    every_round: ClassVar[bool] = True
     _seeds: dict[str, bytes] = field(default_factory=dict, repr=False, compare=False)
 
     def __call__(
@@ -151,6 +151,7 @@ class DpFedAvg(Arm):
     uniform_weights: ClassVar[bool] = True
     clips: ClassVar[str] = "updates to ‖w_i − w^t‖"
     uploads: ClassVar[str] = "update"
+    every_round: ClassVar[bool] = True  # an empty round releases the central noise (amplification needs it)
     settings: ClassVar[Mapping[str, type]] = MappingProxyType({"dp_fedavg": DpFedAvgConfig})
     summary: ClassVar[str] = (
         "DP-FedAvg: clipped updates, central Gaussian noise, (ε, δ) over all rounds from dp_accounting"
@@ -241,11 +242,16 @@ class DpFedAvg(Arm):
             "epsilon_target": self.epsilon(cfg, ctx.arm),
             "delta": float(dp.delta),
             "noise_multiplier": z,
-            "sample_rate": q,
+            # the sampler's rate, and the rate the accountant was told (q amplifies; 1: the sample is known)
+            "sampling_rate": q,
+            "accountant_sample_rate": self.sample_rate(cfg),
             "clip": float(dp.clip),
             "accountant": str(dp.accountant),
             "sampling": "poisson",  # from the server's secret seed (Checkpoints.sampler_seed)
-            "amplified_by_sampling": q < 1,
+            "amplified_by_sampling": self.amplified and q < 1,
+            # its trade-off curve: T Gaussian mechanisms compose to one (μ = √T/z), a sampled one does not
+            # (what the in-run audit's f-DP bound tests: docs/method.md "Auditing inside the run")
+            "tradeoff": "gaussian" if self.sample_rate(cfg) >= 1 else "subsampled gaussian",
             "epsilon_per_round": list(acc["epsilon_per_round"]),
             "neighbour_relation": "add/remove: one client's whole data set present or absent",
             "threat_model": "the released global models, all rounds, seen by anyone who cannot tell who was "

@@ -198,6 +198,9 @@ class DpFedAvgSecAgg(DpFedAvg):
     secure_aggregation: ClassVar[bool] = True
     amplified: ClassVar[bool] = False  # zero-out, participation public: the accountant's q is 1
     zero_out: ClassVar[bool] = True
+    every_round: ClassVar[bool] = (
+        False  # a round nobody took part in has nothing to unmask: participation is public
+    )
     #: its clients' Gaussian noise shares are drawn under the label of NbAFL's client noise: each client's
     #: seed depends on the arm's name, so the two arms' streams are apart all the same
     noise_stream: ClassVar[str] = NbAFL.noise_stream
@@ -285,7 +288,7 @@ class DpFedAvgSecAgg(DpFedAvg):
             neighbour_relation="zero-out: the client takes part and adds its noise share, its update "
             "replaced by 0; who takes part is public",
             threat_model="the aggregator (which sees the roster and only the noisy sum), the server and "
-            "anyone downstream, all rounds; at least t honest clients add their share in every round",
+            f"anyone downstream, all rounds; at least s = {t} honest clients add their share in every round",
             epsilon_roster_known=out["epsilon"],
             roster_known="the ε already assumes the roster is known: it is not amplified by sampling",
             guarantee="client-level (ε, δ) of everything the aggregator and the server receive over all "

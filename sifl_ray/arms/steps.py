@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, ClassVar, overload
 
 if TYPE_CHECKING:
     import torch
@@ -42,12 +42,6 @@ class Chain:
     :func:`chain`."""
 
     steps: tuple[Any, ...]
-
-    @property
-    def every_round(self) -> bool:
-        """An aggregator chain runs in every round, on a zero average when nobody took part, if one of
-        its steps must (central noise: :class:`~sifl_ray.arms.base.AggregatorStep`)."""
-        return any(getattr(step, "every_round", False) for step in self.steps)
 
     def __call__(self, value: torch.Tensor, **context: Any) -> tuple[torch.Tensor, dict[str, float]]:
         metrics: dict[str, float] = {}
@@ -72,6 +66,20 @@ def chain(*steps: Any) -> Any:
         flat.extend(step.steps if isinstance(step, Chain) else (step,))
     out: Any = flat[0] if len(flat) == 1 else Chain(tuple(flat))
     return out
+
+
+def for_canaries(step: ClientStep | None) -> ClientStep | None:
+    """The client step the in-run audit's canaries run: ``step`` less every step with a true
+    ``round_noise_share`` (a client's share of noise that the round's sum must carry in full, as
+    :class:`NoiseShare`). The real clients' shares already carry all the noise the deployed arm adds; a
+    canary adding one more would audit a noisier mechanism than the one deployed (docs/method.md "Auditing
+    inside the run"). A client's own noise that protects its upload by itself (:class:`Gaussian`) stays.
+    ``None``: nothing left to run."""
+    if step is None:
+        return None
+    steps = step.steps if isinstance(step, Chain) else (step,)
+    kept = [s for s in steps if not getattr(s, "round_noise_share", False)]
+    return chain(*kept) if kept else None
 
 
 @dataclass(frozen=True)
@@ -152,8 +160,10 @@ def gaussian(sigma: float, seeds: Any) -> Gaussian:
 class NoiseShare:
     """Distributed DP: add this client's share ``N(0, (zC)²/t)`` of the round's noise to its clipped update,
     from its own secret stream (as :class:`Gaussian`), so that a sum over t clients carries ``N(0, (zC)²)``
-    (:func:`sifl_ray.privacy.dp_fedavg.distributed_noise_std`)."""
+    (:func:`sifl_ray.privacy.dp_fedavg.distributed_noise_std`). A share of the round's noise
+    (``round_noise_share``): the in-run audit's canaries leave it out (:func:`for_canaries`)."""
 
+    round_noise_share: ClassVar[bool] = True
     noise_multiplier: float
     clip: float
     num_noisers: int

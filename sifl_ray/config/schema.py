@@ -301,7 +301,17 @@ class AuditConfig:
     )
     # a canary's norm where the arm clips no update (fl, SIFL, NbAFL); else the arm's clip
     norm: float = setting(1.0, rule=POSITIVE)
-    confidence: float = setting(0.95, rule=PROBABILITY)  # of the lower bound and of the estimate's interval
+    # of each lower bound (Steinke's and the f-DP one together) and the share the estimate's interval holds
+    confidence: float = setting(0.95, rule=PROBABILITY)
+    # none: each lower bound at audit.confidence (the table says what all of them hold together);
+    # bonferroni: every bound of the table at once at audit.confidence (each at a higher one)
+    correction: str = setting(
+        "none",
+        rule=Choice(
+            lambda: ("none", "bonferroni"),
+            meaning="none: each bound at audit.confidence; bonferroni: all of the table's bounds together",
+        ),
+    )
     # play the run again without canaries (in-process, same secrets: needs coding.key_seed) and report each
     # arm's accuracy with and without them: how much the canaries moved the model
     compare: bool = False

@@ -23,6 +23,7 @@ from sifl_ray.arms.base import AggregatorStep
 from sifl_ray.checkpoint import CheckpointError, load_party_key, save_party_key
 from sifl_ray.coding import make_aggregator_key
 from sifl_ray.coding.base import CODING_DTYPE, AggregatorKey, AggregatorNorms, NoiseSpec
+from sifl_ray.errors import SiflError
 from sifl_ray.parties.checks import check_masked_partial, check_partial
 from sifl_ray.parties.handle import returns
 from sifl_ray.parties.messages import (
@@ -47,6 +48,10 @@ if TYPE_CHECKING:  # imported where a secure arm is set up: ``cryptography`` cos
     from sifl_ray.privacy.secagg.spec import SecAggSpec
 
 T = TypeVar("T")
+
+
+class ReleaseError(SiflError, RuntimeError):
+    """A release the arm's guarantee does not cover was about to be made (and was not)."""
 
 
 class Aggregator:
@@ -91,6 +96,7 @@ class Aggregator:
         *,
         step: AggregatorStep | None = None,
         arm: str = "",
+        every_round: bool = False,
     ) -> Reduced:
         """Steps 3a–3b: ``w~_a = Σ_i (|D_i| / Σ|D|) w~_i`` over this shard, then the arm's ``step`` on it (if
         any); M2: ``W'_a = w~_a P2 + R2 N2``.
@@ -98,8 +104,13 @@ class Aggregator:
         Partials that fail :func:`~sifl_ray.parties.checks.check_partial` (or come twice from one source)
         are left out and listed in ``info["rejected"]``; the caller must then reduce every shard again
         without those sources, so that all shards average the same set of workers (see
-        :func:`sifl_ray.round.run_round`). Nothing usable: the aggregate is ``None``, unless the step
-        releases every round (central noise), which then runs on a zero average.
+        :func:`sifl_ray.round.run_round`). Nothing usable: the aggregate is ``None``, unless the arm's
+        guarantee releases every round (``every_round``: central noise), when the step runs on a zero
+        average and must change it.
+
+        Raises:
+            ReleaseError: the guarantee releases every round, and the step left an empty round's zero sum
+                unchanged (or there is no step): nothing is released.
         """
         start = time.perf_counter()
         usable, rejected, stale = self._usable(t, key_epoch, partials)
@@ -113,17 +124,22 @@ class Aggregator:
             accepted=0,
             step_metrics={},
         )
-        if total <= 0 and not (step is not None and getattr(step, "every_round", False)):
+        if total <= 0 and not every_round:
             return Reduced(None, info)
         acc = torch.zeros(self.bounds[1] - self.bounds[0], dtype=CODING_DTYPE)
         for p in usable:
             acc.add_(p.weighted_sum)
         if total > 0:
             acc.div_(total)
-        # A step that must release every round (central noise) runs on the zero sum when nobody's update
-        # arrived: a round released without noise would tell everyone that nobody took part.
+        # A guarantee that releases every round (central noise) runs the step on the zero sum when nobody's
+        # update arrived: a round released without noise would tell everyone that nobody took part.
         if step is not None:
             acc, info["step_metrics"] = self._step(step, acc, arm=arm, t=t, weight=total)
+        if total <= 0 and (step is None or not bool(torch.any(acc != 0))):
+            raise ReleaseError(
+                f"{arm} round {t}: its guarantee releases a noised output every round, but nobody took part "
+                "and its aggregator step left the zero sum unchanged; refusing to release the unchanged model"
+            )
         info["aggregate_s"] = time.perf_counter() - start
         if self.coding.aggregator_encodes:
             assert self.key is not None
@@ -373,11 +389,18 @@ class AggregatorHost(Host):
 
     @returns(Reduced)
     def reduce(
-        self, arm: str, t: int, key_epoch: int, *partials: Partial, shard: int | None = None
+        self,
+        arm: str,
+        t: int,
+        key_epoch: int,
+        *partials: Partial,
+        shard: int | None = None,
+        every_round: bool = False,
     ) -> Reduced:
-        """Step 3 on one shard."""
+        """Step 3 on one shard (``every_round``: the arm's guarantee releases a round nobody took part in)."""
         role = self.roles[arm][self.shard if shard is None else shard]
-        return role.reduce(t, key_epoch, list(partials), step=self.steps.get(arm), arm=arm)
+        step = self.steps.get(arm)
+        return role.reduce(t, key_epoch, list(partials), step=step, arm=arm, every_round=every_round)
 
     # Secure aggregation: the host of shard 0 plays SecAgg's server; every shard checks and unmasks its own
     # rows. Each step of SecAgg's server returns its result and a status (None, or why the round cannot go

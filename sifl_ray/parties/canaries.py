@@ -3,8 +3,11 @@
 Two things, both beside the upload pipeline (:mod:`sifl_ray.parties.upload`), neither on its path:
 
 * **canary clients**: clients with no data that never train; each "trains" to the round's start plus its
-  direction ``c_j`` (:func:`~sifl_ray.privacy.one_run.canary_directions`, from the auditor's seed) at the
-  arm's canary norm, and its model then goes through the arm's client step and coding like any client's;
+  direction ``c_j`` (:func:`~sifl_ray.privacy.one_run.canary_directions`, from the seed of the directions)
+  at the arm's canary norm, and its model then goes through the arm's client step and coding like any
+  client's, less the steps that add a share of the round's noise (:func:`~sifl_ray.arms.steps.for_canaries`:
+  the real clients' shares already carry the noise the deployed arm adds). The worker is told whether each
+  canary it hosts is inserted, never the seed those bits derive from;
 * **the aggregator's view**: for every upload the worker accepts, the cosine of what the aggregator reads
   of it with every audit direction, the largest per direction kept for the round (all the driver needs:
   the aggregator's best sighting).
@@ -19,16 +22,19 @@ from sifl_ray.parties.upload import Accumulator, Local, PlainSum, RoundStart
 
 
 class WorkerAudit:
-    """The auditor's part at one worker: its canary clients (client id → canary index ``j``), their
-    FedAvg weight, and the audit directions the aggregator's view is scored against."""
+    """The auditor's part at one worker: its canary clients (client id → canary index ``j`` and whether it is
+    inserted), their FedAvg weight, and the audit directions the aggregator's view is scored against
+    (``seed``: the seed of the directions)."""
 
-    def __init__(self, seed: bytes, canaries: dict[int, int], weight: float, directions: int = 0) -> None:
-        self.canaries = {int(c): int(j) for c, j in canaries.items()}
+    def __init__(
+        self, seed: bytes, canaries: dict[int, tuple[int, bool]], weight: float, directions: int = 0
+    ) -> None:
+        self.canaries = {int(c): int(j) for c, (j, _) in canaries.items()}
+        self.inserted = {int(c): bool(bit) for c, (_, bit) in canaries.items()}
         self.seed, self.weight = seed, float(weight)
         self.directions = int(directions)  # canaries + nulls: the aggregator's view is scored here
         self._units: dict[int, torch.Tensor] = {}
         self._rows: torch.Tensor | None = None
-        self._included: object | None = None  # which canaries insert their direction (the auditor's draws)
 
     def __contains__(self, client: object) -> bool:
         return client in self.canaries
@@ -42,11 +48,9 @@ class WorkerAudit:
         """The canary's "trained" model: the round's start plus its direction at ``norm`` (float64); a
         canary left out (only sampled under a zero-out arm) stays at the start: it uploads no change."""
         # deferred: scipy, which this module does not load otherwise
-        from sifl_ray.privacy.one_run import canary_directions, inclusion_draws
+        from sifl_ray.privacy.one_run import canary_directions
 
-        if self._included is None:
-            self._included = inclusion_draws(k=max(self.canaries.values()) + 1, seed=self.seed)
-        if not self._included[self.canaries[client]]:  # type: ignore[index]
+        if not self.inserted[client]:
             return w0.to(CODING_DTYPE).clone()
         unit = self._units.get(client)
         if unit is None:

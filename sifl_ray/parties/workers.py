@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from sifl_ray.arms.steps import for_canaries
 from sifl_ray.coding.base import CODING_DTYPE, AggregatorKey, ClientServerKey
 from sifl_ray.data import client_batches
 from sifl_ray.device import HostStaging, SampleStore, on_device, resolve_device
@@ -146,11 +147,13 @@ class ClientWorker(Host):
 
             self.secure[arm] = WorkerSecAgg(setup.secagg, arm)
 
-    def set_canaries(self, seed: bytes, canaries: dict[int, int], weight: float, directions: int = 0) -> None:
-        """Host the canary clients ``canaries`` (client id → canary index j) and score the aggregator's view
-        against ``directions`` audit directions (:class:`~sifl_ray.parties.canaries.WorkerAudit`).
-        ``weight``: the canaries' FedAvg weight (a typical |D_i|; 1 under uniform weights). Simulation
-        only."""
+    def set_canaries(
+        self, seed: bytes, canaries: dict[int, tuple[int, bool]], weight: float, directions: int = 0
+    ) -> None:
+        """Host the canary clients ``canaries`` (client id → canary index j, and whether it is inserted) and
+        score the aggregator's view against ``directions`` audit directions, all from ``seed``, the seed of
+        the directions (:class:`~sifl_ray.parties.canaries.WorkerAudit`). ``weight``: the canaries' FedAvg
+        weight (a typical |D_i|; 1 under uniform weights). Simulation only."""
         self.audit = WorkerAudit(seed, canaries, weight, directions)
 
     def set_vectorise(self, on: bool) -> None:
@@ -293,8 +296,9 @@ class ClientWorker(Host):
         if self.audit is not None and client in self.audit:  # the arm's step and coding, never trained
             assert setup.canary_norm is not None
             w_k = self.audit.model(client, w0, setup.canary_norm)
-            if step is not None:
-                w_k, metrics = step(w_k)
+            own = for_canaries(setup.step)  # no share of the round's noise: the real clients carry it all
+            if own is not None:
+                w_k, metrics = own(w_k, start=w0, arm=arm, client=client, t=t)
                 count_step(report, metrics)
             upload = w_k
             if start.coded is not None and not shortcut:

@@ -21,9 +21,12 @@ and the driver keeps this record (checkpointed with its state, so a replay or a 
   accountant's 5 and 10, where this sum gives figures beside the final model's).
 
 From each statistic two figures, named for what they are: the ε **estimate** (Andrew et al. 2024: a
-Gaussian fit of the inserted canaries against the nulls, μ-GDP converted to (ε, δ), with a bootstrap
-interval) and the ε **lower bound** (Steinke, Nasr, Jagielski 2023: guesses of inclusion from the scores,
-at the configured confidence), with the largest bound the k canaries could ever give (``ceiling``).
+Gaussian fitted to the inserted canaries and one to the nulls, the ε of telling them apart, with the
+interval of a parametric bootstrap over that fit: :mod:`sifl_ray.privacy.estimate`) and the ε **lower
+bound**, the larger of Steinke, Nasr and Jagielski's (2023) and, for a claim whose trade-off is Gaussian,
+Mahloujifar, Melis and Chaudhuri's f-DP bound (2024), both under one union at the configured confidence
+(:func:`~sifl_ray.privacy.one_run.audit_bounds`), with the largest bound the k canaries could ever give
+(``ceiling``).
 
 This module is pure (numpy); it never sees a model, only the inner products the evaluator measured.
 """
@@ -36,11 +39,8 @@ from typing import Any
 
 import numpy as np
 
-from sifl_ray.privacy.one_run import (
-    epsilon_estimate,
-    epsilon_lower_bound,
-    inclusion_draws,
-)
+from sifl_ray.privacy.estimate import epsilon_estimate
+from sifl_ray.privacy.one_run import audit_bounds, inclusion_draws
 
 THREAT_MODELS = {
     "final_model": "the final model (what anyone sees at the end)",
@@ -68,7 +68,8 @@ class CanaryAudit:
     """The driver's record of one arm's canaries: which were inserted, and each statistic so far.
 
     Args:
-        k: canaries; m: null directions (never inserted); seed: the auditor's secret seed.
+        k: canaries; m: null directions (never inserted); seed: the auditor's inclusion seed (the secret the
+            inclusion bits derive from: the driver's alone, never a scoring party's).
     """
 
     k: int
@@ -111,42 +112,70 @@ class CanaryAudit:
         return stats[threat_model]
 
     def figures(
-        self, *, delta: float, confidence: float, claims: dict[str, float | None], t: int
+        self,
+        *,
+        delta: float,
+        confidence: float,
+        claims: dict[str, float | None],
+        t: int,
+        gaussian: bool = False,
+        interval: bool = True,
     ) -> dict[str, Any]:
-        """Per threat model: the estimate with its interval, the lower bound, its ceiling and the verdict
-        on the ε the arm claims against that threat model (``claims``; missing or ``None``: no claim). The
-        bootstrap is seeded by the round, so a replayed round gives the same figures."""
+        """Per threat model: the estimate (with its interval when ``interval``), both lower bounds and the
+        one that speaks to the claim, their ceilings and the verdict on the ε the arm claims against that
+        threat model (``claims``; missing or ``None``: no claim). ``gaussian``: the claim is that of a
+        Gaussian mechanism (its trade-off curve), which the f-DP bound tests. ``confidence``: of each
+        threat model's two bounds together. The bootstrap is seeded by the round, so a replayed round gives
+        the same figures."""
         out: dict[str, Any] = {}
         for model in THREAT_MODELS:
             scores = self.statistic(model)
             if scores is None:  # the uploads' view, before any upload was read
                 continue
             canary, null = scores[: self.k], scores[self.k :]
-            inserted = canary[self.included]
             row: dict[str, Any] = {}
-            # the estimate needs a spread of the nulls (none while the model has not moved)
-            if inserted.size >= 2 and null.size >= 2 and np.ptp(null) > 0:
-                est = epsilon_estimate(
-                    canary_cosines=inserted,
-                    null_cosines=null,
-                    delta=delta,
-                    confidence=confidence,
-                    rng_seed=t,
-                )
-                row.update(estimate=est.estimate, estimate_low=est.low, estimate_high=est.high, mu=est.mu)
-            bound = epsilon_lower_bound(
-                scores=canary, included=self.included, delta=delta, confidence=confidence
-            )
+            row.update(self._estimate(canary[self.included], null, delta, confidence, t, interval))
+            bounds = audit_bounds(scores=canary, included=self.included, delta=delta, confidence=confidence)
+            claimed = claims.get(model)
+            bound, ceiling = bounds.bound(gaussian=gaussian), bounds.ceiling(gaussian=gaussian)
             row.update(
-                lower_bound=bound.bound,
-                ceiling=bound.ceiling,
-                guesses=bound.guesses,
-                correct=bound.correct,
-                claimed_epsilon=claims.get(model),
-                verdict=verdict(claimed=claims.get(model), lower_bound=bound.bound, ceiling=bound.ceiling),
+                lower_bound=bound,
+                ceiling=ceiling,
+                steinke_bound=bounds.steinke,
+                steinke_ceiling=bounds.steinke_ceiling,
+                fdp_bound=bounds.fdp,
+                fdp_ceiling=bounds.fdp_ceiling,
+                fdp_applies=bool(gaussian),
+                guesses=bounds.guesses,
+                correct=bounds.correct,
+                confidence=float(confidence),
+                claimed_epsilon=claimed,
+                verdict=verdict(claimed=claimed, lower_bound=bound, ceiling=ceiling),
             )
             out[model] = row
         return out
+
+    @staticmethod
+    def _estimate(
+        inserted: np.ndarray, null: np.ndarray, delta: float, confidence: float, t: int, interval: bool
+    ) -> dict[str, Any]:
+        """The estimate's figures, when both samples have a spread (none while the model has not moved)."""
+        if inserted.size < 2 or null.size < 2 or np.ptp(null) == 0 or np.ptp(inserted) == 0:
+            return {}
+        est = epsilon_estimate(
+            canary_cosines=inserted,
+            null_cosines=null,
+            delta=delta,
+            confidence=confidence,
+            rng_seed=t,
+            resamples=1000 if interval else 1,
+        )
+        row = dict(
+            estimate=est.estimate, gdp_estimate=est.gdp_estimate, mu=est.mu, spread_ratio=est.spread_ratio
+        )
+        if interval:
+            row.update(estimate_low=est.low, estimate_high=est.high)
+        return row
 
     def state_dict(self) -> dict[str, Any]:
         uploads = None if self.upload_max is None else self.upload_max.tolist()

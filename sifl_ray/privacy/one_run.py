@@ -1,26 +1,25 @@
-"""Privacy audited inside one run: canary clients, an ε estimate and an ε lower bound (docs/method.md
-"Auditing inside the run").
+"""Privacy audited inside one run: canary clients and the ε lower bounds they give (docs/method.md "Auditing
+inside the run").
 
-Two audits read the same canaries, k extra clients whose upload is a fixed secret direction ``c_j`` of norm C
-(the clip), each inserted with probability ½:
+The canaries are k extra clients whose upload is a fixed secret direction ``c_j`` of norm C (the clip),
+each inserted with probability ½. Three figures read them:
 
-* **An estimate** (Andrew, Kairouz, Oh, Oprea, McMahan, Suriyakumar, "One-shot empirical privacy estimation
-  for federated learning", ICLR 2024): the cosine between the release's change and each inserted canary,
-  against the same cosine for directions never inserted (the nulls, ≈ N(0, 1/d) in dimension d). A Gaussian
-  fitted to each sample gives a μ-GDP mechanism, whose (ε, δ) is the estimate (:func:`epsilon_estimate`).
-  It is an *estimate*, not a bound: the Gaussian fit is an assumption, and nothing guarantees that the true ε
-  lies above or below it. It comes with a bootstrap confidence interval over the canaries and nulls.
-* **A lower bound** (Steinke, Nasr, Jagielski, "Privacy auditing with one (1) training run", NeurIPS 2023):
-  the auditor guesses inclusion for the canaries it is surest of; the number of correct guesses, by their
-  main theorem, refutes (ε, δ)-DP for every ε below :func:`epsilon_lower_bound` at the chosen confidence.
-  k canaries can never refute more than :func:`lower_bound_ceiling`: a claimed ε above it is untestable
-  with k canaries, whatever the mechanism.
+* **the estimate** (Andrew et al., ICLR 2024): :mod:`sifl_ray.privacy.estimate`;
+* **Steinke's lower bound** (Steinke, Nasr, Jagielski, "Privacy auditing with one (1) training run",
+  NeurIPS 2023): the auditor guesses inclusion for the canaries it is surest of; the number of correct
+  guesses, by their main theorem, refutes (ε, δ)-DP for every ε below :func:`epsilon_lower_bound` at the
+  chosen confidence. k canaries can never refute more than :func:`lower_bound_ceiling`;
+* **the f-DP lower bound** (Mahloujifar, Melis, Chaudhuri 2024): :mod:`sifl_ray.privacy.fdp_audit`, which
+  refutes the Gaussian trade-off of a claim, far higher with the same canaries.
+
+:func:`audit_bounds` takes both bounds under one union (β split between them), so that both hold together
+at the stated confidence and the report can take the larger one that speaks to the claim.
 
 Everything here is pure: NumPy and SciPy on arrays the run hands over. The run's wiring (which clients are
 canaries, where their uploads enter, which release is scored) lives elsewhere. The directions and the
-inclusion bits are secrets (whoever knows them knows which canaries are in), so they come from a party's
-secret seed through :func:`sifl_ray.seeding.noise_generator`; the bootstrap is analysis, not protection, and
-takes a public seed.
+inclusion bits are secrets (whoever knows them knows which canaries are in), so they come from the auditor's
+secret seeds through :func:`sifl_ray.seeding.noise_generator`: the directions from one seed (the scoring
+parties hold it), the inclusion bits from another that no scoring party holds.
 """
 
 from __future__ import annotations
@@ -32,7 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize, special, stats
 
-from sifl_ray.seeding import noise_generator, numpy_generator
+from sifl_ray.privacy.fdp_audit import fdp_ceiling, fdp_lower_bound
+from sifl_ray.seeding import noise_generator
 
 #: Guesses per side, as fractions of k, among which :func:`epsilon_lower_bound` picks (union bound over them).
 GUESS_FRACTIONS: tuple[float, ...] = (0.01, 0.05, 0.10, 0.25, 0.50)
@@ -47,7 +47,7 @@ def canary_directions(*, d: int, k: int, seed: bytes, clip: float, first: int = 
 
     Canary j's direction comes from its own secret stream ``(seed, "canary", "direction", j)``, so a client
     can build its one canary without the others, and a direction never depends on k. Nulls (directions never
-    inserted, for :func:`epsilon_estimate`) are canaries past the last inserted one: ``first=k``.
+    inserted, for the estimate) are canaries past the last inserted one: ``first=k``.
 
     Args:
         d: dimension of the update.
@@ -75,7 +75,8 @@ def inclusion_draws(*, k: int, seed: bytes) -> np.ndarray:
     stream ``(seed, "canary", "inclusion", j)``.
 
     Steinke et al.'s theorem needs these bits uniform and independent, and hidden from the mechanism's
-    adversary; the auditor reads them only after the run.
+    adversary and from whoever scores the release; the auditor reads them only after the run. ``seed`` is
+    the auditor's inclusion seed, apart from the seed of the directions that the scoring parties hold.
 
     Returns:
         A boolean array of length k.
@@ -102,145 +103,6 @@ def cosines(delta: np.ndarray, directions: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(dirs, axis=1) * np.linalg.norm(delta)
     dots = dirs @ delta
     return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
-
-
-# ------------------------------------------------------------------------------------------------------------
-# μ-GDP to (ε, δ).
-
-
-def gdp_delta(*, mu: float, epsilon: float) -> float:
-    """δ(ε) of μ-GDP (Dong, Roth, Su 2022, Corollary 2.13): ``Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2)``.
-
-    μ-GDP is exactly the Gaussian mechanism with noise multiplier 1/μ, so this is its tight privacy profile.
-    The second term is computed as ``exp(ε + log Φ(·))`` so that it stays finite for large ε.
-    """
-    if not (mu > 0 and math.isfinite(mu)) or not epsilon >= 0:
-        raise ValueError(f"need finite mu > 0 and epsilon >= 0, got mu={mu!r}, epsilon={epsilon!r}")
-    a = special.ndtr(-epsilon / mu + mu / 2)
-    b = math.exp(epsilon + special.log_ndtr(-epsilon / mu - mu / 2))
-    return float(max(a - b, 0.0))
-
-
-def gdp_epsilon(*, mu: float, delta: float) -> float:
-    """The ε at which μ-GDP holds with ``delta``: :func:`gdp_delta` solved for ε (Brent's method).
-
-    ε = 0 when μ ≤ 0 (no shift) or when δ already covers ε = 0 (``δ ≥ 2Φ(μ/2) − 1``). The bracket's upper
-    end is exact: ``δ(ε) ≤ Φ(−ε/μ + μ/2) ≤ δ`` once ``ε ≥ μ(μ/2 + Φ⁻¹(1−δ))``. ``inf`` for μ = inf.
-    """
-    if not 0 < delta < 1:
-        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
-    if math.isnan(mu):
-        raise ValueError("mu is NaN")
-    if mu == math.inf:
-        return math.inf
-    if mu <= 0 or gdp_delta(mu=mu, epsilon=0.0) <= delta:
-        return 0.0
-    high = mu * (mu / 2 + float(special.ndtri(1 - delta)))
-    return float(optimize.brentq(lambda e: gdp_delta(mu=mu, epsilon=e) - delta, 0.0, high, xtol=1e-12))
-
-
-# ------------------------------------------------------------------------------------------------------------
-# The estimate (Andrew et al. 2024).
-
-
-@dataclass(frozen=True)
-class EpsilonEstimate:
-    """An empirical ε of one run, with its bootstrap interval: an estimate, not a bound.
-
-    Attributes:
-        estimate: ε of the fitted μ-GDP mechanism at ``delta``.
-        low, high: the bootstrap interval of ε at the requested confidence.
-        mu: the fitted μ (shift of the canary mean over the null mean, in null standard deviations).
-        k: number of canary cosines; nulls: number of null cosines.
-        delta: the δ of every ε here.
-    """
-
-    estimate: float
-    low: float
-    high: float
-    mu: float
-    k: int
-    nulls: int
-    delta: float
-
-
-def _as_sample(name: str, values: np.ndarray) -> np.ndarray:
-    arr = np.asarray(values, dtype=np.float64)
-    if arr.ndim != 1 or arr.size < 2 or not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name} must be a 1-D array of at least 2 finite values, got shape {arr.shape}")
-    return arr
-
-
-def _mus(canary: np.ndarray, null: np.ndarray, rows_c: np.ndarray, rows_n: np.ndarray) -> np.ndarray:
-    c, n = canary[rows_c], null[rows_n]
-    std = n.std(axis=-1, ddof=1)
-    shift = c.mean(axis=-1) - n.mean(axis=-1)
-    return np.divide(shift, std, out=np.full_like(shift, np.inf), where=std > 0)
-
-
-def epsilon_estimate(
-    *,
-    canary_cosines: np.ndarray,
-    null_cosines: np.ndarray,
-    delta: float,
-    confidence: float = 0.95,
-    rng_seed: int,
-    resamples: int = 1000,
-) -> EpsilonEstimate:
-    """Andrew et al.'s one-shot ε estimate from canary cosines (ICLR 2024).
-
-    ``μ = (mean(canary) − mean(null)) / std(null)``: the null's sample standard deviation (ddof 1). Why the
-    null's: a canary-free direction's cosine with the release is the mechanism's noise alone (≈ N(0, 1/d)
-    in dimension d when the noise dominates), which is the scale of the Gaussian mechanism that μ measures;
-    the canaries' own spread adds the variation of the model's change across canaries, which is no part of
-    the mechanism's noise. This is Andrew et al.'s choice. The fitted pair N(0, 1) against N(μ, 1) is μ-GDP,
-    converted to (ε, δ) by :func:`gdp_epsilon`.
-
-    What it is not: a bound. The Gaussian fit is an assumption (both samples roughly Gaussian with one
-    variance); ε is the privacy of the *fitted* mechanism, the interval is over sampling of canaries and
-    nulls only. Use :func:`epsilon_lower_bound` for a claim that holds with a stated confidence.
-
-    The interval: a percentile bootstrap, canaries and nulls resampled independently with replacement
-    (``resamples`` times, from the public stream ``(rng_seed, "one_run", "bootstrap")``); the percentiles
-    of μ are converted to ε, which is exact because ε is nondecreasing in μ.
-
-    Args:
-        canary_cosines: cosines of the inserted canaries with the release's change.
-        null_cosines: cosines of directions never inserted.
-        delta: δ of the ε reported.
-        confidence: two-sided coverage of the interval.
-        rng_seed: public seed of the bootstrap.
-        resamples: bootstrap resamples.
-    """
-    canary = _as_sample("canary_cosines", canary_cosines)
-    null = _as_sample("null_cosines", null_cosines)
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
-    if int(resamples) != resamples or resamples < 1:
-        raise ValueError(f"resamples must be an integer >= 1, got {resamples!r}")
-    if null.std(ddof=1) == 0:
-        raise ValueError(
-            "the null cosines are all equal: no noise scale to measure the canaries' shift against"
-        )
-    mu = float(_mus(canary, null, np.arange(canary.size), np.arange(null.size)))
-    rng = numpy_generator(int(rng_seed), "one_run", "bootstrap")
-    chunk = max(1, 10_000_000 // (canary.size + null.size))  # bounds the index arrays at about 80 MB
-    boot = []
-    for start in range(0, int(resamples), chunk):
-        rows = min(chunk, int(resamples) - start)
-        rows_c = rng.integers(0, canary.size, size=(rows, canary.size))
-        rows_n = rng.integers(0, null.size, size=(rows, null.size))
-        boot.append(_mus(canary, null, rows_c, rows_n))
-    lo, hi = np.quantile(np.concatenate(boot), [(1 - confidence) / 2, (1 + confidence) / 2])
-    return EpsilonEstimate(
-        estimate=gdp_epsilon(mu=mu, delta=delta),
-        low=gdp_epsilon(mu=float(lo), delta=delta),
-        high=gdp_epsilon(mu=float(hi), delta=delta),
-        mu=mu,
-        k=int(canary.size),
-        nulls=int(null.size),
-        delta=float(delta),
-    )
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -401,4 +263,71 @@ def epsilon_lower_bound(
         correct=best[2],
         ceiling=lower_bound_ceiling(k=k, delta=delta, confidence=confidence, guesses=guesses),
         delta=float(delta),
+    )
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Both bounds under one union.
+
+#: The share of β = 1 − confidence given to the f-DP bound; Steinke's gets the rest. The f-DP bound refutes
+#: far more from the same canaries wherever it applies (a Gaussian claim), so it gets most of it: at k = 1000
+#: and 95 % its ceiling is 8.2 and Steinke's 4.9 (each at its share).
+FDP_SHARE = 0.75
+
+
+@dataclass(frozen=True)
+class AuditBounds:
+    """Steinke's and the f-DP lower bound of one set of scores, each at its share of β: with probability at
+    least ``confidence`` both hold together (a union bound).
+
+    Attributes:
+        steinke: refutes (ε, δ)-DP for every ε below it (any mechanism).
+        fdp: refutes, for every ε below it, that the mechanism is as private as the Gaussian mechanism with
+            (ε, δ) (its trade-off curve): a refutation of the claim only where the claim is that Gaussian.
+        steinke_ceiling, fdp_ceiling: the largest each can give with these k canaries.
+        guesses, correct: Steinke's guesses per side and correct guesses (of 2·guesses) that gave its bound.
+        confidence: of both together.
+    """
+
+    steinke: float
+    fdp: float
+    steinke_ceiling: float
+    fdp_ceiling: float
+    guesses: int
+    correct: int
+    confidence: float
+
+    def bound(self, *, gaussian: bool) -> float:
+        """The run's lower bound on a claim: the larger of the two, the f-DP one only for a claim whose
+        trade-off is Gaussian (``gaussian``)."""
+        return max(self.steinke, self.fdp) if gaussian else self.steinke
+
+    def ceiling(self, *, gaussian: bool) -> float:
+        """The largest :meth:`bound` these canaries can give."""
+        return max(self.steinke_ceiling, self.fdp_ceiling) if gaussian else self.steinke_ceiling
+
+
+def audit_bounds(
+    *, scores: np.ndarray, included: np.ndarray, delta: float, confidence: float = 0.95
+) -> AuditBounds:
+    """Both one-run bounds of ``scores`` (one per canary) with the inclusion bits: Steinke's at confidence
+    ``1 − (1 − FDP_SHARE)·β`` and the f-DP one at ``1 − FDP_SHARE·β``, β = 1 − ``confidence``."""
+    _check_level(delta, confidence)
+    beta = 1 - confidence
+    steinke_level, fdp_level = 1 - (1 - FDP_SHARE) * beta, 1 - FDP_SHARE * beta
+    steinke = epsilon_lower_bound(scores=scores, included=included, delta=delta, confidence=steinke_level)
+    included = np.asarray(included, dtype=bool)
+    fdp, fdp_top = 0.0, 0.0  # every canary on one side (or δ = 0): nothing to tell apart
+    if included.any() and not included.all() and delta > 0:
+        fdp = fdp_lower_bound(scores=scores, included=included, delta=delta, confidence=fdp_level)[0]
+        inserted = int(included.sum())
+        fdp_top = fdp_ceiling(k=int(included.size), delta=delta, confidence=fdp_level, inserted=inserted)
+    return AuditBounds(
+        steinke=steinke.bound,
+        fdp=fdp,
+        steinke_ceiling=steinke.ceiling,
+        fdp_ceiling=fdp_top,
+        guesses=steinke.guesses,
+        correct=steinke.correct,
+        confidence=float(confidence),
     )

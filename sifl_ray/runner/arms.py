@@ -17,9 +17,11 @@ from omegaconf import DictConfig
 
 from sifl_ray.aggregation import PlainAggregation, SecureAggregation
 from sifl_ray.arms import ArmContext, arm_of, reference_of
+from sifl_ray.arms.conformance import amplification_problems, release_problems
 from sifl_ray.arms.sifl_figures import arm_precision, arm_round_bound
 from sifl_ray.backends import Backend
 from sifl_ray.clock.stage import Clock
+from sifl_ray.config import ConfigError
 from sifl_ray.parties.aggregator import AggregatorHost
 from sifl_ray.parties.handle import Handle
 from sifl_ray.parties.server import ServerHost
@@ -28,6 +30,15 @@ from sifl_ray.round import ArmState
 from sifl_ray.runner.parties import PartyPool, say
 from sifl_ray.runner.state import Checkpoints, arm_shape
 from sifl_ray.specs import Coding, CodingSpec
+
+#: What a run with ``coding.key_seed`` says of its privacy report (summary.json, TensorBoard, the table).
+KEY_SEED_SECRETS = (
+    "derived from coding.key_seed, which config.yaml holds: the sample, the aggregator's and the "
+    "clients' noise, the keys and the canaries of this run are known to whoever reads config.yaml, and "
+    "against them no ε of this report holds (the noise can be subtracted, the sample is known); a "
+    "reproducible simulation, never a deployment (leave coding.key_seed unset for secrets drawn from the "
+    "operating system)"
+)
 
 
 @dataclass
@@ -99,6 +110,9 @@ def hand_out_arm(
             f"arm {arm}: its server step needs a plain model, and an M2 server never holds one (code 2 stays "
             "on); give the arm coding m1 or plain, or move the step to the clients or the aggregator"
         )
+    problems = release_problems(protocol, steps, name=arm, rows=bounds[0][1] - bounds[0][0])
+    if problems:  # what a round releases is the guarantee's: refused before any party is asked anything
+        raise ConfigError(problems)
     state = ArmState(
         arm,
         coding,
@@ -107,7 +121,7 @@ def hand_out_arm(
         key_epoch=epoch,
         server_step=steps.server is not None,
         aggregation=PlainAggregation if steps.secagg is None else SecureAggregation,
-        every_round=bool(getattr(steps.aggregator, "every_round", False)),
+        every_round=protocol.every_round,  # the guarantee's, never a step's
         audit=bool(cfg.audit.canaries),
     )
     if restored is None:  # fresh keys, each made and kept by its party
@@ -238,6 +252,11 @@ def setup_arm(
         out.precision.update(bound or {"round_bound": None})
         ctx = ArmContext(cfg=cfg, arm=arm, n=n, key_norms=key_norms, agg_norms=agg_norms, **local)
     out.privacy = protocol.privacy(ctx)
+    problems = amplification_problems(protocol, out.privacy, name=arm)
+    if problems:
+        raise ConfigError(problems)
+    if out.privacy is not None and cfg.coding.key_seed is not None:
+        out.privacy["secrets"] = KEY_SEED_SECRETS
     check = (out.privacy or {}).get("accountant_cross_check") or {}
     if check.get("disagree"):
         say(

@@ -1,9 +1,12 @@
 """The in-run audit's canary clients (``audit.canaries`` = k > 0): who they are, which worker hosts each,
 whether each is inserted, and in which rounds each takes part.
 
-The canaries are k clients after the population (ids N … N + k − 1), hosted round-robin by the workers
-(which receive the auditor's seed; no other party does). Each is inserted or not from the auditor's secret
-stream, the same in every arm (:func:`~sifl_ray.privacy.one_run.inclusion_draws`), and the driver keeps
+The canaries are k clients after the population (ids N … N + k − 1), hosted round-robin by the workers.
+The auditor's secret splits in two one-way derivations (:func:`auditor_seeds`): the seed of the directions,
+which the scoring parties hold (the evaluator scores the release, the workers the aggregator's view), and
+the seed of the inclusion bits, which only the driver (the auditor) holds: a worker is told only whether
+each canary it hosts is inserted, which it must know to upload it. Each canary is inserted or not from
+that seed, the same in every arm (:func:`~sifl_ray.privacy.one_run.inclusion_draws`), and the driver keeps
 each arm's record of the scores (:class:`~sifl_ray.privacy.canaries.CanaryAudit`).
 """
 
@@ -18,7 +21,7 @@ from omegaconf import DictConfig
 
 from sifl_ray.config import ConfigError
 from sifl_ray.privacy.one_run import inclusion_draws
-from sifl_ray.seeding import numpy_generator
+from sifl_ray.seeding import derive_bytes, numpy_generator
 
 #: the most memory the in-run audit's directions may take in one process (they are held, not regenerated)
 AUDIT_BYTES = 1 << 30
@@ -32,7 +35,7 @@ class CanaryPlan:
         ids: the canaries' client ids, after the population.
         included: whether each is inserted (the auditor's secret draws).
         owner: the worker hosting each canary, by id.
-        seed: the auditor's secret seed (``None`` without canaries).
+        seed: the auditor's inclusion seed (``None`` without canaries): the driver's alone.
         workers: what the client workers and the evaluator are told (:attr:`PartyPool.audit`), or ``None``.
     """
 
@@ -51,6 +54,13 @@ class CanaryPlan:
             return []
         draws = numpy_generator(sampler_seed, "canaries", t).random(len(self.ids))
         return [c for j, c in enumerate(self.ids) if (self.included[j] or zero_out) and draws[j] < fraction]
+
+
+def auditor_seeds(auditor: bytes) -> tuple[bytes, bytes]:
+    """The seed of the canaries' directions (handed to the scoring parties) and that of their inclusion bits
+    (the driver's alone), both derived one way from the auditor's secret: holding the first tells nothing of
+    the second."""
+    return derive_bytes(auditor, "canary", "directions"), derive_bytes(auditor, "canary", "inclusion")
 
 
 def plan_canaries(
@@ -78,18 +88,20 @@ def plan_canaries(
                 f"{max(2, AUDIT_BYTES // (8 * n) - k)}"
             ]
         )
-    auditor = auditor_seed()
+    directions, inclusion = auditor_seeds(auditor_seed())
+    included = inclusion_draws(k=k, seed=inclusion)
     owner: dict[int, int] = {}
-    hosted: dict[int, dict[int, int]] = {}
+    # per worker: each canary it hosts, its index j and whether it is inserted (nothing of the others)
+    hosted: dict[int, dict[int, tuple[int, bool]]] = {}
     for j, c in enumerate(ids):
         owner[c] = j % num_workers
-        hosted.setdefault(j % num_workers, {})[c] = j
+        hosted.setdefault(j % num_workers, {})[c] = (j, bool(included[j]))
     workers = {
-        "seed": auditor,
+        "seed": directions,
         "hosted": hosted,
         "weight": float(np.mean(sizes)),  # a typical |D_i|: public, like the partition's sizes
         "canaries": k,
         "nulls": m,
         "n": n,
     }
-    return CanaryPlan(ids, inclusion_draws(k=k, seed=auditor), owner, auditor, workers)
+    return CanaryPlan(ids, included, owner, inclusion, workers)

@@ -27,6 +27,7 @@ from sifl_ray.plots import (
 )
 from sifl_ray.progress import progress_enabled
 from sifl_ray.round import RoundResult
+from sifl_ray.runner.audit_record import audit_round
 from sifl_ray.runner.parties import say
 from sifl_ray.runner.state import DriverState
 from sifl_ray.runner.summary import (
@@ -129,10 +130,19 @@ class Recorder:
             metrics.update(epsilon_metrics(privacy, t))
             metrics.update(self._realised(arm, t, privacy, metrics))
         if result.audit is not None and arm in driver.audits:
-            metrics.update(self._audit(arm, t, result.audit, result.audit_uploads, privacy, metrics))
+            record, logged = audit_round(
+                self.cfg, driver.audits, arm, t, result.audit, result.audit_uploads, privacy
+            )
+            self.audit[arm] = record
+            metrics.update(logged)
         driver.wall[arm] += metrics["time/round"]
         self.logger.log_round(arm, t, metrics, per_element=releases is not None)
         driver.history[arm].append({"round": t, **metrics})
+        if not result.skipped and result.accepted == 0:  # released all the same: the guarantee's every_round
+            say(
+                f"round {t} {arm}: nobody took part; released the aggregator's noise on a zero sum, as its "
+                "guarantee says"
+            )
         got = round_incidents(arm, t, result)
         if got is not None:
             driver.dropped[arm].append(got.entry)
@@ -164,54 +174,6 @@ class Recorder:
                 "reports the ε of the noise that arrived (privacy/epsilon_realised)"
             )
         return got
-
-    def _audit(
-        self,
-        arm: str,
-        t: int,
-        measured: dict,
-        uploads: list[float] | None,
-        privacy: dict | None,
-        metrics: dict[str, float],
-    ) -> dict[str, float]:
-        """The in-run audit after round ``t``: the canaries' scores so far, the estimate and the lower
-        bound per threat model, each beside the ε the arm claims against it after this round (the
-        accountant's cumulative ε where it has one). A record-level or per-element ε (NbAFL, SIFL) is no
-        claim about one whole client, which is what a canary is; the aggregator's view is claimed only by
-        an arm whose report says it covers the aggregator."""
-        audit = self.driver.audits[arm]
-        audit.observe(measured["dots"], measured["norm"])
-        if uploads is not None:
-            audit.observe_uploads(uploads)
-        info = privacy or {}
-        claimed = metrics.get("privacy/epsilon_cumulative", info.get("epsilon"))
-        relation = str(info.get("neighbour_relation", ""))
-        if not relation.startswith(("add/remove", "zero-out")):
-            claimed = None  # a record-level or per-element ε: the canaries test one whole client
-        claims = {
-            "final_model": claimed,
-            "all_iterates": claimed,
-            "uploads": claimed if info.get("aggregator_covered") else None,
-        }
-        delta = float(info.get("delta", self.cfg.privacy.delta))
-        figures = audit.figures(delta=delta, confidence=float(self.cfg.audit.confidence), claims=claims, t=t)
-        self.audit[arm] = {
-            "canaries": audit.k,
-            "inserted": int(audit.included.sum()),
-            "nulls": audit.m,
-            "delta": delta,
-            "claimed_epsilon": claimed,
-            **figures,
-        }
-        out = {}
-        for model, row in figures.items():
-            for key in ("estimate", "estimate_low", "estimate_high", "lower_bound"):
-                if row.get(key) is not None:
-                    name = key.replace("estimate", "epsilon_estimate").replace(
-                        "lower_bound", "epsilon_lower_bound"
-                    )
-                    out[f"audit/{model}/{name}"] = float(row[key])
-        return out
 
     def finish(
         self,

@@ -11,12 +11,10 @@ server the broadcasts, the driver its records. The file format, atomic writes an
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from omegaconf import DictConfig
@@ -36,15 +34,15 @@ from sifl_ray.checkpoint import (
     save_party_key,
     write_checkpoint_file,
 )
-from sifl_ray.config import load_run_config, to_yaml
+from sifl_ray.config import load_run_config
 from sifl_ray.parties.aggregator import AggregatorHost
 from sifl_ray.parties.checks import shard_bounds
 from sifl_ray.parties.handle import Handle, PartyLost, collect
 from sifl_ray.parties.server import ServerHost
 from sifl_ray.party_seeds import party_seed
-from sifl_ray.privacy.accountant import SiflAccountant
-from sifl_ray.privacy.canaries import CanaryAudit
 from sifl_ray.round import ArmState
+from sifl_ray.runner.driver import DriverState as DriverState
+from sifl_ray.runner.driver import config_sha
 from sifl_ray.runner.parties import say
 from sifl_ray.specs import Coding, CodingSpec
 
@@ -71,10 +69,6 @@ def _key_dir_of(ckpt: CheckpointRef, run_dir: Path) -> Path:
     """The key folder a checkpoint names, relative to its run folder (a run folder moved together with its
     ``.keys`` sibling still resumes)."""
     return (Path(run_dir) / ckpt.manifest["key_dir"]).resolve()
-
-
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def is_checkpoint_error(err: BaseException) -> bool:
@@ -119,7 +113,7 @@ def open_resume(path: str | Path) -> tuple[DictConfig, Path, ResumePoint]:
         state = read_checkpoint_file(ckpt.driver_file, expect_sha256=files.get(DRIVER_FILE))
         if not isinstance(state, dict) or state.get("format") != 1:
             raise CheckpointError(f"{ckpt.driver_file}: not a driver state of this format")
-        if state.get("config_sha256") != _sha(config_text):
+        if state.get("config_sha256") != config_sha(config_text):
             raise CheckpointError(
                 f"{run_dir / 'config.yaml'}: changed since the checkpoint was taken; restore it "
                 "(a resumed run must have the configuration it started with)"
@@ -137,64 +131,6 @@ def open_resume(path: str | Path) -> tuple[DictConfig, Path, ResumePoint]:
                     f"{key_file(key_dir, party, arm)}: missing; the {party}'s key of {arm} cannot be restored"
                 )
     return cfg, run_dir, ResumePoint(ckpt, state, str(key_dir))
-
-
-# ------------------------------------------------------------------------------------------------ driver
-class DriverState:
-    """The driver's own records: what a checkpoint keeps of it (and a rollback or resume restores)."""
-
-    def __init__(self, arms: list[str]):
-        self.arms = list(arms)
-        self.restored: list[dict] = []  # restores and resumes: carried across rollbacks
-        self.checkpoint_s: list[float] = []
-        self.audits: dict[str, CanaryAudit] = {}  # arm → its canaries' record (audit.canaries > 0)
-        self.reset()
-
-    def reset(self) -> None:
-        self.history: dict[str, list[dict[str, float]]] = {arm: [] for arm in self.arms}
-        self.wall: dict[str, float] = dict.fromkeys(self.arms, 0.0)
-        self.dropped: dict[str, list[dict]] = {arm: [] for arm in self.arms}
-        self.incidents: list[dict] = []
-        self.accountant = SiflAccountant()
-        for audit in self.audits.values():
-            audit.reset()
-
-    @property
-    def next_round(self) -> int:
-        """The first round not yet played (0, or the round after the restored checkpoint)."""
-        return len(next(iter(self.history.values()))) if self.history else 0
-
-    def payload(self, t: int, cfg: DictConfig) -> dict[str, Any]:
-        """The driver's file of the checkpoint of round ``t``."""
-        return {
-            "format": 1,
-            "round": t,
-            "arms": list(self.arms),
-            "config_sha256": _sha(to_yaml(cfg)),
-            "history": self.history,
-            "wall": self.wall,
-            "dropped": self.dropped,
-            "incidents": self.incidents,
-            "restored": self.restored,
-            "accountant": self.accountant.state_dict(),
-            "checkpoint_s": self.checkpoint_s,
-            "audits": {arm: a.state_dict() for arm, a in self.audits.items()},
-        }
-
-    def load(self, state: dict | None) -> None:
-        """Back to ``state`` (a checkpoint's driver file; ``None``: back to the start)."""
-        self.reset()
-        if state is None:
-            return
-        self.history = {arm: list(state["history"][arm]) for arm in self.arms}
-        self.wall = {arm: float(state["wall"][arm]) for arm in self.arms}
-        self.dropped = {arm: list(state["dropped"][arm]) for arm in self.arms}
-        self.incidents = list(state["incidents"])
-        self.accountant.load_state_dict(state["accountant"])
-        self.checkpoint_s = list(state.get("checkpoint_s", []))
-        for arm, audit in self.audits.items():
-            if arm in state.get("audits", {}):
-                audit.load_state_dict(state["audits"][arm])
 
 
 def broadcast_codings(driver: dict, states: dict[str, ArmState]) -> dict[str, Coding]:

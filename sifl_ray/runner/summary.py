@@ -132,6 +132,11 @@ def round_incidents(arm: str, t: int, result: RoundResult) -> RoundIncidents | N
         for c, why in sorted(result.rejected.items())
     ]
     messages = []
+    if result.skipped and not result.skip_reason:
+        messages.append(
+            f"round {t} {arm}: skipped, no update was accepted: the model is released unchanged, which shows "
+            "that nobody's update was averaged in (the arm's guarantee releases nothing in such a round)"
+        )
     if result.skip_reason:
         incidents.append({"round": t, "arm": arm, "what": result.skip_reason, "action": "round skipped"})
         messages.append(

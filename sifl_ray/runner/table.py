@@ -9,14 +9,11 @@ in full, is in ``summary.json``.
 
 from __future__ import annotations
 
-import shutil
-import textwrap
 from typing import Any
 
+from sifl_ray.runner.audit_table import audit_table
+from sifl_ray.runner.columns import fit_table, terminal_width, wrap_note
 from sifl_ray.runner.summary import arm_epsilons
-
-#: The width when the output is not a terminal (a pipe, a file, a notebook).
-DEFAULT_WIDTH = 100
 
 #: The columns of the end-of-run table: ``(header, what it holds)``, in order; ``what`` is said under the
 #: table for the columns it shows.
@@ -37,11 +34,6 @@ COLUMNS = (
 OPTIONAL = ("wall s", "relation")
 
 
-def terminal_width() -> int:
-    """The width to fit: the terminal's (``COLUMNS`` first, as a shell sets it), or :data:`DEFAULT_WIDTH`."""
-    return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
-
-
 def summary_table(summary: dict[str, Any], width: int | None = None) -> str:
     """The end-of-run table with its notes, fitted to ``width`` columns (the terminal's by default): what
     the two kinds of ε mean (a SIFL arm's per-element, per-round figures; NbAFL's and DP-FedAvg's ε of the
@@ -50,8 +42,10 @@ def summary_table(summary: dict[str, Any], width: int | None = None) -> str:
     width = width or terminal_width()
     eps = arm_epsilons(summary)
     rows = [arm_cells(arm, a, eps[arm]) for arm, a in summary["arms"].items()]
-    table, shown = fit_table([h for h, _ in COLUMNS], rows, width, optional=OPTIONAL)
-    notes = [*column_notes(shown), *table_notes(summary, eps)]
+    header = [h for h, _ in COLUMNS]
+    table, shown = fit_table(header, rows, width, optional=OPTIONAL)
+    empty = {h for i, h in enumerate(header) if all(r[i] == "—" for r in rows)}
+    notes = [*column_notes(shown, empty), *table_notes(summary, eps)]
     lines = [table, *(wrap_note(n, width) for n in notes)]
     audited = audit_table(summary, width)
     return "\n".join(lines) if audited is None else "\n".join(lines) + f"\n\n{audited}"
@@ -78,47 +72,14 @@ def arm_cells(arm: str, a: dict[str, Any], eps: dict[str, float | None]) -> list
     ]
 
 
-def fit_table(
-    header: list[str],
-    rows: list[list[str]],
-    width: int,
-    *,
-    optional: tuple[str, ...] = (),
-    drop_empty: bool = True,
-) -> tuple[str, list[str]]:
-    """``rows`` under ``header`` in columns, fitted to ``width`` where it can be: columns with nothing but
-    ``—`` are left out (``drop_empty``; the first column stays), then the gap between columns narrows from
-    two spaces to one, then the ``optional`` columns go, in their order. Returns the text and the headers
-    shown."""
-    keep = [i for i in range(len(header)) if i == 0 or not drop_empty or any(r[i] != "—" for r in rows)]
-
-    def render(cols: list[int], gap: str) -> list[str]:
-        widths = {i: max(len(header[i]), *(len(r[i]) for r in rows)) for i in cols}
-        lines = [[header[i].ljust(widths[i]) for i in cols], ["-" * widths[i] for i in cols]]
-        lines += [[r[i].ljust(widths[i]) for i in cols] for r in rows]
-        return [gap.join(line).rstrip() for line in lines]
-
-    drop = [header.index(h) for h in optional]
-    for gap, dropped in [("  ", 0), (" ", 0), *((" ", k + 1) for k in range(len(drop)))]:
-        cols = [i for i in keep if i not in drop[:dropped]]
-        out = render(cols, gap)
-        if max(map(len, out)) <= width:
-            break
-    return "\n".join(out), [header[i] for i in cols]
-
-
-def column_notes(shown: list[str]) -> list[str]:
-    """The meaning of the short headers shown (the ε columns' in :func:`table_notes`)."""
+def column_notes(shown: list[str], empty: set[str]) -> list[str]:
+    """The meaning of the short headers shown (the ε columns' in :func:`table_notes`), and which columns
+    were left out to fit (not those left out for having nothing to say: ``empty``)."""
     said = [f"{h}: {what}" for h, what in COLUMNS if h in shown and what]
-    hidden = [h for h in OPTIONAL if h not in shown]
+    hidden = [h for h in OPTIONAL if h not in shown and h not in empty]
     if hidden:
         said.append(f"{' and '.join(hidden)}: left out to fit the terminal")
     return ["; ".join(said) + "; every figure in full: summary.json"]
-
-
-def wrap_note(note: str, width: int) -> str:
-    """A note wrapped to ``width``, its continuation lines indented under its first."""
-    return textwrap.fill(note, width, subsequent_indent="  ", break_on_hyphens=False)
 
 
 def table_notes(summary: dict[str, Any], eps: dict[str, dict[str, float | None]]) -> list[str]:
@@ -137,6 +98,13 @@ def table_notes(summary: dict[str, Any], eps: dict[str, dict[str, float | None]]
             "ε model (NbAFL, DP-FedAvg): the usual (ε, δ) guarantee on everything the arm releases "
             "about a client, all coordinates together, over the rounds its scope says "
             "(arms.<arm>.privacy.scope in summary.json)"
+        )
+    derived = [arm for arm, a in summary["arms"].items() if (a.get("privacy") or {}).get("secrets")]
+    if derived:
+        notes.append(
+            f"coding.key_seed is set: every secret of {', '.join(derived)} (the sample, the noise, the keys, "
+            "the canaries) derives from it, and config.yaml holds it: against whoever reads config.yaml none "
+            "of their ε holds (a reproducible simulation, never a deployment)"
         )
     for arm, e in eps.items():
         if e["global_round0"] is not None:
@@ -158,66 +126,6 @@ def table_notes(summary: dict[str, Any], eps: dict[str, dict[str, float | None]]
             "noise, the clipping or the learning rate drowned the training"
         )
     return notes
-
-
-def audit_table(summary: dict[str, Any], width: int = DEFAULT_WIDTH) -> str | None:
-    """The in-run audit's table (``None`` without canaries): per arm and threat model, the ε the arm claims
-    (the accountant's, whole run), the estimate with its interval, the lower bound, the largest bound these
-    canaries could give, and the verdict."""
-    header = ["arm", "threat model", "claimed ε", "estimate [CI]", "lower bound", "ceiling", "verdict"]
-    compared = any("accuracy_without_canaries" in (a.get("audit") or {}) for a in summary["arms"].values())
-    if compared:
-        header.append("acc ± canaries")
-    lines: list[list[str]] = []
-    for arm, a in summary["arms"].items():
-        audit = a.get("audit")
-        if not audit:
-            continue
-        for model in ("final_model", "all_iterates", "uploads"):
-            if model not in audit:
-                continue
-            row = audit[model]
-            est = (
-                "—"
-                if row.get("estimate") is None
-                else f"{row['estimate']:.3g} [{row['estimate_low']:.3g}, {row['estimate_high']:.3g}]"
-            )
-            lines.append(
-                [
-                    arm,
-                    model.replace("_", " "),
-                    "—" if row.get("claimed_epsilon") is None else f"{row['claimed_epsilon']:.3g}",
-                    est,
-                    f"{row['lower_bound']:.3g}",
-                    f"{row['ceiling']:.3g}",
-                    row["verdict"],
-                    *(
-                        [
-                            f"{100 * audit['accuracy_with_canaries']:.1f}/"
-                            f"{100 * audit['accuracy_without_canaries']:.1f}%"
-                        ]
-                        if compared
-                        else []
-                    ),
-                ]
-            )
-    if not lines:
-        return None
-    table, shown = fit_table(header, lines, width, optional=("acc ± canaries", "ceiling"), drop_empty=False)
-    first = next(a["audit"] for a in summary["arms"].values() if a.get("audit"))
-    said = [
-        f"in-run audit: {first['canaries']} canary clients per arm ({first['inserted']} inserted), "
-        f"{first['nulls']} null directions; an estimate is not a bound, a lower bound is (at "
-        "audit.confidence); ceiling: the largest lower bound these canaries could give"
-    ]
-    if "acc ± canaries" in shown:
-        said.append("acc ± canaries: final accuracy with the canaries / without them (audit.compare)")
-    hidden = [h for h in ("acc ± canaries", "ceiling") if h not in shown]
-    if hidden:
-        said.append(
-            f"{' and '.join(hidden)}: left out to fit the terminal; in summary.json (arms.<arm>.audit)"
-        )
-    return "\n".join([*(wrap_note(n, width) for n in said), table])
 
 
 def relation_name(relation: str | None) -> str | None:

@@ -235,3 +235,27 @@ def test_a_bad_value_seen_only_when_the_data_is_read_is_a_configuration_error_to
     assert "Traceback" not in got.stderr
     assert "data.root: " in got.stderr and "label 12 outside 0..9" in got.stderr
     assert "set data.download=true to fetch a verified copy, or replace the file" in got.stderr
+
+
+def test_a_split_with_only_one_of_its_files_verified_is_still_checked(tmp_path: Path, monkeypatch) -> None:
+    """The pre-flight check trusts a split's published shapes only when both of its files match their
+    published checksums. Here the training images do (their digest is registered as the published one) and
+    the labels are an uncompressed copy with no checksum, one label short: the split is checked, and its
+    40 images against 39 labels refused."""
+    from sifl_ray.config import ConfigError, load_config
+    from sifl_ray.data.preflight import check_data
+
+    folder = tmp_path / "mnist"
+    folder.mkdir()
+    arrays, files = mnist_like()
+    images = files["train-images-idx3-ubyte.gz"]
+    (folder / "train-images-idx3-ubyte.gz").write_bytes(images)
+    monkeypatch.setitem(
+        MNIST_CHECKSUMS["mnist"], "train-images-idx3-ubyte.gz", hashlib.md5(images).hexdigest()
+    )
+    (folder / IDX_FILES["train_labels"]).write_bytes(encode_idx(arrays["train_labels"][:-1]))
+    for role in ("test_images", "test_labels"):
+        (folder / IDX_FILES[role]).write_bytes(encode_idx(arrays[role]))
+    cfg = load_config(["data.name=mnist", f"data.root={tmp_path}", "data.download=false"])
+    with pytest.raises(ConfigError, match="expected as many labels as 28×28 images"):
+        check_data(cfg)

@@ -6,6 +6,7 @@
 #   STAGE=/tmp/m TIMEOUT=3600 tests/mutation/run.sh
 #   JOBS=4 tests/mutation/run.sh          # more parallel mutants (default 1: a shared machine)
 #   tests/mutation/run.sh NAME...         # only these mutants (the survivors of the last run, say)
+#   CONFIG=audit tests/mutation/run.sh    # the second target: setup-audit.cfg (default setup.cfg)
 #
 # mutmut writes a mutants/ folder beside the code it mutates, and reads its configuration from the current
 # folder; to keep both out of the checkout, the code (its scenarios included) and the tests are copied to a staging
@@ -14,17 +15,19 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-stage="${STAGE:-${TMPDIR:-/tmp}/sifl-mutation}"
+config="${CONFIG:+setup-$CONFIG.cfg}"
+config="${config:-setup.cfg}"
+stage="${STAGE:-${TMPDIR:-/tmp}/sifl-mutation${CONFIG:+-$CONFIG}}"
 jobs="${JOBS:-1}"
 limit="${TIMEOUT:-3000}"
 
 mkdir -p "$stage"
-for path in sifl_ray tests; do  # the scenarios are package data, in sifl_ray/scenarios
+for path in sifl_ray tests docs; do  # the scenarios are package data, in sifl_ray/scenarios
     rm -rf "${stage:?}/$path"
     cp -a "$repo/$path" "$stage/$path"  # -a: mtimes kept, so mutmut keeps the mutants and verdicts it has
 done
 cp "$repo/pyproject.toml" "$stage/pyproject.toml"
-cp "$here/setup.cfg" "$stage/setup.cfg"
+cp "$here/$config" "$stage/setup.cfg"
 find "$stage" -name __pycache__ -prune -exec rm -rf {} +
 
 cd "$stage"
@@ -32,5 +35,5 @@ cd "$stage"
 export PYTHONPATH="$stage"
 status=0
 timeout "$limit" mutmut run --max-children "$jobs" "$@" || status=$?
-python "$here/score.py" "$stage"
+python "$here/score.py" "$stage" "${CONFIG:+equivalent-$CONFIG.txt}"
 exit "$status"

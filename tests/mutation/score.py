@@ -25,7 +25,7 @@ def equivalent_mutants(path: Path) -> dict[str, str]:
     return out
 
 
-def main(stage: Path) -> None:
+def main(stage: Path, judged_file: str = "equivalent.txt") -> None:
     subprocess.run(["mutmut", "export-cicd-stats"], cwd=stage, check=True, capture_output=True)
     stats = json.loads((stage / "mutants" / "mutmut-cicd-stats.json").read_text())
     listing = subprocess.run(["mutmut", "results"], cwd=stage, check=True, capture_output=True, text=True)
@@ -34,7 +34,8 @@ def main(stage: Path) -> None:
         for name, _, state in (line.rpartition(":") for line in listing.stdout.splitlines())
         if name.strip()
     )
-    equivalent = equivalent_mutants(Path(__file__).with_name("equivalent.txt"))
+    listed = Path(__file__).with_name(judged_file or "equivalent.txt")
+    equivalent = equivalent_mutants(listed) if listed.exists() else {}
     survivors = [n for n, s in status.items() if s == "survived" and n not in equivalent]
     judged = [n for n, s in status.items() if s == "survived" and n in equivalent]
     killed = int(stats["killed"]) + int(stats.get("timeout", 0))
@@ -55,4 +56,4 @@ def main(stage: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/sifl-mutation"))
+    main(Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/sifl-mutation"), *sys.argv[2:3])

@@ -5,8 +5,9 @@ the run"): for each, whether the audit catches it, and where it cannot, why, and
    cosine of the release's change with each direction; an unchanged release has change 0, so the round
    adds nothing to the score of any canary, inserted or not, nor to any null. The leak is in the fact
    that the model did not move, which says that nobody was sampled: about the sample, not about one
-   canary. Caught by the release check (`test_privacy_run_paths`): no DP-FedAvg release may equal the
-   one before it.
+   canary. So such an arm is refused before it runs: the round releases what the arm's guarantee says,
+   and the set-up tries the aggregator's step on a zero sum (`test_release_guarantee`); the release check
+   (`test_privacy_run_paths`) checks the runs: no DP-FedAvg release may equal the one before it.
 2. Fresh noise when a round is replayed after a fault: the audit cannot see it. Its record is the
    driver's, checkpointed and rolled back with the models, so it scores each round once, on the replayed
    trajectory; the leak is the pair of releases of one round (before the fault and in the replay), which
@@ -21,9 +22,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from typing import ClassVar
 
-import numpy as np
 import pytest
 import torch
 
@@ -31,13 +30,6 @@ from sifl_ray.arms import register_arm, unregister_arm
 from sifl_ray.arms.dp_fedavg import CentralNoise, DpFedAvg
 from sifl_ray.config import load_config
 from sifl_ray.runner import Simulation
-
-
-@dataclasses.dataclass
-class NoiseOnlyWhenSampled(CentralNoise):
-    """The defect of an empty round: the aggregator's step is not run when nobody was sampled."""
-
-    every_round: ClassVar[bool] = False
 
 
 @dataclasses.dataclass
@@ -59,13 +51,6 @@ def _defective(steps, step_class):
     return dataclasses.replace(steps, aggregator=step_class(**fields))
 
 
-class SkipsEmptyRounds(DpFedAvg):
-    kind = "dp_fedavg_skips"
-
-    def steps(self, ctx):
-        return _defective(super().steps(ctx), NoiseOnlyWhenSampled)
-
-
 class FreshOnReplay(DpFedAvg):
     kind = "dp_fedavg_fresh"
 
@@ -80,7 +65,7 @@ def defects():
     import ray.cloudpickle
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    arms = (SkipsEmptyRounds(), FreshOnReplay())
+    arms = (FreshOnReplay(),)
     for arm in arms:
         register_arm(arm)
     yield
@@ -100,57 +85,6 @@ BASE = [
 def _sim(tmp_path, overrides, name):
     cfg = load_config([*BASE, *overrides, f"output.dir={tmp_path}"])
     return Simulation(cfg, run_dir=tmp_path / name)
-
-
-def test_an_empty_round_without_noise_gives_the_audit_nothing_and_the_release_check_catches_it(tmp_path):
-    """N = 10 clients and 10 canaries, each sampled with q = 0.05: some rounds sample nobody (P ≈ 0.95^15
-    ≈ 0.46 with the 5 canaries inserted). There the defective arm releases its previous model, and its
-    audit record does not move (every score adds exactly 0); the honest arm's noise moves the scores of
-    canaries and nulls alike, and its release is new."""
-    rounds = 12
-    sim = _sim(
-        tmp_path,
-        [
-            "backend=local",
-            "arms=[dp_fedavg,dp_fedavg_skips]",
-            "clients.sampling=poisson",
-            "clients.fraction=0.05",
-            f"train.rounds={rounds}",
-            "audit.canaries=10",
-            "audit.nulls=20",
-            "coding.key_seed=3",
-        ],
-        "empty",
-    )
-    honest, defect = "dp_fedavg_eps5", "dp_fedavg_skips_eps5"
-    seen: list[dict] = []
-
-    def record(s: Simulation, t: int) -> None:
-        seen.append(
-            {
-                "sampled": sum(len(c) for c in s.assignment(t, honest)),
-                **{arm: s.driver.audits[arm].sums.copy() for arm in (honest, defect)},
-                **{f"{arm}/model": s.global_model(arm) for arm in (honest, defect)},
-            }
-        )
-
-    try:
-        sim.run(on_round_end=record)
-    finally:
-        sim.close()
-    assert [r["sampled"] for r in seen] == [
-        sum(len(c) for c in sim.assignment(t, defect)) for t in range(rounds)
-    ]  # both arms drew the same sample
-    empty = [t for t in range(1, rounds) if seen[t]["sampled"] == 0]
-    assert len(empty) >= 2, empty  # the seed was chosen so that this run has such rounds
-    for t in empty:
-        before, after = seen[t - 1], seen[t]
-        # the defect: the release is the previous model, and the audit's record is untouched
-        assert torch.equal(after[f"{defect}/model"], before[f"{defect}/model"]), t
-        assert np.array_equal(after[defect], before[defect]), t
-        # the honest arm: a new release, and noise in every score
-        assert not torch.equal(after[f"{honest}/model"], before[f"{honest}/model"]), t
-        assert np.all(after[honest] != before[honest]), t
 
 
 @pytest.mark.slow  # an aggregator killed on Ray, its rounds replayed
@@ -195,7 +129,11 @@ def test_fresh_noise_on_replay_is_out_of_the_audits_sight_and_the_replay_check_c
     finally:
         clean.close()
     honest = "dp_fedavg_eps5"
-    assert result.summary["arms"][honest]["audit"] == reference.summary["arms"][honest]["audit"]
+    # the same figures; only the size of the table's family differs (two arms audited, against one)
+    faulted_audit = {k: v for k, v in result.summary["arms"][honest]["audit"].items() if k != "family"}
+    assert faulted_audit == {
+        k: v for k, v in reference.summary["arms"][honest]["audit"].items() if k != "family"
+    }
 
     def values(arm: str) -> dict[int, set[float]]:
         out: dict[int, set[float]] = {}

@@ -74,13 +74,17 @@ def test_the_audit_refutes_weak_noise_and_not_the_honest_arm(tmp_path, weak_arm)
     # the aggregator sees DP-FedAvg's clipped updates in the clear, which its ε does not cover: no claim,
     # and the canaries stand out as far as a lower bound of 100 canaries can show
     from sifl_ray.party_seeds import party_seed
-    from sifl_ray.privacy.one_run import epsilon_lower_bound, inclusion_draws
+    from sifl_ray.privacy.one_run import audit_bounds, inclusion_draws
+    from sifl_ray.runner.canaries import auditor_seeds
 
-    inserted = inclusion_draws(k=100, seed=party_seed(4, "run", "auditor"))  # coding.key_seed=4
-    perfect = epsilon_lower_bound(scores=inserted.astype(float), included=inserted, delta=1e-5).bound
+    _, inclusion = auditor_seeds(party_seed(4, "run", "auditor"))  # coding.key_seed=4
+    inserted = inclusion_draws(k=100, seed=inclusion)
+    perfect = audit_bounds(scores=inserted.astype(float), included=inserted, delta=1e-5)
     for audit in (honest, weak):
         assert audit["uploads"]["verdict"] == "no claim"
-        assert audit["uploads"]["lower_bound"] == pytest.approx(perfect)  # every canary told apart
+        # every canary told apart: each bound what perfectly separated scores give, the f-DP one its ceiling
+        assert audit["uploads"]["steinke_bound"] == pytest.approx(perfect.steinke)
+        assert audit["uploads"]["fdp_bound"] == pytest.approx(perfect.fdp) == perfect.fdp_ceiling
     # the estimate sees the weak arm's canaries far more clearly than the honest arm's
     assert weak["final_model"]["estimate"] > 3 * max(honest["final_model"]["estimate"], 0.1)
     # summary.json carries the same figures
@@ -93,13 +97,16 @@ def test_the_audit_refutes_weak_noise_and_not_the_honest_arm(tmp_path, weak_arm)
     acc = EventAccumulator(str(result.run_dir / "tb" / "dp_fedavg_weak_eps1"))
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
-    for model in ("final_model", "all_iterates", "uploads"):
-        for figure in ("epsilon_estimate", "epsilon_lower_bound"):
-            events = acc.Scalars(f"audit/{model}/{figure}")
-            assert [e.step for e in events] == list(range(10))
-            assert all(math.isfinite(e.value) for e in events)
+    # (the uploads' estimate is infinite, and not drawn: the aggregator reads each inserted canary exactly)
+    assert weak["uploads"]["estimate"] == math.inf
+    drawn = [(m, "epsilon_estimate") for m in ("final_model", "all_iterates")]
+    drawn += [(m, "epsilon_lower_bound_if_stopped_here") for m in ("final_model", "all_iterates", "uploads")]
+    for model, figure in drawn:
+        events = acc.Scalars(f"audit/{model}/{figure}")
+        assert [e.step for e in events] == list(range(10))
+        assert all(math.isfinite(e.value) for e in events)
     assert "privacy/epsilon_whole_vector" in tags  # the accountant's ε after each round: the claim
-    last = acc.Scalars("audit/final_model/epsilon_lower_bound")[-1].value
+    last = acc.Scalars("audit/final_model/epsilon_lower_bound_if_stopped_here")[-1].value
     assert last == pytest.approx(weak["final_model"]["lower_bound"], rel=1e-6)
     # the Custom Scalars layout puts the claim and the two figures on one chart per threat model
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
@@ -115,7 +122,8 @@ def test_the_audit_refutes_weak_noise_and_not_the_honest_arm(tmp_path, weak_arm)
     assert len(charts) == 3  # final model, all iterates, uploads
     for chart in charts:
         tags = list(chart.multiline.tag)
-        assert "^privacy/epsilon_whole_vector$" in tags and any("epsilon_lower_bound$" in t for t in tags)
+        assert "^privacy/epsilon_whole_vector$" in tags
+        assert any("epsilon_lower_bound_if_stopped_here$" in t for t in tags)
 
 
 def test_canaries_never_count_in_the_train_loss_and_are_counted_apart(tmp_path):
@@ -146,9 +154,12 @@ def test_a_resumed_run_audits_the_same_canaries_as_the_run_it_continues(tmp_path
         resumed_sim.close()
     a = straight.summary["arms"]["dp_fedavg_eps1"]["audit"]
     b = resumed.summary["arms"]["dp_fedavg_eps1"]["audit"]
-    for model in ("final_model", "all_iterates"):
-        assert a[model]["lower_bound"] == b[model]["lower_bound"]
-        assert a[model]["estimate"] == pytest.approx(b[model]["estimate"], rel=1e-9)
+    assert set(a) == set(b) and set(a) >= {"final_model", "all_iterates", "uploads"}
+    for model in ("final_model", "all_iterates", "uploads"):  # the uploads' view kept from before the resume
+        for key, value in a[model].items():
+            assert b[model][key] == (pytest.approx(value, rel=1e-9) if isinstance(value, float) else value), (
+                key
+            )
 
 
 @pytest.mark.ray

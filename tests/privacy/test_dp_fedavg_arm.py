@@ -140,3 +140,22 @@ def test_the_audit_of_the_arms_own_noise_stays_below_the_accountants_epsilon():
         noise_multiplier=step.noise_multiplier / 10, clip=clip, expected_clients=m, key_seed=4
     )
     assert audit_aggregator_step(weak, **kw).epsilon_lower_bound > one_round
+
+
+def test_the_quick_audit_of_the_arms_step_refutes_a_tenth_of_its_noise():
+    """The slow audit above, at 1500 trials (the quick subset's): the arm's own step is not refuted, a step
+    with a tenth of its noise is."""
+    from sifl_ray.arms import ArmContext, get_arm
+    from sifl_ray.attacks.audit import audit_aggregator_step
+
+    cfg = load_config(["arms=[dp_fedavg]", "dp_fedavg.epsilons=[5]", "train.rounds=3", "coding.key_seed=4"])
+    ctx = ArmContext(cfg=cfg, arm="dp_fedavg_eps5", n=10, local_size=100, total_size=1000)
+    step = get_arm("dp_fedavg").steps(ctx).aggregator
+    m, clip, delta = step.expected_clients, float(cfg.dp_fedavg.clip), float(cfg.dp_fedavg.delta)
+    one_round = epsilon(noise_multiplier=step.noise_multiplier, sample_rate=1.0, steps=1, delta=delta)
+    kw = {"clip": clip, "clients": int(m) - 1, "shift": clip / m, "trials": 1500, "delta": delta}
+    assert audit_aggregator_step(step, **kw).epsilon_lower_bound <= one_round
+    weak = CentralNoise(
+        noise_multiplier=step.noise_multiplier / 10, clip=clip, expected_clients=m, key_seed=4
+    )
+    assert audit_aggregator_step(weak, **kw).epsilon_lower_bound > one_round
