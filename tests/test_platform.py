@@ -49,8 +49,9 @@ def ray_run(ray_session, tmp_path_factory):
     result = sim.run()
     models = {arm: sim.global_model(arm) for arm in sim.arms}
     inventory = {name: sim.backend.get(h.call(Host.key_inventory)) for name, h in sim.actors().items()}
+    pids = {name: sim.backend.get(h.call(Host.pid)) for name, h in sim.actors().items()}
     sim.close()
-    return cfg, result, models, inventory
+    return cfg, result, models, inventory, pids
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +66,7 @@ def local_run(tmp_path_factory):
 
 
 def test_ray_and_in_process_runs_agree(ray_run, local_run):
-    _, ray_result, ray_models, _ = ray_run
+    _, ray_result, ray_models, _, _ = ray_run
     _, seq_result, seq_models = local_run
     for arm, rows in ray_result.history.items():
         assert [r["test_accuracy"] for r in rows] == [r["test_accuracy"] for r in seq_result.history[arm]], (
@@ -76,8 +77,31 @@ def test_ray_and_in_process_runs_agree(ray_run, local_run):
         assert torch.equal(ray_models[arm], seq_models[arm]), arm
 
 
+def test_compact_placement_shares_one_process_among_the_light_parties_and_changes_no_number(
+    ray_run, tmp_path
+):
+    """The default (ray.placement=compact): the server, the aggregator host and the evaluator answer from
+    one process, each client worker from its own; ray.placement=separate gives each party its own process
+    and the same models to the last bit (each party is its own object either way)."""
+    cfg, _, models, _, pids = ray_run
+    assert cfg.ray.placement == "compact"
+    assert pids["server"] == pids["aggregator0"] == pids["evaluator"]
+    workers = [pids[name] for name in pids if name.startswith("worker")]
+    assert len(set(workers)) == len(workers) == 2 and pids["server"] not in workers
+    apart = load_config([*TINY, f"output.dir={tmp_path}", "ray.placement=separate"])
+    sim = Simulation(apart, run_dir=tmp_path / "separate")
+    try:
+        sim.run()
+        separate = {name: sim.backend.get(h.call(Host.pid)) for name, h in sim.actors().items()}
+        assert len(set(separate.values())) == len(separate) == 5  # a process per party
+        for arm in models:
+            assert torch.equal(sim.global_model(arm), models[arm]), arm
+    finally:
+        sim.close()
+
+
 def test_sifl_arms_equal_fedavg_in_accuracy_with_the_figures_named_for_what_they_are(ray_run):
-    _, result, models, _ = ray_run
+    _, result, models, _, _ = ray_run
     summary = result.summary
     fl_acc = summary["arms"]["fl"]["final_accuracy"]
     for arm in ("sifl_m1", "sifl_m2"):
@@ -123,7 +147,7 @@ def test_a_deviation_beyond_the_additive_estimate_is_flagged(tmp_path, capsys):
 def test_tensorboard_files_carry_every_tag_for_every_arm(ray_run):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    cfg, result, _, _ = ray_run
+    cfg, result, *_ = ray_run
     for arm in result.history:
         acc = EventAccumulator(str(Path(result.run_dir) / "tb" / arm))
         acc.Reload()
@@ -217,7 +241,7 @@ def test_nbafl_arm_sigma_covers_the_uploads_it_claims(tmp_path, exposures, uploa
 
 
 def test_no_actor_holds_another_partys_key(ray_run):
-    *_, inventory = ray_run
+    *_, inventory, _ = ray_run
     assert inventory["server"] == ["secret-seed", "server-key"]
     assert inventory["evaluator"] == ["aggregator-client-view", "server-client-view"]
     for name, kinds in inventory.items():
@@ -249,7 +273,7 @@ def test_key_inventory_sees_seeds_raw_cores_and_keys():
 
 
 def test_no_key_material_in_event_files_or_summary(ray_run):
-    cfg, result, _, _ = ray_run
+    cfg, result, *_ = ray_run
     secrets_ = []
     for arm in ("sifl_m1", "sifl_m2"):
         for party in ("server", "aggregator"):

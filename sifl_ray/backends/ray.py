@@ -84,6 +84,8 @@ class RayBackend:
     def spawn(
         self, where: Placement, host: Callable[P, H], /, *args: P.args, **kwargs: P.kwargs
     ) -> Handle[H]:
+        if where.share is not None and not (where.cpus or where.gpus):
+            return self._adopt(where.share, host, args, kwargs)  # compact placement: a shared process
         options: dict[str, Any] = {"num_cpus": where.cpus, "num_gpus": where.gpus or None, "max_restarts": 0}
         if where.spread:
             # Ray's SPREAD: each request goes to the next node (in turn) that has the resources free, so

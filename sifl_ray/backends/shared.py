@@ -28,11 +28,21 @@ class SharedProcess:
 
     def __init__(self) -> None:
         self.parties: dict[int, Any] = {}
+        self.failed: dict[int, BaseException] = {}
 
     def adopt(self, _sifl_slot: int, _sifl_host: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-        """Make the party ``_sifl_host(*args, **kwargs)`` in this process, in place ``_sifl_slot``."""
-        self.parties[_sifl_slot] = _sifl_host(*args, **kwargs)
+        """Make the party ``_sifl_host(*args, **kwargs)`` in this process, in place ``_sifl_slot``. A
+        constructor that fails is kept and raised by the party's first call, as a party in its own process
+        fails its first call when its constructor did (nobody waits on this call's result)."""
+        try:
+            self.parties[_sifl_slot] = _sifl_host(*args, **kwargs)
+        except Exception as err:
+            self.failed[_sifl_slot] = err
 
     def invoke(self, _sifl_slot: int, _sifl_method: str, *args: Any, **kwargs: Any) -> Any:
         """Call the party in place ``_sifl_slot`` (its arguments arrive resolved: they are this call's)."""
+        if _sifl_slot in self.failed:
+            raise RuntimeError(f"this party could not start: {self.failed[_sifl_slot]!r}") from self.failed[
+                _sifl_slot
+            ]
         return getattr(self.parties[_sifl_slot], _sifl_method)(*args, **kwargs)
