@@ -26,3 +26,22 @@ def test_the_parties_import_cryptography_only_for_a_secure_arm():
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "True"]
+
+
+def test_a_run_that_audits_nothing_imports_no_scipy():
+    """SciPy (the audit's bounds and estimate: ~0.5 s of a driver's start) is imported by the first audit
+    figure, not by the runner; the canaries' draws need NumPy only."""
+    script = textwrap.dedent(
+        """
+        import sys
+        import sifl_ray.runner, sifl_ray.parties.evaluator, sifl_ray.parties.workers  # noqa: F401
+        from sifl_ray.privacy.canary_draws import canary_directions, inclusion_draws  # noqa: F401
+        print("scipy" in sys.modules)
+        from sifl_ray.privacy.canaries import CanaryAudit
+        audit = CanaryAudit(k=4, m=4, seed=bytes(16))
+        audit.figures(delta=1e-5, confidence=0.95, claims={}, t=0)
+        print("scipy" in sys.modules)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert out.stdout.split() == ["False", "True"], out.stderr

@@ -25,6 +25,7 @@ from sifl_ray.device import on_device, resolve_device
 from sifl_ray.models import load_flat_params_
 from sifl_ray.optim.trainer import loss_values
 from sifl_ray.parties.process import Host, initial_model, memory, pick_device, placement, prepare_process
+from sifl_ray.privacy.canary_draws import canary_directions
 from sifl_ray.specs import Coding, ModelSpec
 
 SIMULATION_ONLY = "evaluator: simulation device holding both decoding keys; no real deployment has it"
@@ -63,12 +64,9 @@ class Evaluator(Host):
 
     def set_audit(self, seed: bytes, canaries: int, nulls: int, n: int) -> None:
         """Audit every arm with ``canaries`` canary directions and ``nulls`` directions never inserted
-        (:func:`~sifl_ray.privacy.one_run.canary_directions` from the auditor's ``seed``: the nulls are the
-        indices past the canaries). Held as one (k + m) × n float64 matrix: O((k + m)·n) memory and one
-        product per evaluation."""
-        # deferred: scipy, which this module does not load otherwise
-        from sifl_ray.privacy.one_run import canary_directions
-
+        (:func:`~sifl_ray.privacy.canary_draws.canary_directions` from the auditor's ``seed``: the nulls
+        are the indices past the canaries). Held as one (k + m) × n float64 matrix: O((k + m)·n) memory and
+        one product per evaluation."""
         rows = canary_directions(d=n, k=canaries + nulls, seed=seed, clip=1.0)
         self.directions = torch.from_numpy(rows).to(self.device)
 

@@ -2,7 +2,8 @@
 
 docs/method.md "Auditing inside the run". ``k`` canary clients upload a fixed random direction ``c_j`` (at the
 arm's clip norm) instead of a trained model; each is inserted with probability ½ from the auditor's secret
-stream (:func:`~sifl_ray.privacy.one_run.inclusion_draws`), and an inserted canary is sampled like any client.
+stream (:func:`~sifl_ray.privacy.canary_draws.inclusion_draws`), and an inserted canary is sampled like any
+client.
 The evaluator (simulation only) measures, every round, the inner product of the released model's change
 ``Δ_t = w^{t+1} − w^t`` with every canary direction and with ``m`` null directions that were never inserted,
 and the driver keeps this record (checkpointed with its state, so a replay or a resume rebuilds it):
@@ -39,8 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from sifl_ray.privacy.estimate import epsilon_estimate
-from sifl_ray.privacy.one_run import audit_bounds, inclusion_draws
+from sifl_ray.privacy.canary_draws import inclusion_draws
 
 THREAT_MODELS = {
     "final_model": "the final model (what anyone sees at the end)",
@@ -127,6 +127,9 @@ class CanaryAudit:
         Gaussian mechanism (its trade-off curve), which the f-DP bound tests. ``confidence``: of each
         threat model's two bounds together. The bootstrap is seeded by the round, so a replayed round gives
         the same figures."""
+        # deferred: scipy, which a run that audits nothing never needs
+        from sifl_ray.privacy.one_run import audit_bounds
+
         out: dict[str, Any] = {}
         for model in THREAT_MODELS:
             scores = self.statistic(model)
@@ -162,6 +165,9 @@ class CanaryAudit:
         """The estimate's figures, when both samples have a spread (none while the model has not moved)."""
         if inserted.size < 2 or null.size < 2 or np.ptp(null) == 0 or np.ptp(inserted) == 0:
             return {}
+        # deferred: scipy, which a run that audits nothing never needs
+        from sifl_ray.privacy.estimate import epsilon_estimate
+
         est = epsilon_estimate(
             canary_cosines=inserted,
             null_cosines=null,

@@ -6,8 +6,8 @@ The auditor's secret splits in two one-way derivations (:func:`auditor_seeds`): 
 which the scoring parties hold (the evaluator scores the release, the workers the aggregator's view), and
 the seed of the inclusion bits, which only the driver (the auditor) holds: a worker is told only whether
 each canary it hosts is inserted, which it must know to upload it. Each canary is inserted or not from
-that seed, the same in every arm (:func:`~sifl_ray.privacy.one_run.inclusion_draws`), and the driver keeps
-each arm's record of the scores (:class:`~sifl_ray.privacy.canaries.CanaryAudit`).
+that seed, the same in every arm (:func:`~sifl_ray.privacy.canary_draws.inclusion_draws`), and the driver
+keeps each arm's record of the scores (:class:`~sifl_ray.privacy.canaries.CanaryAudit`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpy as np
 from omegaconf import DictConfig
 
 from sifl_ray.config import ConfigError
-from sifl_ray.privacy.one_run import inclusion_draws
+from sifl_ray.privacy.canary_draws import inclusion_draws
 from sifl_ray.seeding import derive_bytes, numpy_generator
 
 #: the most memory the in-run audit's directions may take in one process (they are held, not regenerated)
