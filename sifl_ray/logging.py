@@ -21,6 +21,7 @@ import math
 import os
 import re
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -232,6 +233,24 @@ def drop_scalars_from(folder: Path, step: int) -> None:
         os.replace(tmp, path)
 
 
+def wait_past_event_files(folders: list[Path]) -> None:
+    """Wait, if need be, until the second after the newest event file in ``folders`` was created.
+
+    Why: TensorBoard's readers (and ``EventAccumulator``) read a folder's event files in name order, and a
+    name starts with the second the file was made, then the host, the process id and a counter. A writer
+    opened again within the same second (a resume right after a crash, a restore in the same process) could
+    sort before the file it continues, and its rounds would be read before the earlier ones. At most one
+    second, and only when a run opens its writers again."""
+    stamps = [
+        int(part[3])
+        for folder in folders
+        for path in folder.glob("events.out.tfevents.*")
+        if len(part := path.name.split(".")) > 3 and part[3].isdigit()
+    ]
+    if stamps:
+        time.sleep(max(0.0, max(stamps) + 1 - time.time()))
+
+
 class RunLogger:
     """Writes one run's outputs under ``run_dir``."""
 
@@ -264,6 +283,8 @@ class RunLogger:
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
+            if purge_step is not None:
+                wait_past_event_files([self.run_dir / "tb" / self.folders[arm] for arm in arms])
             for arm in arms:
                 folder = self.run_dir / "tb" / self.folders[arm]
                 if purge_step is not None and drop_replayed:

@@ -235,3 +235,34 @@ def test_tensorboard_lists_a_family_of_arms_in_the_order_of_their_epsilon():
     assert sorted(nbafl) == nbafl == ["nbafl_eps01", "nbafl_eps05", "nbafl_eps10", "nbafl_eps20"]
     assert sorted([folders["dp_fedavg_eps1"], folders["dp_fedavg_eps0p5"]])[0] == "dp_fedavg_eps0p5"
     assert folders["fl"] == "fl" and tensorboard_runs(["nbafl_eps1"]) == {"nbafl_eps1": "nbafl_eps1"}
+
+
+def test_writers_opened_again_in_the_same_second_are_read_after_the_rounds_they_continue(tmp_path):
+    """A resume right after a crash: the crashed driver's event file (another process: a larger pid here)
+    was made in this second (or the next, by a clock a little ahead). TensorBoard reads a folder's files in
+    name order (second, host, pid), so the resumed writer's file must come after it, or round 0 would be
+    read after rounds 1 and 2."""
+    import os
+    import time
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from torch.utils.tensorboard import SummaryWriter
+
+    from sifl_ray.logging import RunLogger
+
+    folder = tmp_path / "tb" / "fl"
+    old = SummaryWriter(str(folder))
+    old.add_scalar(tensorboard_tag("test_accuracy"), 0.5, 0)
+    old.close()
+    (path,) = folder.glob("events.out.tfevents.*")
+    stamp, host, pid, rest = path.name.removeprefix("events.out.tfevents.").split(".", 3)
+    assert int(stamp) >= int(time.time()) - 1 and int(pid) == os.getpid()
+    # the crashed driver's name: this second or the next (a clock a little ahead), a pid sorting after ours
+    path.rename(path.with_name(f"events.out.tfevents.{int(time.time()) + 1}.{host}.{'9' * 9}.{rest}"))
+    logger = RunLogger(tmp_path, ["fl"], config_yaml="", hparams={"fl": {}}, purge_step=1)
+    for t in (1, 2):
+        logger.log_round("fl", t, {"test_accuracy": 0.5 + t / 10})
+    logger.close()
+    events = EventAccumulator(str(folder))
+    events.Reload()
+    assert [e.step for e in events.Scalars(tensorboard_tag("test_accuracy"))] == [0, 1, 2]
