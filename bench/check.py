@@ -36,8 +36,14 @@ def results(folder: Path) -> list[dict[str, Any]]:
         data = json.loads(path.read_text())
         if isinstance(data, dict) and "result" in data and "cpu" in data.get("machine", {}):
             result = data["result"]
-            out.append({**result, "cpu": data["machine"]["cpu"], "file": path.name})
+            out.append({**result, "cpu": cpu_kind(data["machine"]), "file": path.name})
     return out
+
+
+def cpu_kind(machine: dict[str, Any]) -> str:
+    """The kind of CPU a ratio belongs to: its model and whether it has AVX-512 (one model name can cover
+    both, and the vectorised clients' lead differs between them)."""
+    return f"{machine['cpu']}{' AVX-512' if machine.get('avx512') else ''}"
 
 
 def history(path: Path) -> list[dict[str, Any]]:

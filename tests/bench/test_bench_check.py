@@ -9,11 +9,11 @@ from bench import check
 from bench._common import publish, result_line
 
 
-def _result(folder, name, ratio, cpu):
+def _result(folder, name, ratio, cpu, avx512=False):
     res = {"name": name}
     publish(folder / f"{name}.json", res, f"report\n{result_line(name, ratio, 1.0)}")
     data = json.loads((folder / f"{name}.json").read_text())
-    data["machine"]["cpu"] = cpu  # as if measured there
+    data["machine"].update(cpu=cpu, avx512=avx512)  # as if measured there
     (folder / f"{name}.json").write_text(json.dumps(data))
 
 
@@ -31,10 +31,12 @@ def test_a_ratio_ten_percent_worse_on_the_same_cpu_is_flagged(tmp_path, capsys):
     _result(results, "overhead_n1000", 0.45, "AMD EPYC")  # 12.5 % worse
     assert check.main(args) == 1
     assert "worse by more than 10%" in capsys.readouterr().err
-    _result(results, "overhead_n1000", 0.60, "Intel(R) Xeon(R)")  # another kind of CPU: not compared
-    assert check.main(args) == 0
-    rows = check.compare(check.results(results), check.history(hist))
-    assert [(r["verdict"], r["last"]) for r in rows] == [("new", None)]
+    for cpu, avx512 in (("Intel(R) Xeon(R)", False), ("AMD EPYC", True)):  # another kind: not compared
+        _result(results, "overhead_n1000", 0.60, cpu, avx512)
+        assert check.main(args) == 0
+        rows = check.compare(check.results(results), check.history(hist))
+        assert [(r["verdict"], r["last"]) for r in rows] == [("new", None)]
+    assert rows[0]["cpu"] == "AMD EPYC AVX-512"
 
 
 def test_publish_writes_the_result_and_the_cpu_it_was_measured_on(tmp_path):
