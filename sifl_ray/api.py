@@ -180,10 +180,11 @@ def shared(backend: str, address: str | None = None) -> Session:
     """The module-level session of ``backend`` (at ``address``, a cluster) that :func:`simulate` reuses
     call after call: made on first use, closed when the interpreter exits (or by :func:`close_shared`).
     Where a caller made default warm hosts for the backend (a test suite's), the session is theirs."""
-    # deferred: torch, which the hosts' modules load (a run follows at once)
-    from sifl_ray.runner.hosts import default_hosts
-
-    hosts = default_hosts(backend)
+    # Default warm hosts are set through sifl_ray.runner.hosts (use_default): where that module was never
+    # imported there are none, and importing it here (torch, the runner) would delay the session's first
+    # line by a second.
+    registry = sys.modules.get("sifl_ray.runner.hosts")
+    hosts = None if registry is None else registry.default_hosts(backend)
     if hosts is not None:
         return Session.around(hosts, backend)
     session = _SHARED.get((backend, address))

@@ -57,6 +57,29 @@ def test_a_refused_configuration_costs_no_torch_and_no_ray():
     assert done.stdout.split() == ["False", "False"], done.stderr
 
 
+def test_the_api_says_what_it_starts_before_it_imports_torch():
+    """The first line of a first simulate() (what it starts) comes before the heavy imports: stderr is
+    watched, and at that line neither torch nor Ray is loaded yet."""
+    code = (
+        "import os, sys\n"
+        "class Watch:\n"
+        "    def __init__(self, inner): self.inner = inner\n"
+        "    def write(self, text):\n"
+        "        if text.startswith('[sifl] starting'):\n"
+        "            print(text.strip(), 'torch' in sys.modules, 'ray' in sys.modules, flush=True)\n"
+        "            os._exit(0)\n"
+        "        return self.inner.write(text)\n"
+        "    def __getattr__(self, name): return getattr(self.inner, name)\n"
+        "sys.stderr = Watch(sys.stderr)\n"
+        "from sifl_ray import simulate\n"
+        "simulate('quickstart', {'train.rounds': 1})\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.stdout.split()[-2:] == ["False", "False"], (done.stdout, done.stderr)
+    assert done.stdout.startswith("[sifl] starting Ray: a private local instance"), done.stdout
+
+
 def test_a_missing_scenario_is_a_configuration_problem():
     with pytest.raises(ConfigError, match=r"no scenario 'quickstrat'.*did you mean quickstart"):
         simulate("quickstrat")
