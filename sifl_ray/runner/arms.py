@@ -251,21 +251,28 @@ def setup_arm(
         )
         out.precision.update(bound or {"round_bound": None})
         ctx = ArmContext(cfg=cfg, arm=arm, n=n, key_norms=key_norms, agg_norms=agg_norms, **local)
-    out.privacy = protocol.privacy(ctx)
-    problems = amplification_problems(protocol, out.privacy, name=arm)
+    out.privacy, out.releases = privacy_report(cfg, protocol, ctx)
+    return out
+
+
+def privacy_report(cfg: DictConfig, protocol: Any, ctx: ArmContext) -> tuple[dict | None, Any]:
+    """The arm's privacy report and its accountant's releases, checked: an ε amplified by sampling that the
+    arm's release cannot carry is refused (:func:`amplification_problems`), a run whose secrets derive from
+    ``coding.key_seed`` says so, and accountants that disagree are said on the console."""
+    report = protocol.privacy(ctx)
+    problems = amplification_problems(protocol, report, name=ctx.arm)
     if problems:
         raise ConfigError(problems)
-    if out.privacy is not None and cfg.coding.key_seed is not None:
-        out.privacy["secrets"] = KEY_SEED_SECRETS
-    check = (out.privacy or {}).get("accountant_cross_check") or {}
+    if report is not None and cfg.coding.key_seed is not None:
+        report["secrets"] = KEY_SEED_SECRETS
+    check = (report or {}).get("accountant_cross_check") or {}
     if check.get("disagree"):
         say(
-            f"{arm}: the accountants disagree: RDP ε = {check['rdp']:.4g}, PLD ε = {check['pld']:.4g}: "
+            f"{ctx.arm}: the accountants disagree: RDP ε = {check['rdp']:.4g}, PLD ε = {check['pld']:.4g}: "
             + str(check["reason"])
         )
     record = getattr(protocol, "accountant_releases", None)
-    out.releases = record(ctx) if record is not None else None
-    return out
+    return report, (record(ctx) if record is not None else None)
 
 
 def canary_norm(cfg: DictConfig, protocol: Any) -> float:

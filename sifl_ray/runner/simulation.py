@@ -155,14 +155,7 @@ class Simulation:
             cfg, sizes=self.sizes, model=self.model_spec, history=lambda arm: self.driver.history[arm]
         )
         self.pool.host_shards(self.n + cfg.coding.n_extra)  # the largest encoded vector of any arm
-        for ev in self.plan.events:
-            if ev.worker is not None and ev.worker >= self.num_workers:
-                raise ConfigError(
-                    [
-                        f"faults.inject[{ev.index}].worker: this run has {self.num_workers} workers, "
-                        f"got worker {ev.worker}; set ray.num_workers or change the worker"
-                    ]
-                )
+        self._check_fault_workers()
         data_ref = backend.put(
             {"x_train": np.asarray(self.dataset.x_train), "y_train": np.asarray(self.dataset.y_train)}
         )
@@ -219,6 +212,17 @@ class Simulation:
         self.driver.load(self._resume.state if self._resume else None)
         if self._resume is not None and self._resume.state is not None:
             self.driver.restored = list(self._resume.state.get("restored", []))
+
+    def _check_fault_workers(self) -> None:
+        """A fault drill names a worker this run has (the count is known only once the backend is)."""
+        for ev in self.plan.events:
+            if ev.worker is not None and ev.worker >= self.num_workers:
+                raise ConfigError(
+                    [
+                        f"faults.inject[{ev.index}].worker: this run has {self.num_workers} workers, "
+                        f"got worker {ev.worker}; set ray.num_workers or change the worker"
+                    ]
+                )
 
     def _plan_canaries(self) -> None:
         """The in-run audit's canaries (:mod:`~sifl_ray.runner.canaries`): their hosts join the client
