@@ -360,6 +360,21 @@ def _decade_limits(ax: Any, values: list[float]) -> None:
     ax.xaxis.set_minor_formatter(NullFormatter())
 
 
+def _audit_point(ax: Any, x: float, row: dict[str, Any], lo: float, top: float, color: Any, arm: str) -> None:
+    """One arm's estimate (with its interval) and lower bound at claim ``x``, inside ``[lo, top]``: an
+    infinite estimate (the canaries told apart exactly, as the aggregator reads them in the clear) is an
+    upward triangle at the top, with "∞" beside it."""
+    if row.get("estimate") is not None:
+        if not math.isfinite(row["estimate"]):
+            ax.plot([x], [top / 1.5], "^", color=color, markersize=8, label=arm)
+            ax.annotate("∞", (x, top / 1.5), textcoords="offset points", xytext=(6, -3), fontsize=8)
+        else:  # the interval as a segment: a bootstrap's interval can lie above its estimate
+            low, high = (min(max(row[k], lo), top / 1.5) for k in ("estimate_low", "estimate_high"))
+            ax.vlines(x, low, high, color=color, linewidth=1.2)
+            ax.plot([x], [max(row["estimate"], lo)], "o", color=color, label=arm)
+    ax.plot([x], [min(max(row["lower_bound"], lo), top / 1.5)], "v", color=color, markersize=8)
+
+
 def plot_audit(run_dir: Path, summary: dict[str, Any], title: str) -> Path | None:
     """``audit.png``: each audited arm's ε estimate (with its interval) and lower bound against the ε it
     claims (the accountant's, whole run), log axes, one marker per arm, the diagonal drawn (a lower bound
@@ -387,10 +402,12 @@ def plot_audit(run_dir: Path, summary: dict[str, Any], title: str) -> Path | Non
     axes = axes[0]
     colors = plt.get_cmap("tab20").colors
     highs = [
-        max(row.get("estimate_high") or 0.0, row["lower_bound"])
+        value
         for a in audited.values()
         for row in a.values()
         if isinstance(row, dict) and "lower_bound" in row
+        for value in (row.get("estimate_high") or 0.0, row["lower_bound"])
+        if math.isfinite(value)  # an infinite estimate (canaries read exactly) is drawn at the top
     ]
     top = max([*highs, edge]) * 2  # every panel shares this axis: the largest figure of any stays on it
     for ax, model in zip(axes, models, strict=True):
@@ -400,11 +417,7 @@ def plot_audit(run_dir: Path, summary: dict[str, Any], title: str) -> Path | Non
             row, color = a[model], colors[i % len(colors)]
             x = row.get("claimed_epsilon") or edge
             x *= 1 + 0.04 * (i % 5 - 2)  # arms with the same claim side by side
-            if row.get("estimate") is not None:
-                est = max(row["estimate"], lo)
-                err = [[est - max(row["estimate_low"], lo)], [max(row["estimate_high"], lo) - est]]
-                ax.errorbar([x], [est], yerr=err, fmt="o", color=color, capsize=3, label=f"{arm}")
-            ax.plot([x], [max(row["lower_bound"], lo)], "v", color=color, markersize=8)
+            _audit_point(ax, x, row, lo, top, color, arm)
         ax.plot([lo, edge / 1.6], [lo, edge / 1.6], "k--", linewidth=1, label="ε measured = ε claimed")
         ceiling = next(a[model]["ceiling"] for a in audited.values() if model in a)
         ax.axhline(ceiling, color="gray", linestyle=":", label=f"lower bound's ceiling ({ceiling:.2g})")
@@ -414,7 +427,7 @@ def plot_audit(run_dir: Path, summary: dict[str, Any], title: str) -> Path | Non
         ax.set_yscale("log")
         ax.set_xlim(lo, edge * 1.5)
         ax.set_ylim(lo, top)
-        ax.set_title(f"{model.replace('_', ' ')}: ● estimate (CI)  ▼ lower bound", fontsize=10)
+        ax.set_title(f"{model.replace('_', ' ')}: ● estimate (interval)  ▼ lower bound", fontsize=10)
         ax.grid(alpha=0.3, which="both")
     axes[0].set_ylabel("ε measured in this run")
     fig.supxlabel("ε the arm claims (its accountant, whole run)", fontsize=10)

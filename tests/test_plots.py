@@ -216,3 +216,46 @@ def test_two_close_epsilons_get_tick_labels_that_do_not_overlap():
         assert len(shown) >= 2, ax.get_xlabel()  # a reader can still read the scale
         boxes = sorted((t.get_window_extent(renderer) for t in shown), key=lambda b: b.x0)
         assert all(a.x1 < b.x0 for a, b in itertools.pairwise(boxes)), [t.get_text() for t in shown]
+
+
+def test_the_audit_figure_draws_infinite_estimates_and_intervals_above_their_estimate(tmp_path):
+    """What the audit reports, drawn as reported: the aggregator's view reads canaries exactly (an
+    infinite estimate, at the top with "∞"), a bootstrap interval can lie above its estimate, an arm can
+    claim nothing; the figure is written and its axes stay finite."""
+    import math
+
+    from matplotlib.image import imread
+
+    from sifl_ray.plots import plot_audit
+
+    def row(estimate, low, high, bound, claim):
+        return {
+            "estimate": estimate,
+            "estimate_low": low,
+            "estimate_high": high,
+            "lower_bound": bound,
+            "ceiling": 2.77,
+            "claimed_epsilon": claim,
+            "verdict": "no claim" if claim is None else "not refuted",
+        }
+
+    audits = {
+        "fl": {
+            "final_model": row(40.3, 37.5, 72.9, 2.04, None),
+            "uploads": row(math.inf, math.inf, math.inf, 2.04, None),
+        },
+        "secagg": {
+            "final_model": row(40.3, 37.5, 72.9, 2.04, None),
+            "uploads": row(0.23, 0.25, 7.1, 0.0, None),
+        },
+        "dp_fedavg_eps5": {
+            "final_model": row(7.85, 3.96, 16.0, 0.32, 5.0),
+            "uploads": row(None, None, None, 0.0, None),
+        },
+    }
+    summary = {"arms": {arm: {"audit": a} for arm, a in audits.items()}}
+    path = plot_audit(tmp_path, summary, "audit_small: the in-run audit against the claimed ε")
+    assert path == tmp_path / "audit.png"
+    pixels = imread(path)
+    assert pixels.shape[0] > 300 and (pixels[..., :3] < 0.5).any()  # drawn, not blank
+    assert plot_audit(tmp_path, {"arms": {"fl": {"audit": None}}}, "none") is None
