@@ -363,11 +363,10 @@ def _decade_limits(ax: Any, values: list[float]) -> None:
 def _audit_point(ax: Any, x: float, row: dict[str, Any], lo: float, top: float, color: Any, arm: str) -> None:
     """One arm's estimate (with its interval) and lower bound at claim ``x``, inside ``[lo, top]``: an
     infinite estimate (the canaries told apart exactly, as the aggregator reads them in the clear) is an
-    upward triangle at the top, with "∞" beside it."""
+    upward triangle at the top (the panel says "∞" once)."""
     if row.get("estimate") is not None:
         if not math.isfinite(row["estimate"]):
             ax.plot([x], [top / 1.5], "^", color=color, markersize=8, label=arm)
-            ax.annotate("∞", (x, top / 1.5), textcoords="offset points", xytext=(6, -3), fontsize=8)
         else:  # the interval as a segment: a bootstrap's interval can lie above its estimate
             low, high = (min(max(row[k], lo), top / 1.5) for k in ("estimate_low", "estimate_high"))
             ax.vlines(x, low, high, color=color, linewidth=1.2)
@@ -418,6 +417,8 @@ def plot_audit(run_dir: Path, summary: dict[str, Any], title: str) -> Path | Non
             x = row.get("claimed_epsilon") or edge
             x *= 1 + 0.04 * (i % 5 - 2)  # arms with the same claim side by side
             _audit_point(ax, x, row, lo, top, color, arm)
+        if any(not math.isfinite(a[model].get("estimate") or 0.0) for a in audited.values() if model in a):
+            ax.text(lo * 1.3, top / 1.5, "▲ at the top: estimate ∞", va="center", fontsize=8, color="0.35")
         ax.plot([lo, edge / 1.6], [lo, edge / 1.6], "k--", linewidth=1, label="ε measured = ε claimed")
         ceiling = next(a[model]["ceiling"] for a in audited.values() if model in a)
         ax.axhline(ceiling, color="gray", linestyle=":", label=f"lower bound's ceiling ({ceiling:.2g})")
