@@ -3,11 +3,12 @@
 Two things, both beside the upload pipeline (:mod:`sifl_ray.parties.upload`), neither on its path:
 
 * **canary clients**: clients with no data that never train; each "trains" to the round's start plus its
-  direction ``c_j`` (:func:`~sifl_ray.privacy.one_run.canary_directions`, from the seed of the directions)
-  at the arm's canary norm, and its model then goes through the arm's client step and coding like any
-  client's, less the steps that add a share of the round's noise (:func:`~sifl_ray.arms.steps.for_canaries`:
-  the real clients' shares already carry the noise the deployed arm adds). The worker is told whether each
-  canary it hosts is inserted, never the seed those bits derive from;
+  direction ``c_j`` (:func:`~sifl_ray.privacy.canary_draws.canary_directions`, from the seed of the
+  directions) at the arm's canary norm, and its model then goes through the arm's client step and coding
+  like any client's, less the steps that add a share of the round's noise
+  (:func:`~sifl_ray.arms.steps.for_canaries`: the real clients' shares already carry the noise the deployed
+  arm adds). The worker is told whether each canary it hosts is inserted, never the seed those bits derive
+  from;
 * **the aggregator's view**: for every upload the worker accepts, the cosine of what the aggregator reads
   of it with every audit direction, the largest per direction kept for the round (all the driver needs:
   the aggregator's best sighting).
@@ -19,6 +20,7 @@ import torch
 
 from sifl_ray.coding.base import CODING_DTYPE
 from sifl_ray.parties.upload import Accumulator, Local, PlainSum, RoundStart
+from sifl_ray.privacy.canary_draws import canary_directions
 
 
 class WorkerAudit:
@@ -47,9 +49,6 @@ class WorkerAudit:
     def model(self, client: int, w0: torch.Tensor, norm: float) -> torch.Tensor:
         """The canary's "trained" model: the round's start plus its direction at ``norm`` (float64); a
         canary left out (only sampled under a zero-out arm) stays at the start: it uploads no change."""
-        # deferred: scipy, which this module does not load otherwise
-        from sifl_ray.privacy.one_run import canary_directions
-
         if not self.inserted[client]:
             return w0.to(CODING_DTYPE).clone()
         unit = self._units.get(client)
@@ -62,9 +61,6 @@ class WorkerAudit:
         """The cosine of ``reading`` (what the aggregator reads of one upload: the update it sees in the
         clear, decodes with a colluding client's ``P1L``, or a masked input read as numbers) with every
         audit direction, folded into ``best`` (the round's largest so far per direction)."""
-        # deferred: scipy, which this module does not load otherwise
-        from sifl_ray.privacy.one_run import canary_directions
-
         if not self.directions:
             return best
         if self._rows is None or self._rows.shape[1] != reading.numel():

@@ -1,0 +1,109 @@
+"""The auditor's part at a client worker, figure by figure: what a canary uploads, how the aggregator's
+view of an upload is scored against the audit directions, and what the aggregator reads of each kind of
+upload in the clear (a masked one is read through a real secure round in test_audit_wiring.py). The runs go
+through these too; here each value is computed again beside them, so a wrong sign, a wrong direction index
+or a wrong branch is caught where it happens."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from sifl_ray.coding import make_server_key
+from sifl_ray.parties.canaries import WorkerAudit, aggregator_reading
+from sifl_ray.parties.upload import Local, PlainSum, RoundStart
+from sifl_ray.privacy.canary_draws import canary_directions
+
+SEED = bytes(range(16))
+D = 12
+
+
+def _audit(directions: int = 0) -> WorkerAudit:
+    # clients 7 and 9 host canaries 3 (inserted) and 5 (left out)
+    return WorkerAudit(SEED, {7: (3, True), 9: (5, False)}, weight=2.0, directions=directions)
+
+
+def test_an_inserted_canary_uploads_the_start_plus_its_own_direction_at_the_norm():
+    audit = _audit()
+    w0 = torch.linspace(-1, 1, D, dtype=torch.float32)
+    got = audit.model(7, w0, norm=2.5)
+    want = w0.double() + 2.5 * torch.from_numpy(canary_directions(d=D, k=1, seed=SEED, clip=1.0, first=3)[0])
+    assert got.dtype == torch.float64 and torch.equal(got, want)
+    assert torch.equal(audit.model(7, w0, norm=2.5), got)  # the direction kept is the same one
+    assert not torch.allclose(
+        got,
+        w0.double() + 2.5 * torch.from_numpy(canary_directions(d=D, k=1, seed=SEED, clip=1.0, first=4)[0]),
+    )  # another canary's direction differs
+    assert float(torch.linalg.vector_norm(got - w0.double())) == pytest.approx(2.5, rel=1e-12)
+
+
+def test_a_left_out_canary_uploads_no_change_in_float64_and_in_a_copy_of_its_own():
+    audit = _audit()
+    w0 = torch.linspace(-1, 1, D, dtype=torch.float32)
+    got = audit.model(9, w0, norm=2.5)
+    assert got.dtype == torch.float64 and torch.equal(got, w0.double())
+    got += 1.0
+    assert torch.equal(audit.model(9, w0, norm=2.5), w0.double())  # nothing shared with a later call
+
+
+def test_the_aggregators_view_is_each_directions_cosine_and_the_rounds_largest():
+    k = 6
+    audit = _audit(directions=k)
+    rows = canary_directions(d=D, k=k, seed=SEED, clip=1.0)
+    first = torch.linspace(0.5, 2.0, D, dtype=torch.float64)
+    second = torch.from_numpy(rows[2] * 3.0)  # points along direction 2
+    cos1 = audit.sighting(None, first)
+    want1 = rows @ first.numpy() / (np.linalg.norm(rows, axis=1) * np.linalg.norm(first.numpy()))
+    # float64 dot products of 12 terms: relative error far below 1e-12
+    np.testing.assert_allclose(cos1.numpy(), want1, rtol=1e-12, atol=1e-15)
+    both = audit.sighting(cos1, second)
+    assert both[2] == pytest.approx(1.0, abs=1e-12)
+    assert torch.equal(both, torch.maximum(cos1, audit.sighting(None, second)))
+    assert torch.equal(
+        audit.sighting(None, torch.zeros(D, dtype=torch.float32)), torch.zeros(k, dtype=torch.float64)
+    )
+    # another length (a coded arm's ñ): the directions are drawn again for it
+    longer = torch.ones(D + 3, dtype=torch.float64)
+    rows_long = canary_directions(d=D + 3, k=k, seed=SEED, clip=1.0)
+    want_long = rows_long.sum(axis=1) / (np.linalg.norm(rows_long, axis=1) * np.sqrt(D + 3))
+    np.testing.assert_allclose(audit.sighting(None, longer).numpy(), want_long, rtol=1e-12, atol=1e-15)
+
+
+def test_without_directions_the_view_keeps_what_it_had():
+    audit = _audit(directions=0)
+    best = torch.tensor([0.1, 0.2], dtype=torch.float64)
+    assert audit.sighting(None, torch.ones(D)) is None
+    assert audit.sighting(best, torch.ones(D)) is best
+
+
+def _local(model, upload):
+    return Local(client=1, size=3.0, loss=0.0, model=model, upload=upload)
+
+
+def test_what_the_aggregator_reads_of_each_kind_of_upload():
+    w0 = torch.linspace(-1, 1, D, dtype=torch.float64)
+    plain = RoundStart(w0=w0, start=w0.float(), coded=None, length=D)
+    model = w0 + 0.25
+    # in the clear: a model upload is read as its change, an update as it is
+    total = PlainSum(plain, shortcut=False, device=torch.device("cpu"))
+    assert torch.equal(aggregator_reading("model", plain, _local(model, model), total), model - w0)
+    update = torch.full((D,), 0.5, dtype=torch.float64)
+    assert torch.equal(aggregator_reading("update", plain, _local(model, update), total), update)
+    # coded: decoded with a colluding client's view of key 1, then its change
+    key = make_server_key(n=D, n_tilde=D + 4, backend="fast", alpha=1e-3, beta=1e3, seed=b"k" * 32)
+    view = key.client_view()
+    encoded = key.encode(model, torch.zeros(4, dtype=torch.float64))
+    coded = RoundStart(
+        w0=w0,
+        start=w0.float(),
+        coded=(view, key.encode(w0, torch.zeros(4, dtype=torch.float64))),
+        length=D + 4,
+    )
+    total = PlainSum(coded, shortcut=False, device=torch.device("cpu"))
+    got = aggregator_reading("model", coded, _local(None, encoded), total)
+    assert torch.equal(got, view.decode(encoded) - w0)
+    assert torch.allclose(got, model - w0, atol=1e-9)  # the decode recovers the change (float64 round-off)
+    # the shortcut sums the local models' changes: the reading is the local model's change
+    fused = PlainSum(coded, shortcut=True, device=torch.device("cpu"))
+    assert torch.equal(aggregator_reading("model", coded, _local(model, encoded), fused), model - w0)
