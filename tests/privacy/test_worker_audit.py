@@ -70,7 +70,21 @@ def test_the_aggregators_view_is_each_directions_cosine_and_the_rounds_largest()
     np.testing.assert_allclose(audit.sighting(None, longer).numpy(), want_long, rtol=1e-12, atol=1e-15)
 
 
+def test_a_reading_of_any_dtype_and_any_small_norm_is_scored_in_float64():
+    """A float32 upload is read in float64 (the directions' dtype); a change of norm below 1 is scored like
+    any other, and only a zero change scores 0 (in float64 too)."""
+    k = 4
+    audit = _audit(directions=k)
+    rows = canary_directions(d=D, k=k, seed=SEED, clip=1.0)
+    small = torch.from_numpy(rows[1] * 1e-3).float()
+    got = audit.sighting(None, small)
+    assert got.dtype == torch.float64 and got[1] == pytest.approx(1.0, abs=1e-6)  # float32 input: 1e-7
+    zero = audit.sighting(None, torch.zeros(D, dtype=torch.float32))
+    assert zero.dtype == torch.float64 and not zero.any()
+
+
 def test_without_directions_the_view_keeps_what_it_had():
+    assert WorkerAudit(SEED, {7: (3, True)}, weight=1.0).sighting(None, torch.ones(D)) is None  # the default
     audit = _audit(directions=0)
     best = torch.tensor([0.1, 0.2], dtype=torch.float64)
     assert audit.sighting(None, torch.ones(D)) is None
