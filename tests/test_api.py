@@ -42,6 +42,12 @@ def test_every_problem_is_raised_at_once_and_nothing_exits():
     assert isinstance(got.value, SiflError)
 
 
+def _fresh_python(code: str) -> subprocess.CompletedProcess:
+    """``code`` in a fresh interpreter importing this checkout: what it loads, it loads itself."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+
+
 def test_a_refused_configuration_costs_no_torch_and_no_ray():
     code = (
         "import sys\n"
@@ -52,8 +58,7 @@ def test_a_refused_configuration_costs_no_torch_and_no_ray():
         "except ConfigError:\n"
         "    print('torch' in sys.modules, 'ray' in sys.modules)\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    done = _fresh_python(code)
     assert done.stdout.split() == ["False", "False"], done.stderr
 
 
@@ -74,8 +79,7 @@ def test_the_api_says_what_it_starts_before_it_imports_torch():
         "from sifl_ray import simulate\n"
         "simulate('quickstart', {'train.rounds': 1})\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    done = _fresh_python(code)
     assert done.stdout.split()[-2:] == ["False", "False"], (done.stdout, done.stderr)
     assert done.stdout.startswith("[sifl] starting Ray: a private local instance"), done.stdout
 
