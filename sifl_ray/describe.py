@@ -362,7 +362,8 @@ def format_arm(figures: dict[str, Any]) -> str:
         )
     if "sigma_client_share" in figures:
         said.append(
-            f"each client's share σ = {figures['sigma_client_share']:.4g} (s = {figures['num_noisers']} noise shares)"
+            f"each client's share σ = {figures['sigma_client_share']:.4g} "
+            f"(s = {figures['num_noisers']} noise shares)"
         )
     if "sigma" in figures:
         said.append(f"σ = {figures['sigma']:.4g} on each clipped model (C = {figures['clip']:g})")
