@@ -57,19 +57,68 @@ class WorkerAudit:
             unit = self._units[client] = torch.from_numpy(row[0])
         return w0.to(CODING_DTYPE) + norm * unit.to(w0.device)
 
-    def sighting(self, best: torch.Tensor | None, reading: torch.Tensor) -> torch.Tensor | None:
-        """The cosine of ``reading`` (what the aggregator reads of one upload: the update it sees in the
-        clear, decodes with a colluding client's ``P1L``, or a masked input read as numbers) with every
-        audit direction, folded into ``best`` (the round's largest so far per direction)."""
-        if not self.directions:
-            return best
-        if self._rows is None or self._rows.shape[1] != reading.numel():
-            rows = canary_directions(d=reading.numel(), k=self.directions, seed=self.seed, clip=1.0)
-            self._rows = torch.from_numpy(rows)
-        reading = reading.detach().to("cpu", CODING_DTYPE).reshape(-1)
-        norm = float(torch.linalg.vector_norm(reading))
-        cos = self._rows @ reading / norm if norm > 0 else torch.zeros(self.directions, dtype=CODING_DTYPE)
-        return cos if best is None else torch.maximum(best, cos)
+    def rows(self, d: int) -> torch.Tensor:
+        """The audit directions (canaries', then nulls') for readings of ``d`` entries, each of norm 1,
+        drawn once per length (a coded arm reads ñ entries, a plain one n)."""
+        if self._rows is None or self._rows.shape[1] != d:
+            self._rows = torch.from_numpy(canary_directions(d=d, k=self.directions, seed=self.seed, clip=1.0))
+        return self._rows
+
+    def sightings(self) -> Sightings | None:
+        """The round's aggregator's view, to which each accepted upload's reading is added; ``None`` when
+        this worker scores none (no directions)."""
+        return Sightings(self) if self.directions else None
+
+
+#: The bytes of readings scored together (at most :data:`BLOCK_READINGS` of them): one product of the
+#: directions' matrix with a block of readings instead of one pass over the whole matrix per upload, which
+#: at a few thousand canaries is hundreds of MB read for every upload.
+BLOCK_BYTES = 32 * 2**20
+BLOCK_READINGS = 256
+
+
+class Sightings:
+    """The aggregator's best sighting of each audit direction in one round: the largest cosine over the
+    uploads it read, of what it reads of each (:func:`aggregator_reading`) with every direction. The readings
+    are copied into a block as they come (an upload may live in a buffer the next client reuses) and scored a
+    block at a time; a zero reading scores 0 with every direction."""
+
+    def __init__(self, audit: WorkerAudit) -> None:
+        self._audit = audit
+        self._block: torch.Tensor | None = None  # readings × entries, float64
+        self._used = 0
+        self._best: torch.Tensor | None = None
+
+    def add(self, reading: torch.Tensor) -> None:
+        """Score ``reading`` (any dtype or device) with the round's others."""
+        flat = reading.detach().reshape(-1)
+        if self._block is not None and self._block.shape[1] != flat.numel():
+            self._score()  # another length: the block so far is scored with its own directions
+            self._block = None
+        if self._block is None:
+            size = max(1, min(BLOCK_READINGS, BLOCK_BYTES // (8 * flat.numel())))
+            self._block = torch.empty(size, flat.numel(), dtype=CODING_DTYPE)
+        self._block[self._used].copy_(flat)  # to the CPU, in float64
+        self._used += 1
+        if self._used == self._block.shape[0]:
+            self._score()
+
+    def best(self) -> torch.Tensor | None:
+        """The largest cosine per direction over every reading added (``None``: none was)."""
+        self._score()
+        return self._best
+
+    def _score(self) -> None:
+        if not self._used:
+            return
+        assert self._block is not None
+        readings = self._block[: self._used]
+        norms = torch.linalg.vector_norm(readings, dim=1)
+        dots = self._audit.rows(readings.shape[1]) @ readings.T
+        cos = torch.where(norms > 0, dots / torch.where(norms > 0, norms, 1.0), 0.0)
+        top = cos.amax(dim=1)
+        self._best = top if self._best is None else torch.maximum(self._best, top)
+        self._used = 0
 
 
 def aggregator_reading(uploads: str, start: RoundStart, local: Local, total: Accumulator) -> torch.Tensor:

@@ -261,8 +261,8 @@ class ClientWorker(Host):
         real, canaries = self.audit.split(clients) if self.audit is not None else (clients, [])
         together = self._together(t, real, start, setup.client_form)
         buffer = torch.empty_like(start.w0) if self._direct() else None  # one buffer serves every client
-        audited = self.audit is not None and self.audit.directions > 0 and setup.canary_norm is not None
-        best = None  # the in-run audit: the aggregator's best cosine per direction this round
+        # the in-run audit: the aggregator's best cosine per direction this round
+        sightings = None if self.audit is None or setup.canary_norm is None else self.audit.sightings()
         for client in [*(sorted(real) if together is None else together.order), *canaries]:
             local = self._local(arm, t, setup, start, client, together, total, buffer, report)
             reason = self._check(arm, t, setup, start, local) or total.add(local, report)
@@ -271,11 +271,11 @@ class ClientWorker(Host):
                 continue
             if self.recorder is not None:  # what the aggregator receives (a masked input read as numbers)
                 self.recorder.record_upload(t, client, total.sent(local).cpu())
-            if audited:
-                assert self.audit is not None
-                best = self.audit.sighting(best, aggregator_reading(setup.uploads, start, local, total))
+            if sightings is not None:
+                sightings.add(aggregator_reading(setup.uploads, start, local, total))
             self._count(report, local)
         report.accepted.sort()  # trained together, clients come in groups of equal minibatch counts
+        best = None if sightings is None else sightings.best()
         report.audit_max = None if best is None else best.tolist()
 
     def _local(

@@ -99,6 +99,9 @@ def test_the_figures_are_the_estimators_on_the_record_at_the_arms_delta(tmp_path
     assert bounds[-1].value == pytest.approx(
         result.summary["arms"]["dp_fedavg_eps5"]["audit"]["final_model"]["lower_bound"]
     )
+    # the bootstrap's interval (1000 refits) is drawn in the last round only, the estimate every round
+    assert [e.step for e in events.Scalars("audit/final_model/epsilon_estimate")] == [0, 1, 2]
+    assert [e.step for e in events.Scalars("audit/final_model/epsilon_estimate_low")] == [2]
 
 
 class WeakDistributedDp(DpFedAvgSecAgg):

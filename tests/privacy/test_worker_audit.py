@@ -51,28 +51,62 @@ def test_a_left_out_canary_uploads_no_change_in_float64_and_in_a_copy_of_its_own
     assert torch.equal(audit.model(9, w0, norm=2.5), w0.double())  # nothing shared with a later call
 
 
+def _best(audit: WorkerAudit, *readings: torch.Tensor) -> torch.Tensor | None:
+    """The aggregator's view of one round in which it read ``readings``."""
+    sightings = audit.sightings()
+    assert sightings is not None
+    for reading in readings:
+        sightings.add(reading)
+    return sightings.best()
+
+
 def test_the_aggregators_view_is_each_directions_cosine_and_the_rounds_largest():
     k = 6
     audit = _audit(directions=k)
     rows = canary_directions(d=D, k=k, seed=SEED, clip=1.0)
     first = torch.linspace(0.5, 2.0, D, dtype=torch.float64)
     second = torch.from_numpy(rows[2] * 3.0)  # points along direction 2
-    cos1 = audit.sighting(None, first)
+    cos1 = _best(audit, first)
     want1 = rows @ first.numpy() / (np.linalg.norm(rows, axis=1) * np.linalg.norm(first.numpy()))
     np.testing.assert_allclose(cos1.numpy(), want1, rtol=0, atol=COSINE_ATOL)
-    both = audit.sighting(cos1, second)
+    both = _best(audit, first, second)
     assert both[2] == pytest.approx(1.0, abs=COSINE_ATOL)
-    assert torch.equal(both, torch.maximum(cos1, audit.sighting(None, second)))
-    assert torch.equal(
-        audit.sighting(None, torch.zeros(D, dtype=torch.float32)), torch.zeros(k, dtype=torch.float64)
-    )
+    np.testing.assert_allclose(both, torch.maximum(cos1, _best(audit, second)), rtol=0, atol=COSINE_ATOL)
+    assert torch.equal(_best(audit, torch.zeros(D, dtype=torch.float32)), torch.zeros(k, dtype=torch.float64))
+    # a zero reading scores 0 beside the others: the largest of a negative cosine and 0 is 0
+    against = torch.from_numpy(-rows[4])
+    assert _best(audit, against)[4] == pytest.approx(-1.0, abs=COSINE_ATOL)
+    assert _best(audit, against, torch.zeros(D))[4] == 0.0
     # another length (a coded arm's ñ): the directions are drawn again for it
     longer = torch.ones(D + 3, dtype=torch.float64)
     rows_long = canary_directions(d=D + 3, k=k, seed=SEED, clip=1.0)
     want_long = rows_long.sum(axis=1) / (np.linalg.norm(rows_long, axis=1) * np.sqrt(D + 3))
-    np.testing.assert_allclose(
-        audit.sighting(None, longer).numpy(), want_long, rtol=0, atol=4 * (D + 3) * np.finfo(np.float64).eps
-    )
+    atol_long = 4 * (D + 3) * np.finfo(np.float64).eps
+    np.testing.assert_allclose(_best(audit, longer).numpy(), want_long, rtol=0, atol=atol_long)
+    # both lengths in one round: each scored with its own directions, the largest kept
+    mixed = _best(audit, first, longer)
+    np.testing.assert_allclose(mixed.numpy(), np.maximum(want1, want_long), rtol=0, atol=atol_long)
+
+
+def test_the_readings_are_scored_in_blocks_as_one_by_one(monkeypatch):
+    """Blocks of readings give the cosines each reading gives alone, at a block's edge too, and a reading
+    is copied when it is added: an upload that lives in a buffer the next client reuses still counts."""
+    from sifl_ray.parties import canaries
+
+    k = 5
+    audit = _audit(directions=k)
+    rng = np.random.default_rng(0)
+    readings = [torch.from_numpy(rng.normal(size=D)) for _ in range(7)]
+    alone = torch.stack([_best(audit, r) for r in readings]).amax(dim=0)
+    monkeypatch.setattr(canaries, "BLOCK_READINGS", 3)  # blocks of 3, 3 and 1
+    sightings = audit.sightings()
+    buffer = torch.empty(D, dtype=torch.float64)
+    for reading in readings:
+        buffer.copy_(reading)
+        sightings.add(buffer)
+    buffer.zero_()
+    np.testing.assert_allclose(sightings.best(), alone, rtol=0, atol=COSINE_ATOL)
+    assert _best(audit) is None  # a round in which the aggregator read nothing
 
 
 def test_a_reading_of_any_dtype_and_any_small_norm_is_scored_in_float64():
@@ -82,18 +116,15 @@ def test_a_reading_of_any_dtype_and_any_small_norm_is_scored_in_float64():
     audit = _audit(directions=k)
     rows = canary_directions(d=D, k=k, seed=SEED, clip=1.0)
     small = torch.from_numpy(rows[1] * 1e-3).float()
-    got = audit.sighting(None, small)
+    got = _best(audit, small)
     assert got.dtype == torch.float64 and got[1] == pytest.approx(1.0, abs=1e-6)  # float32 input: 1e-7
-    zero = audit.sighting(None, torch.zeros(D, dtype=torch.float32))
+    zero = _best(audit, torch.zeros(D, dtype=torch.float32))
     assert zero.dtype == torch.float64 and not zero.any()
 
 
-def test_without_directions_the_view_keeps_what_it_had():
-    assert WorkerAudit(SEED, {7: (3, True)}, weight=1.0).sighting(None, torch.ones(D)) is None  # the default
-    audit = _audit(directions=0)
-    best = torch.tensor([0.1, 0.2], dtype=torch.float64)
-    assert audit.sighting(None, torch.ones(D)) is None
-    assert audit.sighting(best, torch.ones(D)) is best
+def test_without_directions_the_worker_scores_no_view():
+    assert WorkerAudit(SEED, {7: (3, True)}, weight=1.0).sightings() is None  # the default
+    assert _audit(directions=0).sightings() is None
 
 
 def _local(model, upload):
