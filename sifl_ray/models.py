@@ -139,6 +139,12 @@ def digits_mlp(input_shape: tuple[int, int, int], num_classes: int) -> nn.Module
     return MLP(math.prod(input_shape), (32,), num_classes)
 
 
+def digits_mlp_wide(input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
+    """``digits_mlp`` with 128 hidden units (9,610 parameters): room for a few thousand audit canaries,
+    whose directions interfere in a model not much larger than their number (docs/privacy-audit.md)."""
+    return MLP(math.prod(input_shape), (128,), num_classes)
+
+
 #: The paper's models, the built-in entries of the model registry (:data:`sifl_ray.config.names.MODELS`,
 #: where each is declared by name and import path, so validation knows them without torch).
 MODEL_NAMES: tuple[str, ...] = tuple(n for n in MODELS.names() if MODELS.declared(n))
@@ -148,6 +154,7 @@ MODEL_INPUT_SHAPES: dict[str, tuple[int, int, int]] = {
     "cnn": (1, 28, 28),
     "cnn2": (1, 28, 28),
     "digits_mlp": (1, 8, 8),
+    "digits_mlp_wide": (1, 8, 8),
 }
 """The input shape each model is meant for (and for which :data:`MODEL_PARAM_COUNTS` holds)."""
 
@@ -156,6 +163,7 @@ MODEL_PARAM_COUNTS: dict[str, int] = {
     "cnn": 1_199_882,
     "cnn2": 582_026,
     "digits_mlp": 2_410,
+    "digits_mlp_wide": 9_610,
 }
 """Parameter counts n at :data:`MODEL_INPUT_SHAPES` with 10 classes; the first three are the paper's."""
 

@@ -43,6 +43,8 @@ def test_digits_model_count_and_table_cover_every_model() -> None:
     assert (
         count_params(_build("digits_mlp")) == MODEL_PARAM_COUNTS["digits_mlp"] == 64 * 32 + 32 + 32 * 10 + 10
     )
+    wide = count_params(_build("digits_mlp_wide"))
+    assert wide == MODEL_PARAM_COUNTS["digits_mlp_wide"] == 64 * 128 + 128 + 128 * 10 + 10
 
 
 def test_paper_layer_shapes() -> None:

@@ -61,6 +61,7 @@ MODELS: Registry[Any] = Registry(
         "cnn": "sifl_ray.models:CNN",
         "cnn2": "sifl_ray.models:CNN2",
         "digits_mlp": "sifl_ray.models:digits_mlp",
+        "digits_mlp_wide": "sifl_ray.models:digits_mlp_wide",
     },
 )
 

@@ -14,16 +14,15 @@ from sifl_ray.config import load_config
 from sifl_ray.privacy.dp_fedavg import distributed_noise_std
 from sifl_ray.privacy.secagg import default_threshold
 
-CFG = load_config(
-    [
-        "arms=[secagg,dp_fedavg_secagg]",
-        "clients.num_clients=20",
-        "clients.sampling=poisson",
-        "clients.fraction=0.5",
-        "dp_fedavg.epsilons=[5]",
-        "train.rounds=10",
-    ]
-)
+_OVER = [
+    "arms=[secagg,dp_fedavg_secagg]",
+    "clients.num_clients=20",
+    "clients.sampling=poisson",
+    "clients.fraction=0.5",
+    "dp_fedavg.epsilons=[5]",
+    "train.rounds=10",
+]
+CFG = load_config(_OVER)
 
 
 def _report(kind: str, name: str) -> dict:
@@ -248,3 +247,43 @@ def test_the_ring_report_names_the_graph_and_the_noise_margin_at_the_arms_clip(d
     sigma = report["noise_multiplier"] * 2.0 / math.sqrt(report["num_noisers"])
     assert report["graph_degree"] == graph
     assert report["coordinate_clip"] == pytest.approx(2.0 + 8.0 * sigma)
+
+
+def test_the_report_names_the_threshold_apart_from_the_noise_shares():
+    """s (the shares the noise is split into) and t (the fewest a round can unmask) are two fields: with
+    ``secagg.noise_shares`` they differ, and each says its own."""
+    cfg = load_config([*_OVER, "secagg.noise_shares=4"])
+    ctx = ArmContext(
+        cfg=cfg, arm="dp_fedavg_secagg_eps5", n=100, local_size=10, total_size=200, largest_size=12
+    )
+    report = get_arm("dp_fedavg_secagg").privacy(ctx)
+    assert (report["num_noisers"], report["threshold"]) == (4, default_threshold(10)) == (4, 7)
+
+
+def test_the_realised_epsilon_is_that_of_the_shares_that_arrived():
+    """A round unmasked with k < s shares carries noise of multiplier z·√(k/s); a round that released
+    nothing (k = 0) costs nothing; with every round at s or more the planned ε holds (nothing reported)."""
+    from sifl_ray.privacy.dp_fedavg import epsilon_of_rounds
+
+    arm = get_arm("dp_fedavg_secagg")
+    report = _report("dp_fedavg_secagg", "dp_fedavg_secagg_eps5")
+    z, s, delta = report["noise_multiplier"], report["num_noisers"], report["delta"]
+
+    def rounds(*accepted):
+        return [{"clients/accepted": float(k)} for k in accepted]
+
+    assert arm.realised_privacy(report, rounds(s, s + 3, 0, s)) == {}
+    got = arm.realised_privacy(report, rounds(s, s - 2, 0, s - 1, s + 1))
+    want = epsilon_of_rounds(
+        noise_multipliers=[z * math.sqrt(k / s) for k in (s, s - 2, s - 1, s + 1)],
+        delta=delta,
+        accountant=report["accountant"],
+    )
+    assert got == {"privacy/epsilon_realised": want, "privacy/shares_missing": 2.0}
+    planned = epsilon_of_rounds(noise_multipliers=[z] * 4, delta=delta, accountant=report["accountant"])
+    assert want > planned  # less noise arrived than those four rounds planned
+    # the accountant the report names is the one used
+    other = {**report, "accountant": "pld" if report["accountant"] == "rdp" else "rdp"}
+    assert arm.realised_privacy(other, rounds(s - 2))["privacy/epsilon_realised"] != pytest.approx(
+        arm.realised_privacy(report, rounds(s - 2))["privacy/epsilon_realised"], rel=1e-6
+    )
