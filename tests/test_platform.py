@@ -371,3 +371,33 @@ def test_gpus_beyond_the_cluster_are_refused_before_any_worker_waits():
     with pytest.raises(ConfigError, match=r"ray\.evaluator_gpus 1 = 1 GPUs, but the Ray cluster has 0"):
         check_gpus(cfg("ray.evaluator_gpus=1"), 4, 0.0)
     check_gpus(cfg(quarter), 4, 1.0)  # exactly full is fine
+
+
+def test_a_private_instance_stops_its_autoscaler_monitor_at_once_and_shuts_down():
+    """A run's end does not give Ray's autoscaler monitor the second of grace it always takes: the backend
+    that started the instance kills it (SIGKILL), then Ray shuts down as usual, leaving nothing running. In a
+    fresh interpreter: the test suite's shared Ray is joined, not owned, and is never touched."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import ray\n"
+        "from sifl_ray.backends.ray import RayBackend, stop_autoscaler_monitor\n"
+        "backend = RayBackend(num_cpus=1)\n"
+        "processes = ray._private.worker._global_node.all_processes\n"
+        "monitor = processes['monitor'][0].process\n"
+        "others = [i.process for k, v in processes.items() if k != 'monitor' for i in v]\n"
+        "real, seen = ray.shutdown, []\n"
+        "def watched():\n"  # what was still running when Ray's own shutdown began
+        "    seen.append((monitor.poll(), [p.poll() is None for p in others].count(False)))\n"
+        "    real()\n"
+        "ray.shutdown = watched\n"
+        "backend.shutdown()\n"
+        "print(*seen[0], ray.is_initialized(), [p.poll() is None for p in others].count(True))\n"
+        "print(stop_autoscaler_monitor())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    # the monitor killed, every other process still up, when Ray's shutdown began; nothing running after
+    assert done.stdout.split() == ["-9", "0", "False", "0", "None"], done.stderr[-2000:]

@@ -148,4 +148,28 @@ class RayBackend:
 
     def shutdown(self) -> None:
         if self._owns:
+            stop_autoscaler_monitor()
             ray.shutdown()
+
+
+def stop_autoscaler_monitor() -> int | None:
+    """Stop the autoscaler monitor of the private Ray instance this driver started, at once (SIGKILL), before
+    ``ray.shutdown``; return its pid (``None``: no monitor of this driver's own is running).
+
+    Why: ``ray.shutdown`` stops each of the instance's processes in turn with SIGTERM and a second's grace,
+    and the monitor takes the whole second every time: a second of every run's end (``python -m bench
+    startup``: 1.38 s → 0.37 s for the shutdown). A private instance runs on one machine with fixed resources:
+    its monitor has nothing to scale and nothing to save. Only a driver that started the instance calls this
+    (a joined cluster's processes are not this driver's); Ray's private handles are read defensively, so a
+    Ray without them shuts down as before."""
+    node = getattr(ray._private.worker, "_global_node", None)  # the node this driver started, if it did
+    processes = getattr(node, "all_processes", None)
+    if not isinstance(processes, dict):
+        return None
+    for info in processes.get("monitor", []):
+        process = getattr(info, "process", None)
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+            return int(process.pid)
+    return None
