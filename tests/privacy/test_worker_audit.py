@@ -109,6 +109,25 @@ def test_the_readings_are_scored_in_blocks_as_one_by_one(monkeypatch):
     assert _best(audit) is None  # a round in which the aggregator read nothing
 
 
+def test_a_block_holds_at_most_its_bytes_of_readings_and_is_scored_when_full(monkeypatch):
+    """The memory the view takes beside the directions: a block of at most ``BLOCK_BYTES`` of float64
+    readings (at least one), filled before it is scored, empty again after."""
+    from sifl_ray.parties import canaries
+
+    audit = _audit(directions=3)
+    monkeypatch.setattr(canaries, "BLOCK_BYTES", 8 * D * 3 + 7)  # room for 3 readings, not 4
+    sightings = audit.sightings()
+    for _ in range(2):
+        sightings.add(torch.ones(D))
+    assert sightings._block.shape == (3, D) and sightings._used == 2  # waiting for a third
+    sightings.add(torch.ones(D))
+    assert sightings._used == 0  # full: scored
+    monkeypatch.setattr(canaries, "BLOCK_BYTES", 8 * D - 1)  # not one reading's room: one at a time
+    one = audit.sightings()
+    one.add(torch.ones(D))
+    assert one._block.shape == (1, D) and one._used == 0
+
+
 def test_a_reading_of_any_dtype_and_any_small_norm_is_scored_in_float64():
     """A float32 upload is read in float64 (the directions' dtype); a change of norm below 1 is scored like
     any other, and only a zero change scores 0 (in float64 too)."""
