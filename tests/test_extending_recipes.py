@@ -126,7 +126,7 @@ def test_the_dp_arm_recipe_releases_its_noise_in_every_round(run_recipe, capfd):
     assert got.MyDpArm.every_round and len(rows) == 4
     assert all(r["aggregator/noise_std"] > 0 for r in rows)
     empty = [r["round"] for r in rows if r["clients/accepted"] == 0]
-    assert empty  # this sample has such rounds
+    assert empty == [1, 3]  # the page's key seed fixes the sample (a secret one made this test a draw)
     err = capfd.readouterr().err
     for t in empty:
         assert f"round {t} my_dp_eps5: nobody took part; released the aggregator's noise" in err
