@@ -110,8 +110,9 @@ class ClientsConfig:
 class TrainConfig:
     """Local training: the model, optimizer and schedule every client and every arm share."""
 
-    # mlp | cnn | cnn2 | digits_mlp | digits_mlp_wide | a name registered with sifl_ray.models.register_model |
-    # package.module:factory, called as factory(input_shape, num_classes, **model_args) (docs/models.md)
+    # mlp | cnn | cnn2 | digits_mlp | digits_mlp_wide | a name registered with
+    # sifl_ray.models.register_model | package.module:factory, called as
+    # factory(input_shape, num_classes, **model_args) (docs/models.md)
     model: str = setting("digits_mlp", rule=ChoiceOrImportPath(names.MODELS.names))
     # keyword arguments of an imported factory (or a registered one that declares no settings section)
     model_args: dict[str, Any] = field(default_factory=dict)
