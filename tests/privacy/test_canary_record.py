@@ -1,0 +1,134 @@
+"""The driver's record of one arm's canaries (``CanaryAudit``), figure by figure: how a round's readings are
+folded into each statistic, and what the figures of a record are, recomputed here from the estimators and the
+bounds on the same scores. Each value is checked where it is made, so that a wrong sign, a dropped field or
+a guard one off is caught without a run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sifl_ray.privacy.canaries import CanaryAudit, verdict
+from sifl_ray.privacy.estimate import epsilon_estimate
+from sifl_ray.privacy.one_run import audit_bounds
+
+SEED = bytes(range(16))
+
+
+def test_each_round_is_folded_into_both_statistics_in_float64():
+    """The final model's statistic sums the inner products; all iterates' sums each round's cosines, the
+    inner products over the change's norm, computed in float64 even from float32 readings; a round in which
+    the model did not move (norm 0) adds no cosine."""
+    record = CanaryAudit(k=2, m=2, seed=SEED)
+    rounds = [
+        (np.array([0.1, -0.7, 0.3, 1.9], dtype=np.float32), 0.3),
+        (np.array([-2.0, 0.5, 0.25, -0.1], dtype=np.float32), 1.7),
+        (np.array([0.4, 0.4, -0.2, 0.6], dtype=np.float32), 0.0),
+    ]
+    for dots, norm in rounds:
+        record.observe(dots, norm)
+    exact = [d.astype(np.float64) for d, _ in rounds]
+    np.testing.assert_array_equal(record.sums, exact[0] + exact[1] + exact[2])
+    np.testing.assert_array_equal(record.cos_sums, exact[0] / 0.3 + exact[1] / 1.7)
+    assert record.sums.dtype == record.cos_sums.dtype == np.float64
+
+
+def test_the_uploads_view_keeps_each_directions_largest_cosine_in_float64():
+    record = CanaryAudit(k=2, m=1, seed=SEED)
+    assert record.statistic("uploads") is None  # nothing read yet
+    record.observe_uploads(np.array([0.1, 0.9, -0.3], dtype=np.float32))
+    record.observe_uploads([0.5, 0.2, -0.4])
+    np.testing.assert_array_equal(record.upload_max, [0.5, np.float32(0.9), np.float32(-0.3)])
+    assert record.upload_max.dtype == np.float64
+
+
+def test_a_verdict_at_each_boundary():
+    """A bound equal to the claim does not refute it; a claim equal to the ceiling cannot be refuted by these
+    canaries (untestable), nor one above it."""
+    assert verdict(claimed=2.0, lower_bound=2.0, ceiling=5.0) == "not refuted"
+    assert verdict(claimed=2.0, lower_bound=2.0 + 1e-12, ceiling=5.0) == "refuted"
+    assert verdict(claimed=5.0, lower_bound=1.0, ceiling=5.0) == "untestable"
+    assert verdict(claimed=6.0, lower_bound=1.0, ceiling=5.0) == "untestable"
+    assert verdict(claimed=4.9, lower_bound=1.0, ceiling=5.0) == "not refuted"
+    assert verdict(claimed=None, lower_bound=9.0, ceiling=5.0) == "no claim"
+    assert verdict(claimed=float("inf"), lower_bound=9.0, ceiling=5.0) == "no claim"
+
+
+def _strong(k: int = 200, m: int = 100) -> CanaryAudit:
+    """A record whose inserted canaries stand out (shift 4): the f-DP bound then exceeds Steinke's."""
+    record = CanaryAudit(k=k, m=m, seed=SEED)
+    rng = np.random.default_rng(1)
+    dots = rng.normal(size=k + m)
+    dots[:k] += 4.0 * record.included
+    record.observe(dots, norm=2.0)
+    return record
+
+
+def test_the_figures_are_the_estimators_and_the_bounds_on_the_record():
+    """Every field of a threat model's row, against the estimate and both bounds recomputed on the record's
+    scores; the defaults: an interval, a claim that is not a Gaussian mechanism's."""
+    record = _strong()
+    figures = record.figures(delta=1e-5, confidence=0.9, claims={"final_model": 3.0}, t=4)
+    assert set(figures) == {"final_model", "all_iterates"}  # the uploads' view was never read
+    scores = record.sums
+    canary, null = scores[:200], scores[200:]
+    est = epsilon_estimate(
+        canary_cosines=canary[record.included], null_cosines=null, delta=1e-5, confidence=0.9, rng_seed=4
+    )
+    bounds = audit_bounds(scores=canary, included=record.included, delta=1e-5, confidence=0.9)
+    assert bounds.bound(gaussian=True) > bounds.bound(gaussian=False)  # the default matters here
+    row = figures["final_model"]
+    assert row == {
+        "estimate": est.estimate,
+        "estimate_low": est.low,
+        "estimate_high": est.high,
+        "gdp_estimate": est.gdp_estimate,
+        "mu": est.mu,
+        "spread_ratio": est.spread_ratio,
+        "lower_bound": bounds.bound(gaussian=False),
+        "ceiling": bounds.ceiling(gaussian=False),
+        "steinke_bound": bounds.steinke,
+        "steinke_ceiling": bounds.steinke_ceiling,
+        "fdp_bound": bounds.fdp,
+        "fdp_ceiling": bounds.fdp_ceiling,
+        "fdp_applies": False,
+        "guesses": bounds.guesses,
+        "correct": bounds.correct,
+        "confidence": 0.9,
+        "claimed_epsilon": 3.0,
+        "verdict": verdict(
+            claimed=3.0, lower_bound=bounds.bound(gaussian=False), ceiling=bounds.ceiling(gaussian=False)
+        ),
+    }
+    assert figures["all_iterates"]["claimed_epsilon"] is None  # no claim given for that view
+    gaussian = record.figures(delta=1e-5, confidence=0.9, claims={}, t=4, gaussian=True, interval=False)
+    row = gaussian["final_model"]
+    assert row["lower_bound"] == bounds.bound(gaussian=True) and row["fdp_applies"] is True
+    assert row["ceiling"] == bounds.ceiling(gaussian=True)
+    assert "estimate_low" not in row and row["estimate"] == est.estimate  # no interval asked
+
+
+@pytest.mark.parametrize(
+    ("inserted", "nulls", "estimated"),
+    [
+        ([2.0, 3.0], [0.0, 1.0], True),  # two of each, each spread exactly 1: enough to fit
+        ([2.0], [0.0, 1.0, 0.5], False),  # one inserted canary: no spread to fit
+        ([2.0, 3.0], [0.5], False),  # one null
+        ([2.0, 3.0], [0.5, 0.5, 0.5], False),  # nulls all equal
+        ([2.0, 2.0], [0.0, 1.0, 0.5], False),  # inserted canaries all equal
+    ],
+)
+def test_an_estimate_needs_a_spread_in_both_samples(inserted, nulls, estimated):
+    """The estimate (two fitted Gaussians) needs two values of each sample and a spread in each; without,
+    the row has the bounds only (no estimate: not an error, the model has not moved yet)."""
+    k = 4
+    record = CanaryAudit(k=k, m=len(nulls), seed=SEED)
+    record.included = np.array([True] * len(inserted) + [False] * (k - len(inserted)))
+    record.observe(np.array([*inserted, *[0.0] * (k - len(inserted)), *nulls]), norm=1.0)
+    row = record.figures(delta=1e-5, confidence=0.95, claims={}, t=0)["final_model"]
+    assert ("estimate" in row) is estimated
+    if estimated:
+        est = epsilon_estimate(
+            canary_cosines=np.array(inserted), null_cosines=np.array(nulls), delta=1e-5, rng_seed=0
+        )
+        assert (row["estimate"], row["mu"], row["spread_ratio"]) == (est.estimate, est.mu, est.spread_ratio)
