@@ -37,6 +37,7 @@ def test_the_uploads_view_keeps_each_directions_largest_cosine_in_float64():
     record = CanaryAudit(k=2, m=1, seed=SEED)
     assert record.statistic("uploads") is None  # nothing read yet
     record.observe_uploads(np.array([0.1, 0.9, -0.3], dtype=np.float32))
+    assert record.upload_max.dtype == np.float64  # kept in float64 from the first reading on
     record.observe_uploads([0.5, 0.2, -0.4])
     np.testing.assert_array_equal(record.upload_max, [0.5, np.float32(0.9), np.float32(-0.3)])
     assert record.upload_max.dtype == np.float64

@@ -280,6 +280,13 @@ def test_the_realised_epsilon_is_that_of_the_shares_that_arrived():
         accountant=report["accountant"],
     )
     assert got == {"privacy/epsilon_realised": want, "privacy/shares_missing": 2.0}
+    one = epsilon_of_rounds(
+        noise_multipliers=[z * math.sqrt(1 / s)], delta=delta, accountant=report["accountant"]
+    )
+    assert arm.realised_privacy(report, rounds(1, 0)) == {  # a round of one upload still released its sum
+        "privacy/epsilon_realised": one,
+        "privacy/shares_missing": float(s - 1),
+    }
     planned = epsilon_of_rounds(noise_multipliers=[z] * 4, delta=delta, accountant=report["accountant"])
     assert want > planned  # less noise arrived than those four rounds planned
     # the accountant the report names is the one used
