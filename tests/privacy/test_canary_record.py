@@ -133,3 +133,19 @@ def test_an_estimate_needs_a_spread_in_both_samples(inserted, nulls, estimated):
             canary_cosines=np.array(inserted), null_cosines=np.array(nulls), delta=1e-5, rng_seed=0
         )
         assert (row["estimate"], row["mu"], row["spread_ratio"]) == (est.estimate, est.mu, est.spread_ratio)
+
+
+def test_the_auditors_two_seeds_are_its_named_streams():
+    """The directions' seed and the inclusion bits' seed are the auditor's secret's streams named
+    ("canary", "directions") and ("canary", "inclusion"): the names are part of a run's reproducibility (a
+    checkpoint resumed by a later version draws the same canaries), and the two differ (the scoring parties
+    hold the first, never the second)."""
+    from sifl_ray.party_seeds import party_seed
+    from sifl_ray.runner.canaries import auditor_seeds
+    from sifl_ray.seeding import derive_bytes
+
+    auditor = party_seed(5, "run", "auditor")
+    directions, inclusion = auditor_seeds(auditor)
+    assert directions == derive_bytes(auditor, "canary", "directions")
+    assert inclusion == derive_bytes(auditor, "canary", "inclusion")
+    assert directions != inclusion and len(directions) == len(inclusion) == 32
