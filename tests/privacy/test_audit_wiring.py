@@ -386,3 +386,41 @@ def test_the_tables_family_counts_three_threat_models_per_audited_arm():
         family = audit_family(cfg, arms)
         assert (family["tests"], family["correction"]) == (3 * arms, correction)
         assert family["together"] == pytest.approx(max(0.0, 1 - 3 * arms * (1 - each)))
+
+
+def test_the_driver_state_comes_back_whole_from_its_checkpoint_file():
+    """The driver's file of a checkpoint (read back as JSON) says its round, arms, restores and checkpoint
+    times, and loading it gives back every record, the canaries' included; a file of an older version
+    without checkpoint times loads with none."""
+    import json
+
+    from sifl_ray.privacy.canaries import CanaryAudit
+    from sifl_ray.runner.driver import DriverState
+
+    seed = auditor_seeds(party_seed(5, "run", "auditor"))[1]
+    cfg = load_config(SMALL)
+
+    def made() -> DriverState:
+        state = DriverState(["fl", "dp"])
+        state.audits = {"dp": CanaryAudit(k=4, m=3, seed=seed)}
+        return state
+
+    state = made()
+    for arm in state.arms:
+        state.history[arm] += [{"round": 0.0, "test/accuracy": 0.5}, {"round": 1.0, "test/accuracy": 0.75}]
+        state.wall[arm] = 1.5
+        state.dropped[arm].append({"round": 1, "dropped": [3]})
+    state.incidents.append({"round": 1, "what": "worker 1 late"})
+    state.restored.append({"round": 1, "from": 0})
+    state.checkpoint_s += [0.25, 0.5]
+    state.audits["dp"].observe(np.arange(7.0), norm=2.0)
+    payload = json.loads(json.dumps(state.payload(1, cfg)))
+    assert (payload["format"], payload["round"], payload["arms"]) == (1, 1, ["fl", "dp"])
+    assert (payload["restored"], payload["checkpoint_s"]) == ([{"round": 1, "from": 0}], [0.25, 0.5])
+    back = made()
+    back.load(payload)
+    assert (back.history, back.wall, back.dropped) == (state.history, state.wall, state.dropped)
+    assert (back.incidents, back.checkpoint_s, back.next_round) == (state.incidents, [0.25, 0.5], 2)
+    np.testing.assert_array_equal(back.audits["dp"].cos_sums, state.audits["dp"].cos_sums)
+    back.load({key: value for key, value in payload.items() if key != "checkpoint_s"})
+    assert back.checkpoint_s == [] and back.incidents == state.incidents

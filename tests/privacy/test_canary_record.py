@@ -113,6 +113,7 @@ def test_the_figures_are_the_estimators_and_the_bounds_on_the_record():
     ("inserted", "nulls", "estimated"),
     [
         ([2.0, 3.0], [0.0, 1.0], True),  # two of each, each spread exactly 1: enough to fit
+        ([], [0.0, 1.0, 0.5], False),  # no canary inserted (a draw of the inclusion bits can say so)
         ([2.0], [0.0, 1.0, 0.5], False),  # one inserted canary: no spread to fit
         ([2.0, 3.0], [0.5], False),  # one null
         ([2.0, 3.0], [0.5, 0.5, 0.5], False),  # nulls all equal
@@ -149,3 +150,37 @@ def test_the_auditors_two_seeds_are_its_named_streams():
     assert directions == derive_bytes(auditor, "canary", "directions")
     assert inclusion == derive_bytes(auditor, "canary", "inclusion")
     assert directions != inclusion and len(directions) == len(inclusion) == 32
+
+
+def test_a_record_made_with_part_of_its_statistics_starts_from_nothing():
+    """A record is made whole or not at all: given both statistics it keeps them, given one it starts from
+    zero like a new one (a half-restored record would score one view from one run and the other from
+    another)."""
+    sums, cos_sums = np.arange(5.0), np.arange(5.0) / 2
+    whole = CanaryAudit(k=3, m=2, seed=SEED, sums=sums.copy(), cos_sums=cos_sums.copy())
+    np.testing.assert_array_equal(whole.sums, sums)
+    np.testing.assert_array_equal(whole.cos_sums, cos_sums)
+    for given in ({"sums": sums.copy()}, {"cos_sums": cos_sums.copy()}):
+        half = CanaryAudit(k=3, m=2, seed=SEED, **given)
+        assert not half.sums.any() and not half.cos_sums.any() and half.sums.shape == (5,)
+
+
+def test_the_canaries_taking_part_are_the_samplers_named_stream():
+    """Each round's draws come from the sampler's stream named ("canaries", t), apart from the clients'
+    sample: a canary takes part when its draw is below the fraction, a left-out one only under zero-out."""
+    from sifl_ray.runner.canaries import CanaryPlan
+    from sifl_ray.seeding import numpy_generator
+
+    seed = bytes(range(32))
+    plan = CanaryPlan(ids=[100, 101, 102, 103, 104, 105], included=np.array([True, False] * 3))
+    for t in (0, 3):
+        draws = numpy_generator(seed, "canaries", t).random(6)
+        for zero_out in (False, True):
+            want = [c for j, c in enumerate(plan.ids) if (plan.included[j] or zero_out) and draws[j] < 0.5]
+            assert plan.taking_part(t, sampler_seed=seed, fraction=0.5, zero_out=zero_out) == want
+    everyone = plan.taking_part(1, sampler_seed=seed, fraction=1.0, zero_out=True)
+    assert everyone == plan.ids and plan.taking_part(1, sampler_seed=seed, fraction=1.0, zero_out=False) == [
+        100,
+        102,
+        104,
+    ]
