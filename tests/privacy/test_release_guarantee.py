@@ -146,8 +146,15 @@ def test_an_amplified_epsilon_without_every_round_is_refused_with_the_reason(tmp
     register_arm(NoEmptyRounds())
     try:
         cfg = load_config([*EMPTY_ROUNDS, "arms=[dp_fedavg_no_empty]", f"output.dir={tmp_path}"])
-        with pytest.raises(ConfigError, match=r"its ε is amplified by sampling.*Set every_round = True"):
+        with pytest.raises(ConfigError) as err:
             Simulation(cfg, run_dir=tmp_path / "no_empty")
+        said = (  # the reason and both fixes, as the set-up prints them
+            "dp_fedavg_no_empty_eps5: its ε is amplified by sampling, which holds only against whoever "
+            "cannot tell who was sampled; a round that sampled nobody then releases the model unchanged and "
+            "tells everyone. Set every_round = True on the arm (with an aggregator step that noises a zero "
+            "sum), or report the ε without amplification"
+        )
+        assert any(said in problem for problem in err.value.problems), err.value.problems
     finally:
         unregister_arm("dp_fedavg_no_empty")
 
