@@ -184,3 +184,33 @@ def test_the_canaries_taking_part_are_the_samplers_named_stream():
         102,
         104,
     ]
+
+
+def test_canaries_whose_directions_outgrow_a_party_are_refused_with_the_numbers_and_a_fix():
+    """The directions take (k + m)·n·8 bytes in the evaluator and in every worker: up to AUDIT_BYTES (1 GiB)
+    is accepted, one byte more is refused, naming both keys, the size, the limit and nulls that would fit."""
+    from sifl_ray.config import ConfigError, load_config
+    from sifl_ray.runner.canaries import AUDIT_BYTES, plan_canaries
+
+    assert AUDIT_BYTES == 2**30
+
+    def plan(k: int, m: int, n: int):
+        cfg = load_config([f"audit.canaries={k}", f"audit.nulls={m}", "clients.num_clients=4"])
+        sizes = np.full(4, 10)
+        return plan_canaries(cfg, n=n, num_workers=2, sizes=sizes, auditor_seed=lambda: bytes(32))
+
+    assert plan(0, 10, 100).ids == []  # no canaries: an empty plan
+    assert len(plan(2**16, 2**16, 2**10).ids) == 2**16  # exactly 1 GiB: accepted
+    for (k, m, n), said in [
+        ((10_000, 6_000, 10_000), "10000 + 6000 directions of this model's 10,000 parameters take 1.2 GiB"),
+        ((13_420, 10, 10_000), "13420 + 10 directions of this model's 10,000 parameters take 1.0 GiB"),
+    ]:
+        with pytest.raises(ConfigError) as err:
+            plan(k, m, n)
+        fit = max(2, 2**30 // (8 * n) - k)  # 3421, then 2 (the fewest nulls the estimate takes)
+        assert err.value.problems == [
+            f"audit.canaries, audit.nulls: {said} in the evaluator and in every worker (at most 1 GiB); "
+            f"lower them, e.g. audit.nulls={fit}"
+        ]
+    with pytest.raises(ConfigError):
+        plan(2**16, 2**16 + 1, 2**10)  # one direction more than 1 GiB holds

@@ -21,6 +21,7 @@ import torch
 
 from sifl_ray.arms import ARMS, arm_of, register_arm, unregister_arm
 from sifl_ray.arms.dp_fedavg import DpFedAvg
+from sifl_ray.arms.secagg import DpFedAvgSecAgg
 from sifl_ray.config import ConfigError, load_config
 from sifl_ray.runner import Simulation
 from tests.test_extending_recipes import RECIPES
@@ -177,3 +178,32 @@ def test_the_aggregator_refuses_to_release_an_unchanged_zero_sum_under_every_rou
     with pytest.raises(ReleaseError, match="x round 3: its guarantee releases a noised output every round"):
         agg.reduce(3, 0, [], step=only_round_zero, arm="x", every_round=True)
     assert agg.reduce(3, 0, [], step=only_round_zero, arm="x", every_round=False).aggregate is None
+
+
+def test_each_arm_that_cannot_release_every_round_is_told_why_and_the_fix():
+    """The set-up's three reasons, word for word: a secure arm (nothing to unmask), an arm with no
+    aggregator step, one whose step leaves a zero sum as it was."""
+    from sifl_ray.arms import get_arm
+    from sifl_ray.arms.base import PartySteps
+    from sifl_ray.arms.conformance import release_problems
+
+    why = (
+        "a: its guarantee releases every round (every_round = True), a round in which nobody took part too "
+        "(else the unchanged model tells everyone that nobody did), but "
+    )
+
+    class Secure(DpFedAvgSecAgg):
+        every_round: ClassVar[bool] = True
+
+    class Bare(DpFedAvg):
+        every_round: ClassVar[bool] = True
+
+    assert release_problems(Secure(), PartySteps(), name="a", rows=3) == [
+        f"{why}under secure aggregation such a round has nothing to unmask; set every_round = False and "
+        "state the guarantee with participation public (zero-out)"
+    ]
+    assert release_problems(Bare(), PartySteps(), name="a", rows=3) == [
+        f"{why}it has no aggregator step to release the noise on a zero sum; give it one (DP-FedAvg's "
+        "CentralNoise) or set every_round = False and claim no amplification by sampling"
+    ]
+    assert release_problems(get_arm("fl"), PartySteps(), name="a", rows=3) == []  # no such guarantee
