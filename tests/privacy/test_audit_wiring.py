@@ -406,6 +406,7 @@ def test_the_driver_state_comes_back_whole_from_its_checkpoint_file():
         return state
 
     state = made()
+    assert (state.wall, state.history, state.next_round) == ({"fl": 0.0, "dp": 0.0}, {"fl": [], "dp": []}, 0)
     for arm in state.arms:
         state.history[arm] += [{"round": 0.0, "test/accuracy": 0.5}, {"round": 1.0, "test/accuracy": 0.75}]
         state.wall[arm] = 1.5
