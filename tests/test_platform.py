@@ -80,14 +80,13 @@ def test_ray_and_in_process_runs_agree(ray_run, local_run):
 def test_compact_placement_shares_one_process_among_the_light_parties_and_changes_no_number(
     ray_run, tmp_path
 ):
-    """The default (ray.placement=compact): the server, the aggregator host and the evaluator answer from
-    one process, each client worker from its own; ray.placement=separate gives each party its own process
-    and the same models to the last bit (each party is its own object either way)."""
+    """The default (ray.placement=compact): the server, the aggregator host, the evaluator and client worker
+    0 answer from one process, worker 1 from its own; ray.placement=separate gives each party its own
+    process and the same models to the last bit (each party is its own object either way)."""
     cfg, _, models, _, pids = ray_run
     assert cfg.ray.placement == "compact"
-    assert pids["server"] == pids["aggregator0"] == pids["evaluator"]
-    workers = [pids[name] for name in pids if name.startswith("worker")]
-    assert len(set(workers)) == len(workers) == 2 and pids["server"] not in workers
+    assert pids["server"] == pids["aggregator0"] == pids["evaluator"] == pids["worker0"]
+    assert pids["worker1"] != pids["server"] and len(pids) == 5
     apart = load_config([*TINY, f"output.dir={tmp_path}", "ray.placement=separate"])
     sim = Simulation(apart, run_dir=tmp_path / "separate")
     try:
@@ -98,6 +97,36 @@ def test_compact_placement_shares_one_process_among_the_light_parties_and_change
             assert torch.equal(sim.global_model(arm), models[arm]), arm
     finally:
         sim.close()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "shares"),
+    [
+        ([], True),
+        (["ray.placement=separate"], False),
+        (["faults.deadline_s=30"], False),  # a late worker is replaced: its process killed
+        (["faults.deadline_s=30", "faults.inject=[{kind: straggle, arm: fl, round: 1, worker: 1}]"], False),
+        (["faults.inject=[{kind: worker_kill, arm: fl, round: 1, worker: 1}]"], False),
+        (["faults.inject=[{kind: corrupt_upload, arm: fl, round: 1, client: 0}]"], True),  # nobody dies
+        (["ray.spread_workers=true"], False),
+        (["ray.gpus_per_worker=0.5"], False),
+    ],
+)
+def test_client_worker_0_joins_the_light_process_only_where_nothing_kills_or_stalls_it(overrides, shares):
+    """Under compact placement worker 0 shares the light parties' process unless its process may be killed
+    or stalled (the light parties would go with it), it has a GPU, or the workers spread over nodes; the
+    in-process backend has no processes to share."""
+    from sifl_ray.backends.local import LocalBackend
+    from sifl_ray.backends.ray import RayBackend
+    from sifl_ray.config.components import arm_names
+    from sifl_ray.faults import FaultPlan
+    from sifl_ray.runner.parties import worker_shares
+
+    cfg = load_config([*TINY, *overrides])
+    plan = FaultPlan.from_config(cfg, arm_names(cfg))
+    # worker_shares reads the backend's capabilities only: the classes say them
+    assert worker_shares(cfg, RayBackend, plan) is shares  # type: ignore[arg-type]
+    assert worker_shares(cfg, LocalBackend, plan) is False  # type: ignore[arg-type]
 
 
 def test_sifl_arms_equal_fedavg_in_accuracy_with_the_figures_named_for_what_they_are(ray_run):

@@ -87,3 +87,36 @@ def test_simulate_reuses_its_session_call_after_call(tmp_path):
 def test_a_session_refuses_what_it_does_not_host():
     with pytest.raises(KeyError, match="unknown backend 'threads'"):
         Session("threads")
+
+
+@pytest.mark.slow  # four runs on Ray
+def test_a_ray_session_changes_shape_between_runs_without_losing_a_party(ray_session, tmp_path):
+    """Worker 0 shares the light parties' process unless the run may kill or stall it (here: a deadline).
+    A session whose runs alternate the two shapes frees the other shape's CPUs when it needs them, never a
+    process a run still uses (a third worker's CPU is taken from idle hosts only), and gives the same
+    numbers for the same settings whichever hosts ran before."""
+    base = {
+        "train.rounds": 2,
+        "clients.num_clients": 4,
+        "coding.key_seed": 1,
+        "output.dir": str(tmp_path),
+        "output.progress": False,
+        "output.plot": False,
+    }
+    late = {**base, "faults.deadline_s": 60}  # worker 0 in a process of its own
+    with Session("ray") as session:
+
+        def idle() -> set[tuple[str, str | None]]:
+            """The idle hosts' shapes: host class and shared process (None: a process of its own)."""
+            return {(host.__name__, where.share) for (host, where), hs in session.hosts.idle.items() if hs}
+
+        first = session.simulate("quickstart", base, arms=["fl", "sifl_m1"])
+        assert ("WorkerHost", "light+worker0") in idle() and ("WorkerHost", None) in idle()
+        apart = session.simulate("quickstart", late, arms=["fl", "sifl_m1"])
+        # the other shape's shared process was stopped for worker 1's CPU; the light one reserves none
+        assert ("WorkerHost", "light+worker0") not in idle() and ("ServerHost", "light") in idle()
+        one = session.simulate("quickstart", {**base, "ray.num_workers": 1}, arms=["fl", "sifl_m1"])
+        again = session.simulate("quickstart", base, arms=["fl", "sifl_m1"])
+        assert session.hosts.reused >= 4
+    assert figures(again) == figures(first) == figures(apart)  # the deadline is never reached
+    assert one.summary["num_workers"] == 1

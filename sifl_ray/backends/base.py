@@ -56,7 +56,9 @@ class Placement:
     ``spread`` go to different nodes of a cluster where resources allow (client workers with
     ``ray.spread_workers``). ``share``: parties spawned with the same name run in one process of the
     backend's (``ray.placement=compact``), each its own object with its own secrets; a backend without
-    processes of its own ignores it, as a backend on one machine ignores what it cannot place."""
+    processes of its own ignores it, as a backend on one machine ignores what it cannot place. For a
+    shared process, ``cpus`` is what the process reserves (its parties together), the same in every
+    party's placement: the process is started by its first party, before the others are known."""
 
     cpus: float = 0.0
     gpus: float = 0.0

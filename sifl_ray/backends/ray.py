@@ -84,8 +84,8 @@ class RayBackend:
     def spawn(
         self, where: Placement, host: Callable[P, H], /, *args: P.args, **kwargs: P.kwargs
     ) -> Handle[H]:
-        if where.share is not None and not (where.cpus or where.gpus):
-            return self._adopt(where.share, host, args, kwargs)  # compact placement: a shared process
+        if where.share is not None and not where.gpus:
+            return self._adopt(where, host, args, kwargs)  # compact placement: a shared process
         options: dict[str, Any] = {"num_cpus": where.cpus, "num_gpus": where.gpus or None, "max_restarts": 0}
         if where.spread:
             # Ray's SPREAD: each request goes to the next node (in turn) that has the resources free, so
@@ -94,12 +94,16 @@ class RayBackend:
         actor = ray.remote(host).options(**options).remote(*args, **kwargs)
         return Handle(self, actor)
 
-    def _adopt(self, share: str, host: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Handle[Any]:
-        """The party ``host(*args, **kwargs)`` in the shared process ``share`` (started on first use, and
-        again when it died), as a :class:`~sifl_ray.backends.shared.Slot`."""
+    def _adopt(
+        self, where: Placement, host: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Handle[Any]:
+        """The party ``host(*args, **kwargs)`` in the shared process ``where.share`` (started on first use,
+        reserving ``where.cpus``, and again after it was killed), as a
+        :class:`~sifl_ray.backends.shared.Slot`."""
+        share = str(where.share)
         actor: Any = self._shared.get(share)
         if actor is None:
-            actor = ray.remote(SharedProcess).options(num_cpus=0, max_restarts=0).remote()
+            actor = ray.remote(SharedProcess).options(num_cpus=where.cpus, max_restarts=0).remote()
             self._shared[share] = actor
         self._slots += 1
         actor.adopt.remote(self._slots, host, *args, **kwargs)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
 from sifl_ray.backends import Backend, Placement
+from sifl_ray.backends.shared import Slot
 from sifl_ray.parties.handle import Handle
 from sifl_ray.parties.process import Host
 
@@ -33,6 +34,7 @@ class WarmHosts:
     backend: Backend
     idle: dict[tuple[Any, Placement], list[Handle[Any]]] = field(default_factory=dict)
     shape: dict[int, tuple[Any, Placement]] = field(default_factory=dict)
+    process: dict[int, int] = field(default_factory=dict)  # handle id → its process (process_of)
     reused: int = 0  # how many hosts a run took warm (a session's report; tests)
 
     def spawn(
@@ -48,13 +50,14 @@ class WarmHosts:
             except Exception as err:
                 if not self.backend.is_lost(err):
                     raise
-                self.shape.pop(id(handle), None)  # it died since (a fault drill): spawn another
+                self.forget(handle)  # it died since (a fault drill): spawn another
                 continue
             self.reused += 1
             return handle  # type: ignore[return-value]  # reset by its own class's constructor
         self._evict(key)
         handle = self.backend.spawn(where, host, *args, **kwargs)
         self.shape[id(handle)] = key
+        self.process[id(handle)] = process_of(handle)
         return handle
 
     def __post_init__(self) -> None:
@@ -62,18 +65,33 @@ class WarmHosts:
 
     def _evict(self, key: tuple[Any, Placement]) -> None:
         """Stop the idle hosts that hold resources (CPUs, GPUs), of any session, before a new host asks for
-        some: an idle worker must not keep the CPU a host of this run waits for."""
+        some: an idle worker must not keep the CPU a host of this run waits for. A host in a shared process
+        (:class:`~sifl_ray.backends.shared.Slot`) goes only with its whole process, and only when none of
+        that process's parties is in use: stopping it stops them all."""
         if not (key[1].cpus or key[1].gpus):
             return
         for pool in list(_POOLS):
+            busy = pool.in_use_processes()
             for other, handles in list(pool.idle.items()):
-                if other[1].cpus or other[1].gpus:
-                    for handle in handles:
+                if not (other[1].cpus or other[1].gpus):
+                    continue
+                keep = [h for h in handles if process_of(h) in busy]
+                for handle in handles:
+                    if process_of(handle) not in busy:
                         pool._stop(handle)
+                if keep:
+                    pool.idle[other] = keep
+                else:
                     del pool.idle[other]
+
+    def in_use_processes(self) -> set[int]:
+        """The processes (:func:`process_of`) that host a party given out and not yet given back."""
+        idle = {id(h) for handles in self.idle.values() for h in handles}
+        return {pid for hid, pid in self.process.items() if hid not in idle}
 
     def _stop(self, handle: Handle[Any]) -> None:
         self.shape.pop(id(handle), None)
+        self.process.pop(id(handle), None)
         if self.backend.capabilities.kill:
             with contextlib.suppress(Exception):
                 self.backend.kill(handle)
@@ -88,6 +106,7 @@ class WarmHosts:
     def forget(self, handle: Handle[Any]) -> None:
         """A host that was stopped (a fault drill, a replaced party): never given out again."""
         self.shape.pop(id(handle), None)
+        self.process.pop(id(handle), None)
 
     def stop(self) -> None:
         """Stop every idle host (where the backend can stop one; in-process they are just dropped)."""
@@ -96,6 +115,13 @@ class WarmHosts:
                 self._stop(handle)
         self.idle.clear()
         self.shape.clear()
+        self.process.clear()
+
+
+def process_of(handle: Handle[Any]) -> int:
+    """Which process hosts ``handle``'s party, as an identity: its shared process's, or its own."""
+    raw = handle.raw
+    return id(raw.actor) if isinstance(raw, Slot) else id(raw)
 
 
 _POOLS: weakref.WeakSet[WarmHosts] = weakref.WeakSet()  # every session's hosts (they share one machine)

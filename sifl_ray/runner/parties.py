@@ -81,6 +81,27 @@ def worker_count(cfg: DictConfig, backend: Backend) -> int:
     return workers
 
 
+#: The drills that kill or stall a client worker's process (``faults.inject[i].kind``).
+WORKER_PROCESS_FAULTS = ("worker_exit", "worker_kill", "straggle")
+
+
+def worker_shares(cfg: DictConfig, backend: Backend, plan: FaultPlan) -> bool:
+    """Whether client worker 0 runs in the light parties' process (``ray.placement=compact``).
+
+    Why: on a small machine the run's start is the parties' processes, each importing torch while the others
+    do (``python -m bench startup``: on 2 cores, one process fewer starts round 0 about a second sooner).
+    A round is synchronous, so the worker and the light parties seldom compute at once; each is still its
+    own object, with its own secrets. Not where the worker's process may be killed or stalled (a drill that
+    does, or ``faults.deadline_s``, which replaces a late worker: the light parties would go with it), nor
+    where the worker has a GPU or the workers are spread over a cluster's nodes.
+    """
+    if cfg.ray.placement != "compact" or not backend.capabilities.own_processes:
+        return False
+    if cfg.ray.gpus_per_worker or cfg.ray.spread_workers or cfg.faults.deadline_s is not None:
+        return False
+    return not any(ev.kind in WORKER_PROCESS_FAULTS for ev in plan.events)
+
+
 def check_gpus(cfg: DictConfig, workers: int, cluster_gpus: float) -> None:
     """Refuse a run whose workers and evaluator ask for more GPUs than the cluster has (Ray would leave
     them pending, and the run would wait without a word)."""
@@ -121,6 +142,7 @@ class PartyPool:
         # a session's warm hosts, started again for this run; else a new host per party
         self.spawn: Spawn = backend.spawn if hosts is None else hosts.spawn
         self.plan, self.journal, self.fired_once = plan, journal, fired_once
+        self.worker_shares = worker_shares(cfg, backend, plan)
         # The server and the aggregator need nothing of the data: spawned first, their processes boot
         # (each imports torch) while this driver loads the data set.
         self.server = self.spawn(self._light(), ServerHost)
@@ -148,10 +170,15 @@ class PartyPool:
         )
 
     def _light(self, gpus: float = 0.0) -> Placement:
-        """Where a light party runs (the server, the first aggregator host, the evaluator): in one shared
-        process under ``ray.placement=compact`` (a party with a GPU keeps its own), else its own."""
-        share = "light" if self.cfg.ray.placement == "compact" and not gpus else None
-        return Placement(gpus=gpus, share=share)
+        """Where a light party runs (the server, the first aggregator host, the evaluator, and client worker
+        0 where :func:`worker_shares`): in one shared process under ``ray.placement=compact`` (a party with
+        a GPU keeps its own), else its own. With worker 0 the process reserves the worker's CPUs, and has
+        another name: a session's next run of the other shape starts a process of its own."""
+        if self.cfg.ray.placement != "compact" or gpus:
+            return Placement(gpus=gpus)
+        if self.worker_shares:
+            return Placement(cpus=self.cfg.ray.cpus_per_worker, share="light+worker0")
+        return Placement(share="light")
 
     def _spawn_aggregators(self, count: int) -> None:
         """``count`` aggregator hosts (missing ones spawned); shard ``s`` on host ``s·count // shards``."""
@@ -209,6 +236,8 @@ class PartyPool:
         where = Placement(
             cpus=cfg.ray.cpus_per_worker, gpus=cfg.ray.gpus_per_worker, spread=cfg.ray.spread_workers
         )
+        if k == 0 and self.worker_shares:
+            where = self._light()
         worker = self.spawn(
             where,
             WorkerHost,
