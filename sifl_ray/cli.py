@@ -116,8 +116,8 @@ def _check_data(cfg: DictConfig) -> None:
 
 
 def _import_in_background(cfg: DictConfig) -> threading.Thread:
-    """Import what the driver needs (torch, the runner, TensorBoard, matplotlib) in a thread, while the
-    main thread starts Ray.
+    """Import what the driver needs before round 0 (torch, the runner, TensorBoard) in a thread, while
+    the main thread starts Ray.
 
     Why: Ray's start is spent mostly waiting on its own processes, while the driver's imports are CPU work;
     run one after the other, a core idles through the first and the second then runs alone. Overlapped, the
@@ -132,11 +132,7 @@ def _import_in_background(cfg: DictConfig) -> threading.Thread:
 
             if cfg.output.tensorboard:
                 import torch.utils.tensorboard  # noqa: F401
-            if cfg.output.plot:
-                import matplotlib
-
-                matplotlib.use("Agg")  # as sifl_ray.logging's plots do, before pyplot
-                import matplotlib.pyplot
+            # matplotlib is not among them: a run imports it once its rounds begin (sifl_ray.plots.prefetch)
 
     thread = threading.Thread(target=work, name="sifl-imports", daemon=True)
     thread.start()

@@ -12,6 +12,7 @@ the axes; integer rounds; curves that coincide said in the caption, since one hi
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,23 @@ def coincide_caption(groups: list[list[str]], what: str) -> str | None:
         return None
     said = [(", ".join(g[:-1]) + " and " + g[-1]) + " coincide" for g in groups]
     return "; ".join(said) + f" ({what} within {COINCIDE_PP:g} pp: the lines lie on one another)"
+
+
+def prefetch() -> None:
+    """Import matplotlib (and pyplot, on Agg) in a background thread, once per process.
+
+    Why: the plots are drawn at the run's end, and matplotlib's import (about 0.3 s of CPU) on the path to
+    round 0 competes with the parties' processes starting on the same cores. A run calls this when its
+    rounds begin: the driver mostly waits on the parties then (``python -m bench startup``), and a plot
+    drawn before the import has finished waits for it (Python's import lock).
+    """
+    global _PREFETCHED
+    if not _PREFETCHED:
+        _PREFETCHED = True
+        threading.Thread(target=_pyplot, name="sifl-matplotlib", daemon=True).start()
+
+
+_PREFETCHED = False
 
 
 def _pyplot() -> Any:

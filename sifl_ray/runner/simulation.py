@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
+from sifl_ray import plots
 from sifl_ray.arms import arm_of, play_order, unpaired_arms
 from sifl_ray.backends import Backend, make_backend
 from sifl_ray.checkpoint import CheckpointError, describe_error
@@ -360,6 +361,8 @@ class Simulation:
         rounds = self.cfg.train.rounds
         t = self._start()
         self.marks.mark("first_round")
+        if self.cfg.output.plot:
+            plots.prefetch()  # matplotlib, imported while the parties play the rounds
         progress = RoundLines(rounds, self.cfg.output.progress)
         while t < rounds:
             try:
