@@ -2,10 +2,11 @@
 
 Why: the light parties (the server, the aggregator, the evaluator on a CPU) compute little, but a process
 each costs a second or more of CPU to start and a torch import's memory (``python -m bench startup``
-measures both). With ``ray.placement=compact`` they share one process: each is still its own object, made
-by its own constructor from its own arguments, holding only its own secrets, and called only through its
-own handle; what they lose is running at the same time as each other (the client workers, which do the
-work, keep a process each).
+measures both). With ``ray.placement=compact`` they share one process, and client worker 0 joins them where
+nothing may kill or stall its process (:func:`sifl_ray.runner.parties.worker_shares`): each is still its
+own object, made by its own constructor from its own arguments, holding only its own secrets, and called
+only through its own handle; what they lose is running at the same time as each other (a round is
+synchronous: the worker trains while the light parties wait for its upload).
 """
 
 from __future__ import annotations

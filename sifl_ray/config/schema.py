@@ -224,9 +224,10 @@ class RayConfig:
     # which fills the driver's node first; on one machine it changes nothing
     spread_workers: bool = False
     materialize_uploads: bool = False  # encode every client's upload separately (slower; for transcripts)
-    # compact: the server, the first aggregator host and a CPU evaluator share one process (each its own
-    # object with its own secrets), which saves a process's start and memory each; separate: a process
-    # per party (what a drill that kills one party needs)
+    # compact: the server, the first aggregator host, a CPU evaluator and client worker 0 (unless a drill
+    # or faults.deadline_s may kill or stall it, it has a GPU, or the workers spread) share one process,
+    # each its own object with its own secrets, which saves a process's start and memory each; separate:
+    # a process per party (what a drill that kills one party needs)
     placement: str = setting("compact", rule=Choice(lambda: ("compact", "separate")))
 
 
