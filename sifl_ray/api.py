@@ -28,6 +28,7 @@ from sifl_ray.backends import BACKENDS, Backend, starting
 from sifl_ray.config import load_config
 from sifl_ray.config.plugins import load_plugins
 from sifl_ray.config.validation import ConfigError
+from sifl_ray.preload import import_in_background
 from sifl_ray.ray_output import private_switches, quiet_ray
 
 if TYPE_CHECKING:
@@ -115,9 +116,11 @@ class Session:
         if "ray" not in sys.modules:  # Ray reads its switches when imported
             for key, value in private_switches(address).items():
                 os.environ.setdefault(key, value)
+        imports = import_in_background()  # torch and the runner, beside the backend's start
         self.backend: Backend = BACKENDS[backend].from_config(_Address(address), **options)
         if self.backend.description:
             print(self.backend.description, flush=True)
+        imports.join()
         # deferred: torch, which a host's module loads (a session runs parties anyway)
         from sifl_ray.runner.hosts import WarmHosts
 

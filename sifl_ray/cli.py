@@ -36,6 +36,7 @@ from sifl_ray.config import (
 )
 from sifl_ray.config.help import describe_keys, format_keys, select_keys
 from sifl_ray.config.plugins import PluginError, load_plugins
+from sifl_ray.preload import import_in_background
 from sifl_ray.ray_output import quiet_ray
 
 if TYPE_CHECKING:
@@ -115,30 +116,6 @@ def _check_data(cfg: DictConfig) -> None:
     check_data(cfg, log=_note)
 
 
-def _import_in_background(cfg: DictConfig) -> threading.Thread:
-    """Import what the driver needs before round 0 (torch, the runner, TensorBoard) in a thread, while
-    the main thread starts Ray.
-
-    Why: Ray's start is spent mostly waiting on its own processes, while the driver's imports are CPU work;
-    run one after the other, a core idles through the first and the second then runs alone. Overlapped, the
-    start costs about the longer of the two (``python -m bench startup`` measures both).
-    A failed import is not reported here: the main thread's own import raises it, with its traceback.
-    """
-
-    def work() -> None:
-        with contextlib.suppress(BaseException):
-            # deferred: torch, the runner's (its parties, the round), imported while Ray starts
-            import sifl_ray.runner  # noqa: F401
-
-            if cfg.output.tensorboard:
-                import torch.utils.tensorboard  # noqa: F401
-            # matplotlib is not among them: a run imports it once its rounds begin (sifl_ray.plots.prefetch)
-
-    thread = threading.Thread(target=work, name="sifl-imports", daemon=True)
-    thread.start()
-    return thread
-
-
 def cmd_run(argv: list[str]) -> int:
     """``sifl run``: validate the configuration and the data before Ray starts (a typo answers at once), then
     run and print the RESULT line."""
@@ -149,7 +126,7 @@ def cmd_run(argv: list[str]) -> int:
 
     quiet_ray(cfg)  # before Ray is imported, which reads these switches
     _note(f"[sifl] {starting(str(cfg.backend), cfg.ray.address)}…")  # the first line, before Ray's start
-    imports = _import_in_background(cfg)
+    imports = import_in_background(tensorboard=bool(cfg.output.tensorboard))  # beside Ray's start
     marks = {"backend_start": time.time()}
     try:
         backend = make_backend(cfg)
