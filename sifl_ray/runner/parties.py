@@ -143,8 +143,8 @@ class PartyPool:
         self.spawn: Spawn = backend.spawn if hosts is None else hosts.spawn
         self.plan, self.journal, self.fired_once = plan, journal, fired_once
         self.worker_shares = worker_shares(cfg, backend, plan)
-        # The server and the aggregator need nothing of the data: spawned first, their processes boot
-        # (each imports torch) while this driver loads the data set.
+        # The server and the aggregator need nothing of the data: spawned first, their process (or, under
+        # separate placement, processes) boots and imports torch while this driver loads the data set.
         self.server = self.spawn(self._light(), ServerHost)
         self.aggregator_actors: list[Handle[AggregatorHost]] = []
         self._aggregators: list[Handle[AggregatorHost]] = []
