@@ -21,6 +21,7 @@ def import_in_background(*, tensorboard: bool = True) -> threading.Thread:
 
     def work() -> None:
         with contextlib.suppress(BaseException):
+            # deferred: torch, numpy, omegaconf (the runner's: its parties, the round), in this thread
             import sifl_ray.runner  # noqa: F401
 
             if tensorboard:

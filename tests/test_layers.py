@@ -39,7 +39,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("round",),
     ("clock",),
     ("runner",),
-    ("describe", "attacks"),
+    ("describe", "attacks", "preload"),
     ("api",),
     ("cli",),
 )
