@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -202,8 +203,14 @@ def cluster(tmp_path_factory):
             second_id=second["node_id"],
         )
     finally:
-        _stop_nodes(nodes)
-        shutil.rmtree(tmpdir, ignore_errors=True)
+        # The nodes wind down while the suite goes on (SIGTERM, SIGKILL for a group still there 10 s later:
+        # a head always is): nothing of them is needed after this module, and a test that waited out the
+        # grace would check nothing. The interpreter waits for the thread before it exits.
+        def stop() -> None:
+            _stop_nodes(nodes)
+            shutil.rmtree(tmpdir, ignore_errors=True)
+
+        threading.Thread(target=stop, name="stop the two-node cluster").start()
 
 
 # Even with its own ports, the dashboard answers (``ray job list`` succeeds) a moment before the head's
