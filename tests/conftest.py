@@ -66,6 +66,7 @@ SLOW_TESTS = (  # module::test, or a prefix of its parametrised ids
     "tests/test_cli.py::test_describe_prints_table3_sizes[cnn",  # the paper's CNN keys (cnn, cnn2)
     "tests/test_arms.py::test_toy_arm_runs_on_ray_and_in_process_with_identical_numbers",
     "tests/test_platform.py::test_workers_are_pinned_to_declared_gpus",
+    "tests/test_platform.py::test_a_private_instance_stops_its_autoscaler_monitor_at_once_and_shuts_down",
     "tests/test_vectorised_runs.py::test_ray_and_in_process_runs_agree_with_vectorised_clients",
     "tests/coding/test_coding_registry.py::test_a_process_that_never_registered_it_imports_it_from_its_path",
     "tests/optim/test_optim_rules.py::test_the_trainer_does_not_import_dynamo",
