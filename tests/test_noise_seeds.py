@@ -205,3 +205,19 @@ def test_client_noise_seeds_stay_in_their_worker():
     derived = ClientNoiseSeeds(key_seed=7)
     derived.generator("nbafl", 3, 1)
     assert derived.client_seeds[("nbafl", 3)] == party_seed(7, "nbafl", "client-3")
+
+
+@pytest.mark.parametrize("nbytes", [0, 1, 8, 32, 33, 64, 2496])
+@pytest.mark.parametrize("seed", [0, -3, 2**100, b"k" * 32])
+def test_derived_bytes_are_sha256_blocks_of_the_whole_message(seed, nbytes):
+    """Each 32-byte block is SHA-256 of seed ‖ (0x00 ‖ name)… ‖ le32(block index), hashed whole here: the
+    streams every party derives (keys, noise, samples) must not change with how the prefix is hashed."""
+    import hashlib
+
+    from sifl_ray.seeding import derive_bytes
+
+    base = seed if isinstance(seed, bytes) else int(seed).to_bytes(16, "little", signed=True)
+    names = ("noise", 3, "client 7")
+    message = base + b"".join(b"\x00" + str(n).encode() for n in names)
+    want = b"".join(hashlib.sha256(message + i.to_bytes(4, "little")).digest() for i in range(79))
+    assert derive_bytes(seed, *names, nbytes=nbytes) == want[:nbytes]
