@@ -45,3 +45,24 @@ def test_a_run_that_audits_nothing_imports_no_scipy():
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert out.stdout.split() == ["False", "True"], out.stderr
+
+
+def test_the_imports_beside_rays_start_leave_matplotlib_to_the_rounds():
+    """The driver's imports beside Ray's start (torch, the runner, TensorBoard) take no matplotlib: its ~0.3 s
+    of CPU would compete with the parties' processes starting; a run prefetches it once its rounds begin,
+    on Agg (the control: after the prefetch it is there)."""
+    script = textwrap.dedent(
+        """
+        import sys, threading
+        from sifl_ray.preload import import_in_background
+        import_in_background().join()
+        print("torch.utils.tensorboard" in sys.modules, "matplotlib" in sys.modules)
+        from sifl_ray import plots
+        plots.prefetch()
+        next(t for t in threading.enumerate() if t.name == "sifl-matplotlib").join()
+        import matplotlib
+        print("matplotlib.pyplot" in sys.modules, matplotlib.get_backend().lower())
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert out.stdout.split() == ["True", "False", "True", "agg"], out.stderr
