@@ -34,6 +34,7 @@ from sifl_ray.ray_output import private_switches, quiet_ray
 if TYPE_CHECKING:
     import pandas
 
+    from sifl_ray.plots import Drawing
     from sifl_ray.runner.hosts import WarmHosts
 
 #: What :func:`simulate` takes as a configuration: a scenario name (``quickstart``), a path to a scenario
@@ -52,6 +53,8 @@ class SimulationResult:
             ``clients/clipped``, ``time/round``, the privacy releases, ...), in the order played.
         result_line: the ``RESULT`` line ``sifl run`` prints last.
         config: the validated configuration the run played.
+        drawing: the run's figures, drawn in a background thread while the next run plays; read them
+            through :attr:`plots`, which waits for them (``None``: ``output.plot=false``).
     """
 
     run_dir: Path
@@ -59,6 +62,14 @@ class SimulationResult:
     history: dict[str, list[dict[str, Any]]]
     result_line: str
     config: DictConfig = field(repr=False)
+    drawing: Drawing | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def plots(self) -> list[Path]:
+        """The run's figures (PNG paths in :attr:`run_dir`), once written: waits for the background
+        thread that draws them (under a second), and raises what it raised. Empty with
+        ``output.plot=false``."""
+        return [] if self.drawing is None else self.drawing.wait()
 
     @property
     def arms(self) -> list[str]:
@@ -145,10 +156,15 @@ class Session:
         return simulate(scenario, overrides, arms=arms, session=self)
 
     def close(self) -> None:
-        """Stop the warm hosts and the backend (the Ray instance the session started). Once."""
+        """Stop the warm hosts and the backend (the Ray instance the session started), once the last run's
+        figures are written (the caller may remove its folder next). Once."""
         if self.closed:
             return
         self.closed = True
+        # deferred: matplotlib's figures, which a session that ran nothing never loaded
+        from sifl_ray.plots import Drawing
+
+        Drawing.settle()
         self.hosts.stop()
         self.backend.shutdown()
 
@@ -291,7 +307,8 @@ def _run(cfg: DictConfig, session: Session) -> SimulationResult:
     from sifl_ray.runner import run_scenario
 
     try:
-        got = run_scenario(cfg, hosts=session.hosts, startup_marks={"backend_start": time.time()})
+        marks = {"backend_start": time.time()}
+        got = run_scenario(cfg, hosts=session.hosts, startup_marks=marks, draw_later=True)
     except (DatasetError, IDXFormatError) as err:  # what the pre-flight check cannot see: the values
         raise ConfigError([data_problem(err, cfg)]) from None
     return SimulationResult(
@@ -300,4 +317,5 @@ def _run(cfg: DictConfig, session: Session) -> SimulationResult:
         history={arm: [dict(record) for record in records] for arm, records in got.history.items()},
         result_line=got.result_line,
         config=cfg,
+        drawing=got.drawing,
     )

@@ -49,20 +49,25 @@ def test_a_run_that_audits_nothing_imports_no_scipy():
 
 def test_the_imports_beside_rays_start_leave_matplotlib_to_the_rounds():
     """The driver's imports beside Ray's start (torch, the runner, TensorBoard) take no matplotlib: its ~0.3 s
-    of CPU would compete with the parties' processes starting; a run prefetches it once its rounds begin,
-    on Agg (the control: after the prefetch it is there)."""
+    of CPU would compete with the parties' processes starting; a run prefetches it once its rounds begin
+    (the control: after the prefetch its figure and PNG writer are there). Never pyplot, not even once a
+    figure is drawn: pyplot would take over the process's backend, a notebook user's."""
     script = textwrap.dedent(
         """
-        import sys, threading
+        import sys, tempfile, threading
+        from pathlib import Path
         from sifl_ray.preload import import_in_background
         import_in_background().join()
         print("torch.utils.tensorboard" in sys.modules, "matplotlib" in sys.modules)
         from sifl_ray import plots
         plots.prefetch()
         next(t for t in threading.enumerate() if t.name == "sifl-matplotlib").join()
-        import matplotlib
-        print("matplotlib.pyplot" in sys.modules, matplotlib.get_backend().lower())
+        print("matplotlib.figure" in sys.modules, "matplotlib.backends.backend_agg" in sys.modules)
+        history = {"fl": [{"round": 0, "test_accuracy": 0.5}, {"round": 1, "test_accuracy": 0.6}]}
+        styles = plots.arm_styles({"fl": ("Blues", "fl", None)})
+        path = plots.plot_accuracy(Path(tempfile.mkdtemp()), history, styles, "t")
+        print(path.stat().st_size > 1000, "matplotlib.pyplot" in sys.modules)
         """
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-    assert out.stdout.split() == ["True", "False", "True", "agg"], out.stderr
+    assert out.stdout.split() == ["True", "False", "True", "True", "True", "False"], out.stderr

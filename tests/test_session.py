@@ -4,6 +4,9 @@ numbers bit for bit, on every arm and both backends, whatever ran on it before."
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import pytest
 
 from sifl_ray import Session, simulate
@@ -120,3 +123,72 @@ def test_a_ray_session_changes_shape_between_runs_without_losing_a_party(ray_ses
         assert session.hosts.reused >= 4
     assert figures(again) == figures(first) == figures(apart)  # the deadline is never reached
     assert one.summary["num_workers"] == 1
+
+
+#: A session's run that draws its figures (the quickstart's two: accuracy, and accuracy against ε).
+DRAWN = {**EVERY_ARM, "arms": ["fl", "sifl_m1", "nbafl"], "output.plot": True, "backend": "local"}
+
+
+@contextlib.contextmanager
+def drawing_held(seconds: float = 60.0):
+    """No figure is drawn until the block ends: another thread holds the drawing lock. A figure drawn in
+    the caller's thread (not in the background) waits for it at most ``seconds``, then is drawn."""
+    from sifl_ray.plots import Drawing
+
+    taken, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with Drawing._one_at_a_time:
+            taken.set()
+            release.wait(seconds)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    taken.wait()
+    try:
+        yield
+    finally:
+        release.set()
+        holder.join()
+
+
+def test_a_sessions_run_draws_its_figures_behind_it_and_plots_waits_for_them(tmp_path):
+    """The figures of a session's run are drawn in a thread once it returns (the next run plays
+    meanwhile); ``result.plots`` waits for them. Held back here (the drawing lock taken), the run returns
+    without them, and they are the synchronous run's, byte for byte, once drawn."""
+    from sifl_ray.runner import run_scenario
+
+    with Session("local") as session, drawing_held():
+        result = session.simulate("dp_compare_small", {**DRAWN, "output.dir": str(tmp_path / "a")})
+        assert not result.drawing.done
+        assert not (result.run_dir / "accuracy.png").exists()
+    paths = result.plots  # the session's close waited for them; plots says which
+    assert sorted(p.name for p in paths) == ["accuracy.png", "accuracy_vs_epsilon.png"]
+    cfg = load_config([], scenario="dp_compare_small", settings={**DRAWN, "output.dir": str(tmp_path / "b")})
+    now = run_scenario(cfg)
+    assert now.drawing.done
+    for path in paths:
+        assert path.read_bytes() == (now.run_dir / path.name).read_bytes()
+
+
+def test_figures_of_a_removed_run_folder_are_dropped_and_a_failure_is_said_and_raised(tmp_path, capfd):
+    """A run folder removed before its figures are drawn (a caller's temporary folder) leaves nothing to
+    draw into: no figure, no error. A drawing that fails says so on stderr at once and raises on wait."""
+    import shutil
+
+    from sifl_ray.plots import Drawing
+
+    with Session("local") as session:
+        with drawing_held():
+            result = session.simulate("dp_compare_small", {**DRAWN, "output.dir": str(tmp_path)})
+            shutil.rmtree(result.run_dir)
+        assert result.plots == []
+    assert "were not drawn" not in capfd.readouterr().err
+
+    def broken() -> list:
+        raise ValueError("no axes")
+
+    drawing = Drawing(broken, background=True, label="run X")
+    with pytest.raises(ValueError, match="no axes"):
+        drawing.wait()
+    assert "[sifl] the figures of run X were not drawn: ValueError: no axes" in capfd.readouterr().err

@@ -29,6 +29,7 @@ def run_scenario(
     hosts: WarmHosts | None = None,
     run_dir: Path | None = None,
     startup_marks: dict[str, float] | None = None,
+    draw_later: bool = False,
 ) -> RunResult:
     """Build a :class:`Simulation` of ``cfg`` and run it to the end (``sifl run``, ``python run.py``).
 
@@ -37,6 +38,7 @@ def run_scenario(
     an interrupt before any checkpoint leaves no key folder behind.
 
     ``hosts``: a session's warm hosts (:class:`sifl_ray.api.Session`), whose backend the run uses.
+    ``draw_later``: the figures in a background thread (:class:`sifl_ray.plots.Drawing`).
 
     Raises:
         Interrupted: the run was interrupted.
@@ -44,7 +46,14 @@ def run_scenario(
     run_dir = Path(run_dir) if run_dir else new_run_dir(cfg)
     try:
         say(f"run folder: {run_dir}")  # first, so that a user knows where it is before anything fails
-        sim = Simulation(cfg, backend=backend, hosts=hosts, run_dir=run_dir, startup_marks=startup_marks)
+        sim = Simulation(
+            cfg,
+            backend=backend,
+            hosts=hosts,
+            run_dir=run_dir,
+            startup_marks=startup_marks,
+            draw_later=draw_later,
+        )
     except KeyboardInterrupt:
         raise Interrupted(interrupted_message(cfg, run_dir, default_key_dir(cfg, run_dir))) from None
     result = run_to_end(sim, announce=False)

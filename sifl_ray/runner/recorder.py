@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import copy
 import sys
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ from sifl_ray.config import to_yaml
 from sifl_ray.faults import FaultJournal
 from sifl_ray.logging import RunLogger
 from sifl_ray.plots import (
+    Drawing,
     plot_accuracy,
     plot_accuracy_vs_epsilon,
     plot_accuracy_vs_time,
@@ -73,6 +75,7 @@ class Recorder:
         self.audit: dict[str, dict[str, Any]] = {}  # arm → the in-run audit's latest figures
         self.clock: Clock | None = None  # the run's simulated clock (None: off)
         self.weakened: set[str] = set()  # arms whose noise fell short of the plan in some round (said once)
+        self.draw_later = False  # the figures in a background thread (a session's run: plots.Drawing)
 
     def open(self, *, purge_step: int | None, keep_replayed: bool = False) -> None:
         """(Re)open the TensorBoard writers; ``purge_step=t`` makes TensorBoard drop the steps ≥ t that an
@@ -216,18 +219,44 @@ class Recorder:
             report = driver.accountant.report()
             for arm in coded_arms:
                 self.logger.log_text(arm, "privacy/accountant", report, cfg.train.rounds - 1)
+        drawing = None
         if cfg.output.plot:
-            epsilons = arm_epsilons(summary)
-            styles = summary_styles(summary, epsilons)
-            plot_accuracy(self.run_dir, driver.history, styles, f"{run_name(cfg)}: test accuracy")
-            title = f"{run_name(cfg)}: final accuracy against ε"
-            plot_accuracy_vs_epsilon(self.run_dir, summary, epsilons, styles, title)
-            plot_audit(self.run_dir, summary, f"{run_name(cfg)}: the in-run audit against the claimed ε")
-            if self.clock is not None:
-                title = f"{run_name(cfg)}: test accuracy against the simulated clock"
-                plot_accuracy_vs_time(self.run_dir, driver.history, styles, title, cfg.clock.target_accuracy)
+            # the thread draws from its own copy: the caller may add to the summary (the canaries' compare)
+            figures_of = (summary, driver.history)
+            if self.draw_later:
+                figures_of = copy.deepcopy(figures_of)
+            label = str(self.run_dir)
+            drawing = Drawing(lambda: self.draw(*figures_of), background=self.draw_later, label=label)
         self.logger.close(results=results_markdown(summary))
-        return RunResult(self.run_dir, summary, history=driver.history, result_line=result_line(summary))
+        line = result_line(summary)
+        return RunResult(self.run_dir, summary, history=driver.history, result_line=line, drawing=drawing)
+
+    def draw(self, summary: dict[str, Any], history: dict[str, list[dict[str, float]]]) -> list[Path]:
+        """The run's figures (:mod:`sifl_ray.plots`): accuracy per round, against ε, the audit's and the
+        simulated clock's where the run has them; the paths written. None where the run folder is gone by
+        the time a background thread draws them (a caller's temporary folder, removed once the run
+        returned): nobody can look at them then."""
+        try:
+            return self._draw(summary, history)
+        except OSError:
+            if self.run_dir.is_dir():
+                raise
+            return []
+
+    def _draw(self, summary: dict[str, Any], history: dict[str, list[dict[str, float]]]) -> list[Path]:
+        cfg = self.cfg
+        epsilons = arm_epsilons(summary)
+        styles = summary_styles(summary, epsilons)
+        written = [plot_accuracy(self.run_dir, history, styles, f"{run_name(cfg)}: test accuracy")]
+        title = f"{run_name(cfg)}: final accuracy against ε"
+        written.append(plot_accuracy_vs_epsilon(self.run_dir, summary, epsilons, styles, title))
+        title = f"{run_name(cfg)}: the in-run audit against the claimed ε"
+        written.append(plot_audit(self.run_dir, summary, title))
+        if self.clock is not None:
+            title = f"{run_name(cfg)}: test accuracy against the simulated clock"
+            target = cfg.clock.target_accuracy
+            written.append(plot_accuracy_vs_time(self.run_dir, history, styles, title, target))
+        return [path for path in written if path is not None]
 
 
 def arm_hparams(cfg: DictConfig, arm: str) -> dict[str, Any]:

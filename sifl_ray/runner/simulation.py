@@ -74,6 +74,7 @@ class Simulation:
         hosts: WarmHosts | None = None,
         run_dir: Path | None = None,
         startup_marks: dict[str, float] | None = None,
+        draw_later: bool = False,
         _resume: ResumePoint | None = None,
     ):
         self.cfg = cfg
@@ -112,6 +113,7 @@ class Simulation:
         self.backend = backend
         self.driver = DriverState(self.arms)
         self.recorder = Recorder(cfg, run_dir=self.run_dir, driver=self.driver, journal=self.journal)
+        self.recorder.draw_later = draw_later  # the figures in a thread (a session's run: plots.Drawing)
         self.restores = 0
         self._closed = False
         try:

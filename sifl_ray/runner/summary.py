@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
@@ -18,16 +18,21 @@ from sifl_ray.arms import arm_of
 from sifl_ray.clock.report import arm_clock, clock_dropped
 from sifl_ray.round import RoundResult
 
+if TYPE_CHECKING:
+    from sifl_ray.plots import Drawing
+
 
 @dataclass
 class RunResult:
     """What a run returns to its caller (the CLI, :func:`sifl_ray.simulate`, tests): the run folder, the
-    summary, every arm's per-round history and the RESULT line."""
+    summary, every arm's per-round history and the RESULT line, and its figures (``None``: none drawn;
+    ``drawing.wait()`` gives their paths once written)."""
 
     run_dir: Path
     summary: dict[str, Any]
     history: dict[str, list[dict[str, float]]] = field(default_factory=dict)
     result_line: str = ""
+    drawing: Drawing | None = None
 
 
 @dataclass(frozen=True)
