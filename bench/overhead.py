@@ -53,6 +53,8 @@ from bench._common import (
     table,
     timed,
 )
+from bench.floor import round_floor
+from sifl_ray.models import build_model
 from sifl_ray.parties.workers import ClientWorker
 from sifl_ray.progress import progress
 
@@ -186,6 +188,19 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             "times_s": noop_times,
         }
     backend.shutdown()  # only if this bench started Ray
+    # 4. The round's arithmetic floor on this CPU, measured with nothing else running (bench.floor).
+    data = sim.dataset
+    shape, classes = tuple(data.x_train.shape[1:]), int(data.num_classes)
+    model = build_model(cfg.train.model, input_shape=shape, num_classes=classes, generator=torch.Generator())
+    floor = round_floor(
+        model,
+        shape,
+        classes,
+        samples=len(data.y_train),
+        epochs=cfg.train.local_epochs,
+        workers=sim.num_workers,
+        test_samples=len(data.y_test),
+    )
     w = args.warmup
     stats = {a: spread(times[a][w:]) for a in times}
     best = min((a for a in times if a not in PLATFORM), key=lambda a: stats[a]["median"])
@@ -219,6 +234,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "train_loss_last": {a: metrics[a][-1]["train_loss"] for a in times},
         "first_round_s": {a: times[a][0] for a in times},
         "noop": noop,
+        "floor": {
+            **floor,
+            "fl_over_floor": stats["fl"]["median"] / floor["floor_s"],
+            "floor_over_bare": floor["floor_s"] / stats[best]["median"],
+            "floor_over_loop": floor["floor_s"] / stats["fl loop"]["median"],
+        },
     }
 
 
@@ -265,6 +286,16 @@ def report(res: dict[str, Any], target: float) -> str:
         f"vectorised ÷ loop: {v['ratio']:.3f} ({v['ratio_p25']:.2f}–{v['ratio_p75']:.2f}); "
         "max|w−w_loop|: from the same start each round (fl: round-off; bare: 0 means bit for bit)"
     )
+    if "floor" in res:
+        f = res["floor"]
+        lines.append(
+            f"arithmetic floor (bench/floor.py): {f['gflop_per_round']:.1f} GFLOP of matrix products a "
+            f"round, the evaluation's included ({f['mflop_per_sample']:.2f} MFLOP a training sample); "
+            f"this CPU {f['gflops_one_thread']:.0f} GFLOP/s on one thread → {f['floor_s']:.3f} s with "
+            f"{f['workers']} workers training; fl's round = "
+            f"{f['fl_over_floor']:.2f} × the floor; the lowest ratio any round could show here: "
+            f"÷ {best} {f['floor_over_bare']:.3f}, ÷ fl loop {f['floor_over_loop']:.3f}"
+        )
     lines.append("")
     lines.append(
         f"start-up: ray.init {st['ray_init_s']:.2f} s + Simulation {st['simulation_s']:.2f} s (data set "
