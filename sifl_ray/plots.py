@@ -26,6 +26,9 @@ _LINESTYLES = ("-", "--", "-.", ":")
 _MARKERS = ("o", "s", "^", "D", "v", "P")
 #: Curves whose accuracies differ by at most this much (percentage points) every round are said to coincide.
 COINCIDE_PP = 0.1
+#: One figure rendered at a time in this process: a run's figures drawn in the background
+#: (:class:`Drawing`) and one a caller saves meanwhile (``save_figure``) share matplotlib's caches.
+_RENDERING = threading.RLock()
 
 
 @dataclass(frozen=True)
@@ -160,7 +163,8 @@ def _subplots(figsize: tuple[float, float], *args: Any, **kwargs: Any) -> tuple[
 
 def _save(fig: Any, path: Path) -> Path:
     """Save with what lies outside the axes (legend, caption) kept in the picture."""
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    with _RENDERING:
+        fig.savefig(path, dpi=120, bbox_inches="tight")
     return path
 
 
@@ -171,17 +175,18 @@ class Drawing:
     outside the rounds drawing two PNGs, which a sweep of ten runs pays ten times while the parties wait;
     drawn in a thread, they are written while the next run's rounds play, or half a second after the run
     where none follows (``python -m bench startup``: the sweep).
-    One figure is drawn at a time (a lock; matplotlib's caches are shared). The thread is not a daemon, so
-    the interpreter's exit waits for the figures; a failure is said on stderr at once and raised by
-    :meth:`wait`. Drawn now (``background=False``: ``sifl run``, whose end overlaps Ray's stop instead), a
-    failure is raised here.
+
+    One run's figures are drawn at a time, and one figure rendered (``_RENDERING``: matplotlib's caches are
+    shared). The thread is not a daemon, so the interpreter's exit waits for the figures; a failure is said
+    on stderr at once and raised by :meth:`wait`. Drawn now (``background=False``: ``sifl run``, whose end
+    overlaps Ray's stop instead), a failure is raised here.
 
     Args:
         job: draws the figures, returns the paths written.
         background: draw in a thread; ``label``: the run, for the failure's line.
     """
 
-    _one_at_a_time = threading.Lock()
+    _one_at_a_time = _RENDERING
     _latest: Drawing | None = None  # the last one started in the background
     #: Set when a run's rounds begin (:func:`prefetch`). A drawing in the background waits for it, at most
     #: :attr:`DELAY_S`: the next run's set-up (its configuration, its parties started again) is the
@@ -546,5 +551,6 @@ def plot_audit(run_dir: Path, summary: dict[str, Any], title: str) -> Path | Non
     fig.suptitle(title)
     fig.tight_layout(rect=(0, 0, 0.8, 1))
     path = Path(run_dir) / "audit.png"
-    fig.savefig(path, dpi=120)
+    with _RENDERING:
+        fig.savefig(path, dpi=120)
     return path
