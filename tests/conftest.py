@@ -48,10 +48,10 @@ def warm_local_hosts():
 
 
 # The quick subset, `pytest -m "not slow"`: these tests are marked `slow` here (beside the few marked in
-# their own files). Chosen from the durations of one full run (`pytest --durations=80 -q`, 2026-11-27, on
-# the shared 2-core machine at load 5–18: 1,062 tests in 1,793 s): every module whose tests each start a
-# cluster, kill parties or run whole benchmarks, and every other test (setup included) that took 8 s or
-# more there. They took at least 1,510 of those 1,793 s. The full suite, slow tests included, is what CI runs.
+# their own files). Chosen from the durations of one full run (`pytest --durations=0 -q`, 2026-11-28, on
+# the 2-core machine at load ≈ 1.2: 1,563 tests in 762 s): every module whose tests each start a cluster,
+# kill parties or run whole benchmarks, and every other test (setup included) that took 1 s or more
+# there. The quick tests left took 72 s of those 762. The full suite, slow tests included, is what CI runs.
 SLOW_MODULES = (
     "tests/test_cluster.py",  # a real two-node `ray start` cluster and `ray job submit`
     "tests/reliability/test_reliability_workers.py",  # fault drills: dead, late and dropped workers
@@ -81,6 +81,54 @@ SLOW_TESTS = (  # module::test, or a prefix of its parametrised ids
     "tests/privacy/test_dp_fedavg_arm.py::test_the_audit_of_the_arms_own_noise_stays_below_the_accountants_epsilon",
     "tests/privacy/test_privacy_formulas.py::test_two_laplace_sum_density_is_right",
     "tests/privacy/test_dp_fedavg_edges.py::test_fixed_size_sampling_reaches_every_entry_point_with_its_population",
+    # 1 s to 8 s (2026-11-28)
+    "tests/attacks/test_attack_suite.py::test_full_rank_after_n_over_clients_minus_one_rounds[dense-pinv]",
+    "tests/clock/test_clock_runs.py::test_a_hand_computed_round_gives_the_simulated_duration_exactly",
+    "tests/clock/test_clock_runs.py::test_the_clock_is_bit_identical_on_both_backends",
+    "tests/data/test_data_own.py::test_mnist_sample_is_real_28x28_digits_split_stratified_by_seed",
+    "tests/data/test_sampling_glue.py::test_a_poisson_run_samples_each_client_independently",
+    "tests/privacy/test_audit_in_run.py::test_a_resumed_run_audits_the_same_canaries_as_the_run_it_continues",
+    "tests/privacy/test_audit_in_run.py::test_a_zero_out_arm_keeps_its_left_out_canaries_in_the_round",
+    "tests/privacy/test_audit_wiring.py::test_a_rollback_to_the_start_clears_the_canary_record",
+    "tests/privacy/test_audit_wiring.py::test_a_weak_add_remove_arm_is_refuted_and_the_honest_one_is_not",
+    "tests/privacy/test_audit_wiring.py::test_a_weak_zero_out_arm_is_refuted_through_its_left_out_canaries",
+    "tests/privacy/test_audit_wiring.py::test_secure_aggregation_audited_beside_fl_stays_paired_with_it",
+    "tests/privacy/test_audit_wiring.py::test_the_accountants_cross_check_is_run_at_the_arms_own_sampling_rate",
+    "tests/privacy/test_audit_wiring.py::test_the_audit_table_states_its_family_wise_level_and_bonferroni_holds_it",
+    "tests/privacy/test_audit_wiring.py::test_the_canaries_add_no_noise_beyond_the_deployed_arms",
+    "tests/privacy/test_audit_wiring.py::test_the_figures_are_the_estimators_on_the_record_at_the_arms_delta",
+    "tests/privacy/test_canary_record.py::test_canaries_whose_directions_outgrow_a_party_are_refused_with_the_numbers_and_a_fix",
+    "tests/privacy/test_dp_fedavg.py::test_epsilon_per_round_is_cumulative_and_ends_at_epsilon",
+    "tests/privacy/test_dp_fedavg.py::test_pld_matches_dp_accounting_own_subsampled_value",
+    "tests/privacy/test_dp_fedavg.py::test_rdp_matches_the_published_tf_privacy_values[0.6-30-9.74]",
+    "tests/privacy/test_dp_fedavg_arm.py::test_the_quick_audit_of_the_arms_step_refutes_a_tenth_of_its_noise",
+    "tests/privacy/test_dp_fedavg_crosscheck.py::test_a_planted_mismatch_is_flagged",
+    "tests/privacy/test_dp_fedavg_edges.py::test_calibrate_defaults_to_rdp_and_meets_its_tolerance",
+    "tests/privacy/test_one_run_audit.py::test_both_bounds_stay_below_the_epsilon_of_a_gaussian_mechanism",
+    "tests/privacy/test_one_run_audit.py::test_estimate_without_a_shift_is_small",
+    "tests/privacy/test_one_run_audit.py::test_lower_bound_is_zero_without_signal",
+    "tests/privacy/test_one_run_audit.py::test_lower_bound_stays_below_the_true_epsilon_and_finds_it",
+    "tests/privacy/test_one_run_audit.py::test_the_estimate_can_lie_above_the_true_epsilon_where_the_spreads_are_estimated",
+    "tests/privacy/test_one_run_audit.py::test_the_pipeline_on_a_gaussian_mechanism_over_canary_directions",
+    "tests/privacy/test_one_run_audit.py::test_two_gaussians_epsilon_is_gdp_at_equal_spreads_and_the_hockey_stick_divergence_otherwise",
+    "tests/privacy/test_privacy_run_paths.py::test_a_poisson_round_with_nobody_sampled_still_releases_the_central_noise",
+    "tests/privacy/test_release_guarantee.py::test_every_arm_releases_in_an_empty_round_what_its_guarantee_says",
+    "tests/test_actor_process.py::test_real_actors_keep_freed_memory_and_the_driver_does_not",
+    "tests/test_cli.py::test_run_refuses_an_unknown_optimizer_up_front_with_a_suggestion",
+    "tests/test_examples.py::test_own_arm_runs_as_a_script_with_its_setting",
+    "tests/test_extending_recipes.py::test_the_attack_recipe_adds_its_figure_to_the_report",
+    "tests/test_lazy_imports.py::test_a_run_that_audits_nothing_imports_no_scipy",
+    "tests/test_lazy_imports.py::test_the_imports_beside_rays_start_leave_matplotlib_to_the_rounds",
+    "tests/test_lazy_imports.py::test_the_parties_import_cryptography_only_for_a_secure_arm",
+    "tests/test_package.py::test_the_wheel_installs_sifl_ray_alone_with_every_scenario",
+    "tests/test_platform.py::test_compact_placement_shares_one_process_among_the_light_parties_and_changes_no_number",
+    "tests/test_platform.py::test_ray_and_in_process_runs_agree",
+    "tests/test_progress.py::test_a_runs_configuration_loads_before_ray_is_imported",
+    "tests/test_progress.py::test_on_a_terminal_it_is_a_bar_that_redraws_in_place",
+    "tests/test_resume_cli.py::test_the_scenario_folder_resumes_its_latest_run_and_each_round_is_logged_once",
+    "tests/test_session.py::test_a_started_again_host_gives_a_fresh_hosts_numbers_on_every_arm[local]",
+    "tests/test_tensorboard_layout.py::test_writers_opened_again_in_the_same_second_are_read_after_the_rounds_they_continue",
+    "tests/test_vectorised_runs.py::test_a_fallback_is_said_once_per_run",
 )
 
 
