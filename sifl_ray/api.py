@@ -34,7 +34,7 @@ from sifl_ray.ray_output import private_switches, quiet_ray
 if TYPE_CHECKING:
     import pandas
 
-    from sifl_ray.plots import Drawing
+    from sifl_ray.canvas import Drawing
     from sifl_ray.runner.hosts import WarmHosts
 
 #: What :func:`simulate` takes as a configuration: a scenario name (``quickstart``), a path to a scenario
@@ -162,7 +162,7 @@ class Session:
             return
         self.closed = True
         # deferred: matplotlib's figures, which a session that ran nothing never loaded
-        from sifl_ray.plots import Drawing
+        from sifl_ray.canvas import Drawing
 
         Drawing.settle()
         self.hosts.stop()

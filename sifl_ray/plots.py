@@ -12,13 +12,11 @@ the axes; integer rounds; curves that coincide said in the caption, since one hi
 from __future__ import annotations
 
 import math
-import sys
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sifl_ray import canvas
 from sifl_ray.arms import ARMS
 
 _SPARE_COLORMAPS = ("Reds", "BuGn", "Oranges", "GnBu", "YlGn", "PuBu")
@@ -26,9 +24,6 @@ _LINESTYLES = ("-", "--", "-.", ":")
 _MARKERS = ("o", "s", "^", "D", "v", "P")
 #: Curves whose accuracies differ by at most this much (percentage points) every round are said to coincide.
 COINCIDE_PP = 0.1
-#: One figure rendered at a time in this process: a run's figures drawn in the background
-#: (:class:`Drawing`) and one a caller saves meanwhile (``save_figure``) share matplotlib's caches.
-_RENDERING = threading.RLock()
 
 
 @dataclass(frozen=True)
@@ -120,137 +115,6 @@ def coincide_caption(groups: list[list[str]], what: str) -> str | None:
     return "; ".join(said) + f" ({what} within {COINCIDE_PP:g} pp: the lines lie on one another)"
 
 
-def prefetch() -> None:
-    """Import matplotlib's figure and its PNG writer in a background thread, once per process.
-
-    Why: the plots are drawn at the run's end, and matplotlib's import (about 0.3 s of CPU) on the path to
-    round 0 competes with the parties' processes starting on the same cores. A run calls this when its
-    rounds begin: the driver mostly waits on the parties then (``python -m bench startup``), and a plot
-    drawn before the import has finished waits for it (Python's import lock).
-    """
-    global _PREFETCHED
-    Drawing.rounds_begun.set()
-    if not _PREFETCHED:
-        _PREFETCHED = True
-        threading.Thread(target=_figure_class, name="sifl-matplotlib", daemon=True).start()
-
-
-_PREFETCHED = False
-
-
-def _figure_class() -> Any:
-    """matplotlib's :class:`~matplotlib.figure.Figure` (and, imported with it, the Agg canvas that draws it).
-
-    Why not pyplot: pyplot keeps every open figure in one process-wide registry and switches the process's
-    backend, which is a notebook user's, not ours; a bare ``Figure`` on its own Agg canvas is nobody else's,
-    so one can be drawn in a background thread (:class:`Drawing`) while the user plots in the main one.
-    """
-    from matplotlib.backends import backend_agg  # noqa: F401  (the canvas of _subplots, imported once here)
-    from matplotlib.figure import Figure
-
-    return Figure
-
-
-def _subplots(figsize: tuple[float, float], *args: Any, **kwargs: Any) -> tuple[Any, Any]:
-    """A new figure on its own Agg canvas (``fig.canvas.draw()`` renders it, as under pyplot's Agg) and its
-    axes (``Figure.subplots``' arguments): pyplot's ``subplots`` without pyplot."""
-    fig = _figure_class()(figsize=figsize)
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    FigureCanvasAgg(fig)
-    return fig, fig.subplots(*args, **kwargs)
-
-
-def _save(fig: Any, path: Path) -> Path:
-    """Save with what lies outside the axes (legend, caption) kept in the picture."""
-    with _RENDERING:
-        fig.savefig(path, dpi=120, bbox_inches="tight")
-    return path
-
-
-class Drawing:
-    """A run's figures, drawn now or in a background thread; :meth:`wait` gives their paths.
-
-    Why in the background: a session's run (:func:`sifl_ray.simulate`) spends about 0.4 s of its 0.6 s
-    outside the rounds drawing two PNGs, which a sweep of ten runs pays ten times while the parties wait;
-    drawn in a thread, they are written while the next run's rounds play, or half a second after the run
-    where none follows (``python -m bench startup``: the sweep).
-
-    One run's figures are drawn at a time, and one figure rendered (``_RENDERING``: matplotlib's caches are
-    shared). The thread is not a daemon, so the interpreter's exit waits for the figures; a failure is said
-    on stderr at once and raised by :meth:`wait`. Drawn now (``background=False``: ``sifl run``, whose end
-    overlaps Ray's stop instead), a failure is raised here.
-
-    Args:
-        job: draws the figures, returns the paths written.
-        background: draw in a thread; ``label``: the run, for the failure's line.
-    """
-
-    _one_at_a_time = _RENDERING
-    _latest: Drawing | None = None  # the last one started in the background
-    #: Set when a run's rounds begin (:func:`prefetch`). A drawing in the background waits for it, at most
-    #: :attr:`DELAY_S`: the next run's set-up (its configuration, its parties started again) is the
-    #: driver's own work, the rounds are the parties' while the driver waits on them.
-    rounds_begun = threading.Event()
-    DELAY_S = 0.5
-
-    def __init__(self, job: Callable[[], list[Path]], *, background: bool, label: str = "the run"):
-        self._paths: list[Path] = []
-        self._error: BaseException | None = None
-        self._thread: threading.Thread | None = None
-        if not background:
-            self._paths = self._draw(job)
-            return
-        Drawing.settle()  # one drawing in flight: the last run's finished long ago, while this one played
-        Drawing.rounds_begun.clear()
-        self._thread = threading.Thread(target=self._in_background, args=(job, label), name="sifl-plots")
-        Drawing._latest = self
-        self._thread.start()
-
-    @classmethod
-    def settle(cls) -> None:
-        """Wait for the figures being drawn in the background, if any (a session's close: its caller may
-        remove the run folders next)."""
-        latest = cls._latest
-        if latest is not None and latest._thread is not None:
-            cls.rounds_begun.set()  # no reason to wait any more
-            latest._thread.join()
-
-    def _draw(self, job: Callable[[], list[Path]]) -> list[Path]:
-        with self._one_at_a_time:
-            return job()
-
-    def _in_background(self, job: Callable[[], list[Path]], label: str) -> None:
-        Drawing.rounds_begun.wait(Drawing.DELAY_S)
-        try:
-            self._paths = self._draw(job)
-        except BaseException as err:  # raised again by wait(); said now, so that no one waits to hear it
-            self._error = err
-            print(
-                f"[sifl] the figures of {label} were not drawn: {type(err).__name__}: {err}",
-                file=sys.stderr,
-                flush=True,
-            )
-
-    @property
-    def done(self) -> bool:
-        """Whether the figures are written (or failed)."""
-        return self._thread is None or not self._thread.is_alive()
-
-    def wait(self) -> list[Path]:
-        """The figures' paths, once written.
-
-        Raises:
-            Exception: what drawing them raised.
-        """
-        if self._thread is not None:
-            Drawing.rounds_begun.set()
-            self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return list(self._paths)
-
-
 def _caption(fig: Any, caption: str | None) -> None:
     """The caption under the axes (``fig.texts``: tests read it there)."""
     if caption:
@@ -274,7 +138,7 @@ def plot_accuracy(
     run_dir: Path, history: dict[str, list[dict[str, float]]], styles: dict[str, ArmStyle], title: str
 ) -> Path:
     """``accuracy.png`` (:func:`accuracy_figure`)."""
-    return _save(accuracy_figure(history, styles, title), Path(run_dir) / "accuracy.png")
+    return canvas.save(accuracy_figure(history, styles, title), Path(run_dir) / "accuracy.png")
 
 
 def accuracy_figure(
@@ -284,7 +148,7 @@ def accuracy_figure(
     :class:`ArmStyle`, the legend outside the axes, coinciding curves said under them."""
     from matplotlib.ticker import MaxNLocator
 
-    fig, ax = _subplots((8, 4.8))
+    fig, ax = canvas.subplots((8, 4.8))
     curves = {arm: [100 * r["test_accuracy"] for r in rows] for arm, rows in history.items()}
     for arm, rows in history.items():
         style = styles[arm]
@@ -316,7 +180,7 @@ def plot_accuracy_vs_time(
 ) -> Path:
     """``accuracy_vs_time.png`` (:func:`accuracy_vs_time_figure`)."""
     fig = accuracy_vs_time_figure(history, styles, title, target)
-    return _save(fig, Path(run_dir) / "accuracy_vs_time.png")
+    return canvas.save(fig, Path(run_dir) / "accuracy_vs_time.png")
 
 
 def accuracy_vs_time_figure(
@@ -332,7 +196,7 @@ def accuracy_vs_time_figure(
     returns the figure."""
     fig = None
     if ax is None:
-        fig, ax = _subplots((8, 4.8))
+        fig, ax = canvas.subplots((8, 4.8))
     longest = max((r["clock/elapsed_s"] for rows in history.values() for r in rows), default=0.0)
     scale, unit = (60.0, "min") if longest > 600 else (1.0, "s")
     for arm, rows in history.items():
@@ -369,7 +233,7 @@ def accuracy_vs_time_panels(
     """One :func:`accuracy_vs_time_figure` panel per condition (name → the run's history, its styles and
     its target accuracy), on one accuracy axis, the legend once (a study of several runs)."""
     count = len(panels)
-    fig, axes = _subplots((6.2 * count + 1.5, 4.8), 1, count, sharey=True, squeeze=False)
+    fig, axes = canvas.subplots((6.2 * count + 1.5, 4.8), 1, count, sharey=True, squeeze=False)
     for ax, (name, (history, styles, target)) in zip(axes[0], panels.items(), strict=True):
         accuracy_vs_time_figure(history, styles, name, target, ax=ax)
     _legend_outside(axes[0][-1])
@@ -380,7 +244,7 @@ def accuracy_vs_time_panels(
 def save_figure(fig: Any, path: Path) -> Path:
     """Write ``fig`` to ``path`` (PNG) with what lies outside its axes, and close it."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    return _save(fig, Path(path))
+    return canvas.save(fig, Path(path))
 
 
 def plot_accuracy_vs_epsilon(
@@ -392,7 +256,7 @@ def plot_accuracy_vs_epsilon(
 ) -> Path | None:
     """``accuracy_vs_epsilon.png`` (:func:`accuracy_vs_epsilon_figure`; ``None``: no arm has an ε)."""
     fig = accuracy_vs_epsilon_figure(summary, epsilons, styles, title)
-    return None if fig is None else _save(fig, Path(run_dir) / "accuracy_vs_epsilon.png")
+    return None if fig is None else canvas.save(fig, Path(run_dir) / "accuracy_vs_epsilon.png")
 
 
 def accuracy_vs_epsilon_figure(
@@ -422,7 +286,7 @@ def accuracy_vs_epsilon_figure(
     if not drawn:
         return None
     no_eps = [a for a, e in epsilons.items() if all(v is None for v in e.values())]
-    fig, axes = _subplots((5.5 * len(drawn) + 1, 4.6), 1, len(drawn), sharey=True, squeeze=False)
+    fig, axes = canvas.subplots((5.5 * len(drawn) + 1, 4.6), 1, len(drawn), sharey=True, squeeze=False)
     deltas = sorted(
         {float(d) for a in arms.values() if (d := (a.get("privacy") or {}).get("delta")) is not None}
     )
@@ -511,7 +375,7 @@ def plot_audit(run_dir: Path, summary: dict[str, Any], title: str) -> Path | Non
     lo = min([*claims, 0.5]) / 2
     edge = max([*claims, 2.0]) * 4  # where the arms without a claim stand
     models = [m for m in ("final_model", "all_iterates", "uploads") if any(m in a for a in audited.values())]
-    fig, axes = _subplots((5.5 * len(models), 4.6), 1, len(models), sharey=True, squeeze=False)
+    fig, axes = canvas.subplots((5.5 * len(models), 4.6), 1, len(models), sharey=True, squeeze=False)
     axes = axes[0]
     colors = matplotlib.colormaps["tab20"].colors
     highs = [
@@ -551,6 +415,6 @@ def plot_audit(run_dir: Path, summary: dict[str, Any], title: str) -> Path | Non
     fig.suptitle(title)
     fig.tight_layout(rect=(0, 0, 0.8, 1))
     path = Path(run_dir) / "audit.png"
-    with _RENDERING:
+    with canvas.RENDERING:
         fig.savefig(path, dpi=120)
     return path

@@ -4,7 +4,7 @@ Why: Ray's start is spent mostly waiting on its own processes, while the driver'
 runner, TensorBoard: about 1.5 s of CPU) are CPU work; one after the other, a core idles through the first
 and the second then runs alone. Overlapped, the start costs about the longer of the two (``python -m bench
 startup`` measures ``sifl run``'s first run and a session's). matplotlib is not among them: a run imports it
-once its rounds begin (:func:`sifl_ray.plots.prefetch`), when the parties' processes no longer need the
+once its rounds begin (:func:`sifl_ray.canvas.prefetch`), when the parties' processes no longer need the
 CPU.
 """
 

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Low to high: a unit (a package of ``sifl_ray`` or a root module) may import its own layer's other units
 #: only where this lists them in one tuple, and any unit of a lower layer.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "seeding", "progress", "ray_output", "logging", "device"),
+    ("errors", "seeding", "progress", "ray_output", "logging", "device", "canvas"),
     ("config",),
     ("specs", "checkpoint", "faults"),
     ("party_seeds",),

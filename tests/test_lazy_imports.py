@@ -59,8 +59,8 @@ def test_the_imports_beside_rays_start_leave_matplotlib_to_the_rounds():
         from sifl_ray.preload import import_in_background
         import_in_background().join()
         print("torch.utils.tensorboard" in sys.modules, "matplotlib" in sys.modules)
-        from sifl_ray import plots
-        plots.prefetch()
+        from sifl_ray import canvas, plots
+        canvas.prefetch()
         next(t for t in threading.enumerate() if t.name == "sifl-matplotlib").join()
         print("matplotlib.figure" in sys.modules, "matplotlib.backends.backend_agg" in sys.modules)
         history = {"fl": [{"round": 0, "test_accuracy": 0.5}, {"round": 1, "test_accuracy": 0.6}]}

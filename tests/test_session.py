@@ -133,7 +133,7 @@ DRAWN = {**EVERY_ARM, "arms": ["fl", "sifl_m1", "nbafl"], "output.plot": True, "
 def drawing_held(seconds: float = 60.0):
     """No figure is drawn until the block ends: another thread holds the drawing lock. A figure drawn in
     the caller's thread (not in the background) waits for it at most ``seconds``, then is drawn."""
-    from sifl_ray.plots import Drawing
+    from sifl_ray.canvas import Drawing
 
     taken, release = threading.Event(), threading.Event()
 
@@ -176,7 +176,7 @@ def test_figures_of_a_removed_run_folder_are_dropped_and_a_failure_is_said_and_r
     draw into: no figure, no error. A drawing that fails says so on stderr at once and raises on wait."""
     import shutil
 
-    from sifl_ray.plots import Drawing
+    from sifl_ray.canvas import Drawing
 
     with Session("local") as session:
         with drawing_held():

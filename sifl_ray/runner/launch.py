@@ -38,7 +38,7 @@ def run_scenario(
     an interrupt before any checkpoint leaves no key folder behind.
 
     ``hosts``: a session's warm hosts (:class:`sifl_ray.api.Session`), whose backend the run uses.
-    ``draw_later``: the figures in a background thread (:class:`sifl_ray.plots.Drawing`).
+    ``draw_later``: the figures in a background thread (:class:`sifl_ray.canvas.Drawing`).
 
     Raises:
         Interrupted: the run was interrupted.

@@ -15,12 +15,12 @@ from typing import Any
 from omegaconf import DictConfig
 
 from sifl_ray.arms import arm_of
+from sifl_ray.canvas import Drawing
 from sifl_ray.clock.stage import Clock
 from sifl_ray.config import to_yaml
 from sifl_ray.faults import FaultJournal
 from sifl_ray.logging import RunLogger
 from sifl_ray.plots import (
-    Drawing,
     plot_accuracy,
     plot_accuracy_vs_epsilon,
     plot_accuracy_vs_time,
@@ -75,7 +75,7 @@ class Recorder:
         self.audit: dict[str, dict[str, Any]] = {}  # arm → the in-run audit's latest figures
         self.clock: Clock | None = None  # the run's simulated clock (None: off)
         self.weakened: set[str] = set()  # arms whose noise fell short of the plan in some round (said once)
-        self.draw_later = False  # the figures in a background thread (a session's run: plots.Drawing)
+        self.draw_later = False  # the figures in a background thread (a session's run: canvas.Drawing)
 
     def open(self, *, purge_step: int | None, keep_replayed: bool = False) -> None:
         """(Re)open the TensorBoard writers; ``purge_step=t`` makes TensorBoard drop the steps ≥ t that an

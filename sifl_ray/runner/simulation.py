@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from sifl_ray import plots
+from sifl_ray import canvas
 from sifl_ray.arms import arm_of, play_order, unpaired_arms
 from sifl_ray.backends import Backend, make_backend
 from sifl_ray.checkpoint import CheckpointError, describe_error
@@ -113,7 +113,7 @@ class Simulation:
         self.backend = backend
         self.driver = DriverState(self.arms)
         self.recorder = Recorder(cfg, run_dir=self.run_dir, driver=self.driver, journal=self.journal)
-        self.recorder.draw_later = draw_later  # the figures in a thread (a session's run: plots.Drawing)
+        self.recorder.draw_later = draw_later  # the figures in a thread (a session's run: canvas.Drawing)
         self.restores = 0
         self._closed = False
         try:
@@ -364,7 +364,7 @@ class Simulation:
         t = self._start()
         self.marks.mark("first_round")
         if self.cfg.output.plot:
-            plots.prefetch()  # matplotlib, imported while the parties play the rounds
+            canvas.prefetch()  # matplotlib, imported while the parties play the rounds
         progress = RoundLines(rounds, self.cfg.output.progress)
         while t < rounds:
             try:

@@ -19,7 +19,7 @@ from sifl_ray.clock.report import arm_clock, clock_dropped
 from sifl_ray.round import RoundResult
 
 if TYPE_CHECKING:
-    from sifl_ray.plots import Drawing
+    from sifl_ray.canvas import Drawing
 
 
 @dataclass
