@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sifl_ray.arms import ARMS, Arm, register_arm
 from sifl_ray.backends import BACKENDS, Backend, starting
+from sifl_ray.canvas import Drawing
 from sifl_ray.config import load_config
 from sifl_ray.config.plugins import load_plugins
 from sifl_ray.config.validation import ConfigError
@@ -34,7 +35,6 @@ from sifl_ray.ray_output import private_switches, quiet_ray
 if TYPE_CHECKING:
     import pandas
 
-    from sifl_ray.canvas import Drawing
     from sifl_ray.runner.hosts import WarmHosts
 
 #: What :func:`simulate` takes as a configuration: a scenario name (``quickstart``), a path to a scenario
@@ -161,9 +161,6 @@ class Session:
         if self.closed:
             return
         self.closed = True
-        # deferred: matplotlib's figures, which a session that ran nothing never loaded
-        from sifl_ray.canvas import Drawing
-
         Drawing.settle()
         self.hosts.stop()
         self.backend.shutdown()
