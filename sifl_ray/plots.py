@@ -242,7 +242,8 @@ def accuracy_vs_time_panels(
 
 
 def save_figure(fig: Any, path: Path) -> Path:
-    """Write ``fig`` to ``path`` (PNG) with what lies outside its axes, and close it."""
+    """Write ``fig`` to ``path`` (its format by the suffix, PNG by default) with what lies outside its axes,
+    making the folder if need be."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     return canvas.save(fig, Path(path))
 
@@ -415,6 +416,4 @@ def plot_audit(run_dir: Path, summary: dict[str, Any], title: str) -> Path | Non
     fig.suptitle(title)
     fig.tight_layout(rect=(0, 0, 0.8, 1))
     path = Path(run_dir) / "audit.png"
-    with canvas.RENDERING:
-        fig.savefig(path, dpi=120)
-    return path
+    return canvas.save(fig, path, bbox_inches=None)  # tight_layout has placed the legend already

@@ -133,12 +133,12 @@ DRAWN = {**EVERY_ARM, "arms": ["fl", "sifl_m1", "nbafl"], "output.plot": True, "
 def drawing_held(seconds: float = 60.0):
     """No figure is drawn until the block ends: another thread holds the drawing lock. A figure drawn in
     the caller's thread (not in the background) waits for it at most ``seconds``, then is drawn."""
-    from sifl_ray.canvas import Drawing
+    from sifl_ray.canvas import RENDERING
 
     taken, release = threading.Event(), threading.Event()
 
     def hold() -> None:
-        with Drawing._one_at_a_time:
+        with RENDERING:
             taken.set()
             release.wait(seconds)
 
@@ -162,7 +162,8 @@ def test_a_sessions_run_draws_its_figures_behind_it_and_plots_waits_for_them(tmp
         result = session.simulate("dp_compare_small", {**DRAWN, "output.dir": str(tmp_path / "a")})
         assert not result.drawing.done
         assert not (result.run_dir / "accuracy.png").exists()
-    paths = result.plots  # the session's close waited for them; plots says which
+    assert result.drawing.done  # the session's close waited for them
+    paths = result.plots
     assert sorted(p.name for p in paths) == ["accuracy.png", "accuracy_vs_epsilon.png"]
     cfg = load_config([], scenario="dp_compare_small", settings={**DRAWN, "output.dir": str(tmp_path / "b")})
     now = run_scenario(cfg)

@@ -233,9 +233,9 @@ class Recorder:
 
     def draw(self, summary: dict[str, Any], history: dict[str, list[dict[str, float]]]) -> list[Path]:
         """The run's figures (:mod:`sifl_ray.plots`): accuracy per round, against ε, the audit's and the
-        simulated clock's where the run has them; the paths written. None where the run folder is gone by
-        the time a background thread draws them (a caller's temporary folder, removed once the run
-        returned): nobody can look at them then."""
+        simulated clock's where the run has them; the paths written. None (``[]``) where the run folder is
+        gone by the time a background thread draws them (a caller's temporary folder, removed once the
+        run returned): nobody can look at them then."""
         try:
             return self._draw(summary, history)
         except OSError:

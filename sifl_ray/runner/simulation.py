@@ -363,6 +363,7 @@ class Simulation:
         rounds = self.cfg.train.rounds
         t = self._start()
         self.marks.mark("first_round")
+        canvas.rounds_begin()  # the last run's figures, drawn while the parties play these rounds
         if self.cfg.output.plot:
             canvas.prefetch()  # matplotlib, imported while the parties play the rounds
         progress = RoundLines(rounds, self.cfg.output.progress)

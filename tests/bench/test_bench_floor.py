@@ -27,14 +27,16 @@ def test_a_samples_products_are_those_counted_by_hand():
     assert floor.flops_per_sample(model(), (IN,), OUT, train=False) == forward
 
 
-def test_the_floor_is_the_training_shared_by_the_workers_then_the_evaluation():
+def test_the_floor_is_the_training_shared_by_the_workers_then_the_evaluation(monkeypatch):
     """The floor is the training's operations over the workers' threads plus the evaluation's on one, at
-    the speed measured: both parts are checked, each with its own count."""
+    the speed measured (set here: 2 GFLOP/s): both parts are checked, each with its own count by hand."""
+    monkeypatch.setattr(floor, "matmul_gflops", lambda: 2.0)
     got = floor.round_floor(model(), (IN,), OUT, samples=600, epochs=2, workers=3, test_samples=500)
-    train = floor.flops_per_sample(model(), (IN,), OUT) * 600 * 2
-    test = floor.flops_per_sample(model(), (IN,), OUT, train=False) * 500
-    speed = got["gflops_one_thread"] * 1e9
-    assert got["floor_s"] == pytest.approx(train / (3 * speed) + test / speed, rel=1e-12)
+    per_sample = 2 * (IN * HIDDEN + HIDDEN * OUT)  # the forward's; training: twice that and the inputs'
+    train = (2 * per_sample + 2 * HIDDEN * OUT) * 600 * 2
+    test = per_sample * 500
+    assert got["gflops_one_thread"] == 2.0
+    assert got["floor_s"] == pytest.approx(train / (3 * 2e9) + test / 2e9, rel=1e-12)
     assert got["gflop_per_round"] == pytest.approx((train + test) / 1e9, rel=1e-12)
 
 

@@ -1,0 +1,94 @@
+"""A run's figures drawn behind it (``sifl_ray.canvas``): when the thread draws, that the interpreter's exit
+waits for it without waiting out the delay, that a figure is renamed into place, and that a result
+with its drawing still pickles. The runs themselves are in tests/test_session.py."""
+
+from __future__ import annotations
+
+import copy
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+from sifl_ray import canvas
+from sifl_ray.canvas import Drawing
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Far beyond any wait below: a drawing that waits out this delay fails the test by its timeout instead.
+LONG_DELAY_S = 120.0
+
+
+@pytest.fixture
+def long_delay(monkeypatch):
+    monkeypatch.setattr(Drawing, "DELAY_S", LONG_DELAY_S)
+    yield
+    Drawing.settle()
+
+
+def test_a_drawing_waits_for_the_next_rounds_and_starts_with_them(long_delay, tmp_path):
+    """Behind a run, the figures wait while the next run sets up (the driver's own work) and are drawn as
+    soon as its rounds begin, not after the delay."""
+    drawn = threading.Event()
+
+    def job() -> list[Path]:
+        drawn.set()
+        return [tmp_path / "a.png"]
+
+    drawing = Drawing(job, background=True)
+    assert not drawn.wait(0.3) and not drawing.done
+    canvas.rounds_begin()
+    assert drawn.wait(LONG_DELAY_S / 4)
+    assert drawing.wait() == [tmp_path / "a.png"]
+
+
+def test_a_result_with_its_drawing_pickles_and_copies_as_its_outcome(long_delay, tmp_path):
+    """A result is sent to other processes and copied (a sweep through multiprocessing): its drawing
+    travels as the paths written (waiting for them first), or as the error raised."""
+    drawing = Drawing(lambda: [tmp_path / "a.png"], background=True)
+    for copied in (pickle.loads(pickle.dumps(drawing)), copy.deepcopy(drawing)):
+        assert copied.done and copied.wait() == [tmp_path / "a.png"]
+
+    def broken() -> list[Path]:
+        raise ValueError("no axes")
+
+    failed = Drawing(broken, background=True)
+    with pytest.raises(ValueError, match="no axes"):
+        pickle.loads(pickle.dumps(failed)).wait()
+
+
+def test_the_interpreters_exit_draws_the_last_figures_without_waiting_out_the_delay(tmp_path):
+    """A script that ends right after its last run still gets that run's figures, and its exit does not
+    wait out the delay first (a non-daemon thread would be joined before any exit handler could end the
+    wait; a daemon nobody joins would be killed with its figures unwritten)."""
+    out = tmp_path / "drawn.txt"
+    script = textwrap.dedent(
+        f"""
+        from pathlib import Path
+        from sifl_ray.canvas import Drawing
+        Drawing.DELAY_S = {LONG_DELAY_S}
+        def job():
+            Path({str(out)!r}).write_text("drawn")
+            return []
+        Drawing(job, background=True)
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=LONG_DELAY_S / 2)
+    assert out.read_text() == "drawn"
+
+
+def test_a_figure_is_renamed_into_place_and_its_suffix_decides_the_format(tmp_path):
+    """A figure is written beside its name and renamed: nothing else is left in the folder, and the
+    suffix decides the format."""
+    fig, ax = canvas.subplots((2, 2))
+    ax.plot([0, 1], [1, 0])
+    png = canvas.save(fig, tmp_path / "f.png")
+    pdf = canvas.save(fig, tmp_path / "f.pdf")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.pdf", "f.png"]
+    assert png.read_bytes().startswith(b"\x89PNG") and pdf.read_bytes().startswith(b"%PDF")
