@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 #: The side of the square single-precision product that measures a core's matrix speed: large enough for
-#: the library's best kernel (about 17 GFLOP, a fifth of a second on one core).
+#: the library's best kernel (about 17 GFLOP a product), small enough to repeat a few times.
 SIDE = 2048
 
 

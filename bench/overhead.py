@@ -130,6 +130,57 @@ def _turns(sim, cfg, args: argparse.Namespace, total: int):
     return times, metrics, deviation
 
 
+def _noop(backend: Any, args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
+    """No-op clients (no data, no steps) in the same Ray session: the framework's own cost per client."""
+    n = args.clients
+    cfg_noop = reference_config(
+        n,
+        rounds=args.warmup + args.noop_rounds,
+        workers=args.workers,
+        n_train=args.n_train,
+        n_test=args.n_test,
+        extra=[*extra, "train.skip_training=true"],
+    )
+    noop_build_s, noop_sim = timed(lambda: runner.Simulation(cfg_noop, backend=backend))
+    try:
+        noop_times = [
+            _platform_round(noop_sim, t, noop_sim.assignment(t))[0]
+            for t in progress(range(args.warmup + args.noop_rounds), "bench overhead: no-op rounds")
+        ]
+    finally:
+        noop_sim.stop_actors()
+    noop_stats = spread(noop_times[args.warmup :])
+    return {
+        "round_s": noop_stats,
+        "ms_per_client": 1e3 * noop_stats["median"] / n,
+        "simulation_s_warm_ray": noop_build_s,
+        "times_s": noop_times,
+    }
+
+
+def _floor(sim: Any, cfg: Any, stats: dict[str, dict[str, float]], best: str) -> dict[str, Any]:
+    """The round's arithmetic floor on this CPU (:mod:`bench.floor`), measured once the rounds are over
+    (nothing else running), and the round times against it."""
+    data = sim.dataset
+    shape, classes = tuple(data.x_train.shape[1:]), int(data.num_classes)
+    model = build_model(cfg.train.model, input_shape=shape, num_classes=classes, generator=torch.Generator())
+    floor = round_floor(
+        model,
+        shape,
+        classes,
+        samples=len(data.y_train),
+        epochs=cfg.train.local_epochs,
+        workers=sim.num_workers,
+        test_samples=len(data.y_test),
+    )
+    return {
+        **floor,
+        "fl_over_floor": stats["fl"]["median"] / floor["floor_s"],
+        "floor_over_bare": floor["floor_s"] / stats[best]["median"],
+        "floor_over_loop": floor["floor_s"] / stats["fl loop"]["median"],
+    }
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Round times of fl on the platform against the best bare training loop on the same workload, in one
     process tree so that both see the same load."""
@@ -162,45 +213,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         times, metrics, deviation = _turns(sim, cfg, args, total)
     finally:
         sim.stop_actors()  # the no-op simulation needs their CPUs; Ray itself stays up
-    noop: dict[str, Any] = {}
-    if args.noop_rounds:
-        cfg_noop = reference_config(
-            n,
-            rounds=args.warmup + args.noop_rounds,
-            workers=args.workers,
-            n_train=args.n_train,
-            n_test=args.n_test,
-            extra=[*extra, "train.skip_training=true"],
-        )
-        noop_build_s, noop_sim = timed(lambda: runner.Simulation(cfg_noop, backend=backend))
-        try:
-            noop_times = [
-                _platform_round(noop_sim, t, noop_sim.assignment(t))[0]
-                for t in progress(range(args.warmup + args.noop_rounds), "bench overhead: no-op rounds")
-            ]
-        finally:
-            noop_sim.stop_actors()
-        noop_stats = spread(noop_times[args.warmup :])
-        noop = {
-            "round_s": noop_stats,
-            "ms_per_client": 1e3 * noop_stats["median"] / n,
-            "simulation_s_warm_ray": noop_build_s,
-            "times_s": noop_times,
-        }
+    noop = _noop(backend, args, extra) if args.noop_rounds else {}
     backend.shutdown()  # only if this bench started Ray
-    # 4. The round's arithmetic floor on this CPU, measured with nothing else running (bench.floor).
-    data = sim.dataset
-    shape, classes = tuple(data.x_train.shape[1:]), int(data.num_classes)
-    model = build_model(cfg.train.model, input_shape=shape, num_classes=classes, generator=torch.Generator())
-    floor = round_floor(
-        model,
-        shape,
-        classes,
-        samples=len(data.y_train),
-        epochs=cfg.train.local_epochs,
-        workers=sim.num_workers,
-        test_samples=len(data.y_test),
-    )
     w = args.warmup
     stats = {a: spread(times[a][w:]) for a in times}
     best = min((a for a in times if a not in PLATFORM), key=lambda a: stats[a]["median"])
@@ -208,6 +222,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     loop_ratio = ratio_of_medians(times["fl loop"][w:], times[best][w:])
     vectorised = ratio_of_medians(times["fl"][w:], times["fl loop"][w:])
 
+    # 4. The round's arithmetic floor (in "floor"), measured now that nothing else runs.
     return {
         "name": f"overhead_n{n}",
         "args": vars(args),
@@ -234,12 +249,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "train_loss_last": {a: metrics[a][-1]["train_loss"] for a in times},
         "first_round_s": {a: times[a][0] for a in times},
         "noop": noop,
-        "floor": {
-            **floor,
-            "fl_over_floor": stats["fl"]["median"] / floor["floor_s"],
-            "floor_over_bare": floor["floor_s"] / stats[best]["median"],
-            "floor_over_loop": floor["floor_s"] / stats["fl loop"]["median"],
-        },
+        "floor": _floor(sim, cfg, stats, best),
     }
 
 

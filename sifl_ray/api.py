@@ -67,8 +67,8 @@ class SimulationResult:
     @property
     def plots(self) -> list[Path]:
         """The run's figures (PNG paths in :attr:`run_dir`), once written: waits for the background
-        thread that draws them (under a second), and raises what it raised. Empty with
-        ``output.plot=false``."""
+        thread that draws them (at once, if it still waits for a next run), and raises what it raised.
+        Empty with ``output.plot=false``."""
         return [] if self.drawing is None else self.drawing.wait()
 
     @property

@@ -101,7 +101,11 @@ def test_startup_bench(tmp_path, capsys):
     (session,) = data["sessions"]
     assert len(session["runs"]) == 2 and len(session["sweep"]) == 10 and m["sweep_ratio"] > 1
     assert 0 < m["second_fixed_s"] < m["first_fixed_s"]  # warm: no process, no import to pay again
-    assert any(line.startswith("CHECK second_fixed_s=") for line in lines)
+    second = session["runs"][1]
+    assert second["drawn_s"] >= second["wall_s"]  # to its figures, then (none here: output.plot=false)
+    assert m["second_drawn_s"] == pytest.approx(second["drawn_s"] - second["rounds_s"])
+    assert m["sweep_rounds_s"] == pytest.approx(sum(r["rounds_s"] for r in session["sweep"]))
+    assert f"CHECK second_fixed_s={m['second_drawn_s']:.3f} target=1" in lines  # the target: to the figures
 
 
 def test_startup_floor_is_torch_then_ray():
