@@ -135,6 +135,9 @@ def drawing_held(seconds: float = 60.0):
     the caller's thread (not in the background) waits for it at most ``seconds``, then is drawn."""
     from sifl_ray.plots import Drawing
 
+    # An earlier run's figures still to be drawn (simulate()'s runs are drawn behind them) would wait for
+    # the lock held here, and the next run's start waits for them: drawn first.
+    Drawing.settle()
     taken, release = threading.Event(), threading.Event()
 
     def hold() -> None:
