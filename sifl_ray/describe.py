@@ -25,7 +25,7 @@ from omegaconf import DictConfig
 from sifl_ray.arms import ArmContext, arm_of
 from sifl_ray.arms.secagg import ring_report, round_threshold
 from sifl_ray.arms.sifl_figures import arm_round_bound, describe_arm, predict
-from sifl_ray.coding import make_aggregator_key
+from sifl_ray.coding import ServerKey, make_aggregator_key
 from sifl_ray.config import arm_names
 from sifl_ray.data import DatasetError
 from sifl_ray.data.partition import partition_report
@@ -122,10 +122,17 @@ def _describe(cfg: DictConfig, modes: list[Coding], bar: Progress) -> dict[str, 
         "modes": {},
     }
     bar.step(f"model ({n:,} parameters) and the split over {cfg.clients.num_clients} clients")
+    # One key 1 for both modes: it is made from the coding section and the seed of the party "describe",
+    # never from the mode (with coding.key_seed set, M1's and M2's were the same key; unset, one draw of
+    # the same law serves both), and its row norms, most of describe's time on the paper's models, are
+    # cached on it: computed once.
+    spec = CodingSpec.from_config(cfg)
+    key = make_server(arm="describe", coding=modes[0], n=n, spec=spec)[0].key if modes else None
     for coding in modes:
+        assert key is not None
         # sifl describe's output keeps its keys: m1, m2
         out["modes"][coding.value] = _describe_mode(
-            cfg, coding, model, local=split["size_min"], total=split["total"]
+            cfg, coding, model, key, local=split["size_min"], total=split["total"]
         )
         bar.step(
             "M2: keys 1 and 2 and their row norms"
@@ -234,14 +241,14 @@ def _model_and_split(cfg: DictConfig) -> tuple[torch.nn.Module, dict[str, Any]]:
 
 
 def _describe_mode(
-    cfg: DictConfig, coding: Coding, model: torch.nn.Module, *, local: int, total: int
+    cfg: DictConfig, coding: Coding, model: torch.nn.Module, key: ServerKey, *, local: int, total: int
 ) -> dict[str, Any]:
-    """One SIFL mode's decode error, round bound and ε, from the keys its parties would make."""
+    """One SIFL mode's decode error, round bound and ε, from the keys its parties would make (``key``: the
+    server's key 1, :func:`~sifl_ray.parties.server.make_server`'s)."""
     spec = CodingSpec.from_config(cfg)
     n = count_params(model)
     w_max = max(float(p.detach().abs().max()) for p in model.parameters())
-    role, _ = make_server(arm="describe", coding=coding, n=n, spec=spec)
-    report = predict(cfg, coding=coding, n=n, w_max=w_max, key=role.key)
+    report = predict(cfg, coding=coding, n=n, w_max=w_max, key=key)
     agg_norms = agg_roundoff = None
     if coding.aggregator_encodes:
         state = make_aggregator_state(arm="describe", coding=coding, spec=spec)
@@ -254,7 +261,7 @@ def _describe_mode(
         cfg,
         coding=coding,
         n=n,
-        key_roundoff=role.key.roundoff(),
+        key_roundoff=key.roundoff(),
         aggregator_roundoff=agg_roundoff,
         clients_per_worker=cfg.clients.num_clients,
         workers=1,
@@ -263,7 +270,7 @@ def _describe_mode(
     priv = describe_arm(
         cfg,
         coding=coding,
-        key_norms=role.key.norms(),
+        key_norms=key.norms(),
         agg_norms=agg_norms,
         local_size=local,
         total_size=total,

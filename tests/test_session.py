@@ -11,6 +11,7 @@ import pytest
 
 from sifl_ray import Session, simulate
 from sifl_ray.arms import ARMS
+from sifl_ray.canvas import RENDERING, Drawing
 from sifl_ray.config import load_config
 from sifl_ray.config.components import arm_instances
 from sifl_ray.parties.process import Host
@@ -133,8 +134,9 @@ DRAWN = {**EVERY_ARM, "arms": ["fl", "sifl_m1", "nbafl"], "output.plot": True, "
 def drawing_held(seconds: float = 60.0):
     """No figure is drawn until the block ends: another thread holds the drawing lock. A figure drawn in
     the caller's thread (not in the background) waits for it at most ``seconds``, then is drawn."""
-    from sifl_ray.canvas import RENDERING
-
+    # An earlier run's figures still to be drawn (simulate()'s runs are drawn behind them) would wait for
+    # the lock held here, and the next run's start waits for them: drawn first.
+    Drawing.settle()
     taken, release = threading.Event(), threading.Event()
 
     def hold() -> None:
@@ -176,8 +178,6 @@ def test_figures_of_a_removed_run_folder_are_dropped_and_a_failure_is_said_and_r
     """A run folder removed before its figures are drawn (a caller's temporary folder) leaves nothing to
     draw into: no figure, no error. A drawing that fails says so on stderr at once and raises on wait."""
     import shutil
-
-    from sifl_ray.canvas import Drawing
 
     with Session("local") as session:
         with drawing_held():

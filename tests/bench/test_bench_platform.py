@@ -11,7 +11,6 @@ import re
 import pytest
 import torch
 
-from bench import startup as startup_bench
 from bench.__main__ import main as bench_main
 
 TINY = ["--n-train", "480", "--n-test", "100", "--rounds", "2", "--warmup", "1"]
@@ -82,7 +81,9 @@ def test_memory_bench(ray_session, tmp_path, capsys):
 
 def test_startup_bench(tmp_path, capsys):
     """Every measurement for real (tiny in-process runs): ``python run.py`` launched with its phases and
-    the peak PSS of its process tree, a session's second run, the sweep through the API, and the floor."""
+    the peak PSS of its process tree, a session's second run, the sweep through the API, and the floor
+    (its script's own figure checked here: torch imported, then a private Ray started beside the tests'
+    own, which a second start in a test of its own would only pay again)."""
     out = tmp_path / "startup.json"
     run = ["train.rounds=1", "clients.num_clients=2", "arms=[fl]", "backend=local"]
     run.append("output.plot=false")
@@ -95,6 +96,8 @@ def test_startup_bench(tmp_path, capsys):
     assert 0 < r["imports_s"] < r["to_first_round_s"] < r["wall_s"] and r["rounds_s"] > 0
     assert r["end_s"] == pytest.approx(r["wall_s"] - r["to_first_round_s"] - r["rounds_s"]) and r["end_s"] > 0
     assert r["peak_pss_bytes"] > 50 * 2**20 and "driver" in r["peak_by_process"]  # run.py's process
+    (floor,) = data["floors"]
+    assert 0.2 < floor < 120 and data["median"]["floor_s"] == floor
     m = data["median"]
     assert ratio == pytest.approx(m["first_fixed_s"] / m["floor_s"] / 1.5, abs=5e-4)
     assert m["first_fixed_s"] == pytest.approx(r["wall_s"] - r["rounds_s"])
@@ -106,11 +109,6 @@ def test_startup_bench(tmp_path, capsys):
     assert m["second_drawn_s"] == pytest.approx(second["drawn_s"] - second["rounds_s"])
     assert m["sweep_rounds_s"] == pytest.approx(sum(r["rounds_s"] for r in session["sweep"]))
     assert f"CHECK second_fixed_s={m['second_drawn_s']:.3f} target=1" in lines  # the target: to the figures
-
-
-def test_startup_floor_is_torch_then_ray():
-    """The floor script for real: torch imported, then a private Ray started (beside the tests' own)."""
-    assert 0.2 < startup_bench.floor_once() < 120
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")

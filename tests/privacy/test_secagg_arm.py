@@ -215,7 +215,7 @@ def test_secagg_survives_workers_that_die_before_and_after_masking_and_a_straggl
             "train.rounds=4",
             "faults.worker_policy=retry",
             "faults.straggler_policy=drop",
-            "faults.deadline_s=6",  # a healthy round trains in under a second, the straggler sleeps 120 s
+            "faults.deadline_s=4",  # a healthy round trains in under a second, the straggler sleeps 120 s
             f"faults.inject=[{faults}]",
             f"output.dir={tmp_path}",
         ]
