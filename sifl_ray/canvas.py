@@ -133,10 +133,8 @@ class Drawing:
     def settle(cls) -> None:
         """Wait for the figures being drawn in the background, if any (a session's close and the
         interpreter's exit: the run folders may be removed next)."""
-        latest = cls._latest
-        if latest is not None and latest._thread is not None and latest._thread.is_alive():
-            cls.rounds_begun.set()  # no reason to wait any more
-            latest._thread.join()
+        if cls._latest is not None:
+            cls._latest._finish()
 
     @staticmethod
     def _draw(job: Callable[[], list[Path]]) -> list[Path]:
