@@ -287,7 +287,15 @@ def cmd_list(argv: list[str]) -> int:
     width = max(60, min(shutil.get_terminal_size((100, 24)).columns, 110)) - 1
 
     def wrap(text: str, indent: str = "    ") -> list[str]:
-        return textwrap.wrap(text, width, initial_indent="    ", subsequent_indent=indent)
+        # a path or command is never cut (a user copies it whole): it overflows its line instead
+        return textwrap.wrap(
+            text,
+            width,
+            initial_indent="    ",
+            subsequent_indent=indent,
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
 
     blocks = ["(sifl run scenario=NAME is the same as python run.py scenario=NAME)"]
     kinds = scenario_kinds(*folders)

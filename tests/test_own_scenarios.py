@@ -88,12 +88,15 @@ def test_list_shows_ones_own_scenarios_with_their_file(own_folder, capsys):
 
 
 def test_list_of_a_folder_shows_its_files_with_the_path_to_play(tmp_path, capsys):
-    (tmp_path / "b.yaml").write_text("arms: [fl\n")
-    (tmp_path / "a.yaml").write_text("# A.\narms: [fl]\n")
-    assert main(["list", str(tmp_path)]) == 0
+    folder = tmp_path / ("a_folder_whose_name_is_longer_than_a_terminal_line_" * 3)  # never cut: copied whole
+    folder.mkdir()
+    (folder / "b.yaml").write_text("arms: [fl\n")
+    (folder / "a.yaml").write_text("# A.\narms: [fl]\n")
+    assert main(["list", str(folder)]) == 0
     out = capsys.readouterr().out
-    assert f"run: sifl run scenario={tmp_path / 'a.yaml'}" in out
-    assert f"cannot be read: {tmp_path / 'b.yaml'}:2:1: not valid YAML" in " ".join(out.split())  # wrapped
+    assert f"run: sifl run scenario={folder / 'a.yaml'}" in out
+    assert f"\n    {folder / 'b.yaml'}:2:1:\n" in out  # the path on a line of its own, whole
+    assert f"cannot be read: {folder / 'b.yaml'}:2:1: not valid YAML" in " ".join(out.split())  # wrapped
 
 
 def test_list_of_a_missing_folder_is_refused(tmp_path, capsys):
