@@ -11,6 +11,29 @@ import pytest
 
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 
+#: The processes a run of whole folders (``pytest``, ``pytest -m "not slow"``) spreads its test files over
+#: (pytest-xdist, ``--dist loadfile``: a module's tests and fixtures stay in one process). Why two: run one
+#: after another, the suite left a third of this 2-core machine idle (its slow tests wait on processes they
+#: start: clusters, runs, drills), and two fill it; each process has its own Ray session (2 CPUs, as
+#: :func:`ray_session` says) and its own warm hosts. More would only queue on two cores.
+SUITE_PROCESSES = 2
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """Spread a run of whole folders over :data:`SUITE_PROCESSES` processes when pytest-xdist is installed
+    (the ``[test]`` extra) and the command line does not say ``-n`` itself; a run of named files or tests
+    (a developer's loop) stays in this process, and ``-n 0`` or ``-p no:xdist`` keeps any run here."""
+    if not config.pluginmanager.hasplugin("xdist") or "PYTEST_XDIST_WORKER" in os.environ:
+        return
+    if config.option.numprocesses is not None or config.option.dist != "no" or config.option.usepdb:
+        return
+    cpus = len(os.sched_getaffinity(0))
+    if cpus < 2 or not all(os.path.isdir(arg.split("::", 1)[0]) for arg in config.args):
+        return
+    config.option.numprocesses = min(SUITE_PROCESSES, cpus)
+    config.option.dist = "loadfile"
+
 
 @pytest.fixture(scope="session")
 def ray_session():
