@@ -80,4 +80,5 @@ def round_floor(
         "gflops_one_thread": speed / 1e9,
         "workers": workers,
         "floor_s": train / (workers * speed) + test / speed,
+        "train_floor_s": train / (workers * speed),
     }

@@ -1,5 +1,6 @@
-"""Shared fixtures: one Ray session for the whole test run, and warm party hosts reused by every run of
-the suite on each backend (:mod:`sifl_ray.runner.hosts`): a run after the first pays neither Ray's start
+"""Shared fixtures: one Ray session for each process of the test run (two when pytest-xdist spreads the
+suite, :data:`SUITE_PROCESSES`), and warm party hosts reused by every run of the process's tests on each
+backend (:mod:`sifl_ray.runner.hosts`): a run after the first pays neither Ray's start
 nor a process per party, and every test that compares numbers checks, on the way, that a host started
 again gives a fresh host's numbers."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bench._common import quantile, ratio_of_medians, result_line, rotation, spread, table
-from bench.overhead import target_for
+from bench.overhead import lowest_vectorised_over_loop, target_for, vectorised_target
 
 
 def test_quantile_interpolates_and_spread_summarises():
@@ -31,10 +31,21 @@ def test_rotation_gives_every_arm_every_position():
 
 @pytest.mark.parametrize(
     ("clients", "target"),
-    [(1, 1.10), (10, 1.10), (100, 1.25), (101, 1.5), (999, 1.5), (1000, 0.5), (5000, 0.5)],
+    [(1, 1.10), (10, 1.10), (100, 1.25), (101, 1.5), (999, 1.5), (1000, 0.45), (5000, 0.45)],
 )  # from N = 1000 a worker trains its clients together
 def test_overhead_targets_follow_the_issue(clients, target):
     assert target_for(clients) == target
+
+
+def test_the_vectorised_lead_has_its_target_and_its_lowest_value_from_the_shared_part_of_a_round():
+    assert [vectorised_target(n) for n in (10, 999, 1000, 5000)] == [1.0, 1.0, 0.6, 0.6]
+    res = {
+        "noop": {"round_s": {"median": 0.25}},
+        "floor": {"train_floor_s": 0.15},
+        "round_s": {"fl loop": {"median": 0.8}},
+    }
+    assert lowest_vectorised_over_loop(res) == (0.25 + 0.15) / 0.8  # 0.5: both pay the no-op round
+    assert lowest_vectorised_over_loop({**res, "noop": {}}) is None  # --noop-rounds 0: no shared part
 
 
 def test_result_line_and_table_format():
