@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from ctrl_c import default_ctrl_c
 
 from sifl_ray.config import ConfigError
 
@@ -260,14 +261,6 @@ def test_config_lists_the_sections_data_sets_and_partitioners_own(capsys):
     assert "  coding.dtype = 'float64'\n      type: str; allowed: float64\n" in out  # no dead choice
 
 
-def _ctrl_c_kills() -> None:
-    """In the child, before ``run.py`` starts: Ctrl-C's default action. A suite started in the background by
-    a shell without job control (``pytest &`` in a script) hands its children SIGINT ignored, and a Python
-    that starts with SIGINT ignored never raises KeyboardInterrupt: the run would not see the user's Ctrl-C
-    this test sends."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def _interrupt(tmp_path: Path, sig: int, after: str, rounds: int = 200) -> tuple[int, str, Path]:
     """Start ``python run.py`` in-process (no Ray), send ``sig`` once ``after`` appears on stderr."""
     proc = subprocess.Popen(
@@ -283,7 +276,7 @@ def _interrupt(tmp_path: Path, sig: int, after: str, rounds: int = 200) -> tuple
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=_ctrl_c_kills,
+        preexec_fn=default_ctrl_c,
     )
     seen = []
     for line in proc.stderr:

@@ -10,16 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from ctrl_c import default_ctrl_c
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _ctrl_c_kills() -> None:
-    """In the child, before ``run.py`` starts: Ctrl-C's default action. A suite started in the background by
-    a shell without job control (``pytest &`` in a script) hands its children SIGINT ignored, and a Python
-    that starts with SIGINT ignored never raises KeyboardInterrupt: the run would not see the user's Ctrl-C
-    this test sends."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def interrupted(out: Path, *overrides: str, rounds: int = 8, after: int = 4) -> None:
@@ -37,7 +30,7 @@ def interrupted(out: Path, *overrides: str, rounds: int = 8, after: int = 4) -> 
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=_ctrl_c_kills,
+        preexec_fn=default_ctrl_c,
     )
     for line in proc.stderr:
         if f"({after}/{rounds} done)" in line:
