@@ -42,13 +42,17 @@ def ray_session():
     fractional-GPU workers can be tested here; CUDA itself is absent and workers fall back to the CPU."""
     import ray
 
+    from sifl_ray.backends.cluster import PRIVATE_SYSTEM_CONFIG
+
     if not ray.is_initialized():
         # address="local": a Ray of its own even when `ray start` left a record of a cluster in /tmp
-        # (ray.init() would join it, or a stale one, and refuse num_cpus / num_gpus there)
+        # (ray.init() would join it, or a stale one, and refuse num_cpus / num_gpus there); the settings a
+        # run's private instance starts with (its raylet's quick socket retries)
         ray.init(
             address="local",
             num_cpus=2,
             num_gpus=4,
+            _system_config=PRIVATE_SYSTEM_CONFIG,
             include_dashboard=False,
             configure_logging=False,
             log_to_driver=False,
@@ -90,7 +94,7 @@ SLOW_TESTS = (  # module::test, or a prefix of its parametrised ids
     "tests/test_cli.py::test_describe_prints_table3_sizes[cnn",  # the paper's CNN keys (cnn, cnn2)
     "tests/test_arms.py::test_toy_arm_runs_on_ray_and_in_process_with_identical_numbers",
     "tests/test_platform.py::test_workers_are_pinned_to_declared_gpus",
-    "tests/test_platform.py::test_a_private_instance_stops_its_autoscaler_monitor_at_once_and_shuts_down",
+    "tests/test_platform.py::test_a_private_instance_retries_its_sockets_quickly_and_stops_its_monitor_at_once",
     "tests/test_vectorised_runs.py::test_ray_and_in_process_runs_agree_with_vectorised_clients",
     "tests/coding/test_coding_registry.py::test_a_process_that_never_registered_it_imports_it_from_its_path",
     "tests/optim/test_optim_rules.py::test_the_trainer_does_not_import_dynamo",

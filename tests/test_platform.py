@@ -402,10 +402,12 @@ def test_gpus_beyond_the_cluster_are_refused_before_any_worker_waits():
     check_gpus(cfg(quarter), 4, 1.0)  # exactly full is fine
 
 
-def test_a_private_instance_stops_its_autoscaler_monitor_at_once_and_shuts_down():
-    """A run's end does not give Ray's autoscaler monitor the second of grace it always takes: the backend
-    that started the instance kills it (SIGKILL), then Ray shuts down as usual, leaving nothing running. In a
-    fresh interpreter: the test suite's shared Ray is joined, not owned, and is never touched."""
+def test_a_private_instance_retries_its_sockets_quickly_and_stops_its_monitor_at_once():
+    """A private instance starts with its raylet's quick socket retries (PRIVATE_SYSTEM_CONFIG: Ray's
+    default waits a whole second after one failed connect to the object store), read back from the running
+    instance; and a run's end does not give Ray's autoscaler monitor the second of grace it always takes:
+    the backend that started the instance kills it (SIGKILL), then Ray shuts down as usual, leaving nothing
+    running. In a fresh interpreter: the test suite's shared Ray is joined, not owned, and never touched."""
     import os
     import subprocess
     import sys
@@ -414,6 +416,10 @@ def test_a_private_instance_stops_its_autoscaler_monitor_at_once_and_shuts_down(
         "import ray\n"
         "from sifl_ray.backends.ray import RayBackend, stop_autoscaler_monitor\n"
         "backend = RayBackend(num_cpus=1)\n"
+        "from ray._private.state import state\n"
+        "system = state.get_system_config()\n"
+        "print(system['raylet_client_connect_timeout_milliseconds'])\n"
+        "print(system['raylet_client_num_connect_attempts'])\n"
         "processes = ray._private.worker._global_node.all_processes\n"
         "monitor = processes['monitor'][0].process\n"
         "others = [i.process for k, v in processes.items() if k != 'monitor' for i in v]\n"
@@ -429,4 +435,4 @@ def test_a_private_instance_stops_its_autoscaler_monitor_at_once_and_shuts_down(
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     # the monitor killed, every other process still up, when Ray's shutdown began; nothing running after
-    assert done.stdout.split() == ["-9", "0", "False", "0", "None"], done.stderr[-2000:]
+    assert done.stdout.split() == ["50", "200", "-9", "0", "False", "0", "None"], done.stderr[-2000:]
