@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import colorsys
 import itertools
+import re
 
 import pytest
 from matplotlib import colormaps
@@ -17,6 +18,7 @@ from sifl_ray.plots import (
     arm_styles,
     coinciding,
     plot_accuracy,
+    power_of_ten,
     summary_styles,
 )
 
@@ -216,6 +218,29 @@ def test_two_close_epsilons_get_tick_labels_that_do_not_overlap():
         assert len(shown) >= 2, ax.get_xlabel()  # a reader can still read the scale
         boxes = sorted((t.get_window_extent(renderer) for t in shown), key=lambda b: b.x0)
         assert all(a.x1 < b.x0 for a, b in itertools.pairwise(boxes)), [t.get_text() for t in shown]
+        # decades in plain text, never TeX ($\mathdefault{10^{-4}}$ loads the TeX parser at the run's end)
+        labels = [t.get_text() for t in shown]
+        assert all(re.fullmatch("1|10[⁻¹²³⁴⁵⁶⁷⁸⁹⁰]+", label) for label in labels), labels
+
+
+@pytest.mark.parametrize(
+    ("value", "label"),
+    [
+        (1e-4, "10⁻⁴"),
+        (1e-10, "10⁻¹⁰"),
+        (1.0, "1"),
+        (10.0, "10¹"),
+        (1e20, "10²⁰"),
+        (3e-4, "0.0003"),
+        (2.5, "2.5"),
+        (0.0, ""),
+        (-10.0, ""),
+        (float("nan"), ""),
+        (float("inf"), ""),
+    ],
+)
+def test_a_log_axis_is_labelled_in_plain_text_powers_of_ten(value, label):
+    assert power_of_ten(value) == label
 
 
 def test_the_audit_figure_draws_infinite_estimates_and_intervals_above_their_estimate(tmp_path):
