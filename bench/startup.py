@@ -5,7 +5,9 @@ Side by side, in one bench run (the same machine, the same minutes):
 * **first run**: ``python run.py`` (the quickstart unless overrides say otherwise) as a fresh process, its
   wall time and its rounds' (``summary.json``'s ``startup``); its *fixed cost* is wall − rounds: the
   interpreter, the imports, Ray, the parties, and the end (summary, plots, Ray's shutdown). Its peak PSS
-  is sampled over the whole process tree (the driver, Ray's processes, every party's).
+  is sampled over the whole process tree (the driver, Ray's processes, every party's) in a second run of
+  its own: reading every process's ``smaps_rollup`` costs ~27 ms of CPU a sample, which on 2 cores the
+  timed run would pay (0.2–0.4 s at 10 samples a second).
 * **second run**: the same scenario as the second run of a :class:`sifl_ray.Session` (one process: Ray and
   the parties' hosts warm), its fixed cost the same way, until its figures are written (a session draws
   them behind the run; its return is printed beside);
@@ -13,7 +15,10 @@ Side by side, in one bench run (the same machine, the same minutes):
   process), its wall time until the last run's figures are written, against the sum of its runs' rounds
   (printed: a run's rounds play while the run before's figures are drawn);
 * **floor**: ``python -c "import torch"`` then ``ray.init()`` in one fresh process, the least a run of this
-  platform can cost before its first round.
+  platform can cost before its first round: with Ray's defaults (the issue's floor, and the target's), and
+  with the settings a run's private instance starts with
+  (:data:`sifl_ray.backends.cluster.PRIVATE_SYSTEM_CONFIG`; Ray's defaults leave one start in four or so
+  waiting a whole second on a socket retry).
 
 Targets (ratios, so that a shared and noisy machine still gives a fair reading): first run's fixed cost
 ≤ 1.5 × the floor; the second run's fixed cost ≤ 1 s; the sweep ≤ 1.3 × its rounds; peak PSS ≤ 1.5 GiB.
@@ -47,13 +52,18 @@ PSS_TARGET_MIB = 1536.0
 PHASES = ("imports_s", "backend_s", "parties_s", "to_first_round_s", "rounds_s")
 LRS = (0.02, 0.035, 0.05, 0.065, 0.08, 0.1, 0.12, 0.14, 0.17, 0.2)
 
-#: The floor: torch imported, then Ray started, in one fresh process; prints ``FLOOR <seconds>``.
+#: The floor: torch imported, then Ray started, in one fresh process, with the system config given as
+#: JSON in argv[1] (``{}``: Ray's defaults); prints ``FLOOR <seconds>``.
 FLOOR_SCRIPT = """
-import time
+import json, sys, time
 start = time.perf_counter()
 import torch  # noqa: F401
 import ray
-ray.init(address="local", include_dashboard=False, configure_logging=False, log_to_driver=False)
+system = json.loads(sys.argv[1]) or None
+ray.init(
+    address="local", include_dashboard=False, configure_logging=False, log_to_driver=False,
+    _system_config=system,
+)
 print("FLOOR", time.perf_counter() - start, flush=True)
 ray.shutdown()
 """
@@ -88,24 +98,30 @@ print("SESSION", json.dumps(out), flush=True)
 """
 
 
-def run_sampled(argv: list[str], interval: float, what: str, cwd: Path = ROOT) -> tuple[str, MemorySampler]:
-    """Run ``argv`` in the repository root while sampling its process tree's PSS; its output (stdout and
-    stderr together) and the sampler.
+def run_sampled(
+    argv: list[str], interval: float | None, what: str, cwd: Path = ROOT
+) -> tuple[str, MemorySampler | None]:
+    """Run ``argv`` in ``cwd`` while sampling its process tree's PSS every ``interval`` seconds (``None``:
+    unobserved, for a timed run); its output (stdout and stderr together) and the sampler.
 
     Raises:
         RuntimeError: it failed; the message ends with the tail of its output.
     """
     proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    with MemorySampler(interval, root=proc.pid) as sampler:
+    sampler = None
+    if interval is None:
         output, _ = proc.communicate()
+    else:
+        with MemorySampler(interval, root=proc.pid) as sampler:
+            output, _ = proc.communicate()
     if proc.returncode != 0:
         raise RuntimeError(f"{what} failed ({proc.returncode}):\n{output[-4000:]}")
     return output, sampler
 
 
-def run_once(overrides: list[str], interval: float, checkout: Path = ROOT) -> dict[str, Any]:
-    """One ``python run.py`` of ``checkout`` in a fresh process; its wall time, start-up record and peak
-    PSS."""
+def run_once(overrides: list[str], interval: float | None, checkout: Path = ROOT) -> dict[str, Any]:
+    """One ``python run.py`` of ``checkout`` in a fresh process; its wall time, start-up record and (with
+    an ``interval``) peak PSS."""
     with tempfile.TemporaryDirectory(prefix="sifl-startup-") as out:
         load = os.getloadavg()[0]
         start = time.perf_counter()
@@ -115,7 +131,7 @@ def run_once(overrides: list[str], interval: float, checkout: Path = ROOT) -> di
         (summary_path,) = Path(out).rglob("summary.json")
         summary = json.loads(summary_path.read_text())
         startup = summary["startup"]
-    peak, by_kind = sampler.peak()
+    peak, by_kind = sampler.peak() if sampler is not None else (None, {})
     first, rounds = startup["to_first_round_s"], startup["rounds_s"]
     return {
         "wall_s": wall,
@@ -130,11 +146,20 @@ def run_once(overrides: list[str], interval: float, checkout: Path = ROOT) -> di
     }
 
 
-def floor_once() -> float:
-    """The floor script once: seconds from its start to torch imported and Ray up."""
-    out = subprocess.run(
-        [sys.executable, "-c", FLOOR_SCRIPT], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout
+def timed_and_sampled(overrides: list[str], interval: float, checkout: Path = ROOT) -> dict[str, Any]:
+    """:func:`run_once` unobserved, for its times, then again under the PSS sampler, for its peak (the
+    sampler's CPU would slow the timed run); the timed run's record with the sampled run's peak."""
+    timed = run_once(overrides, None, checkout)
+    sampled = run_once(overrides, interval, checkout)
+    keep = ("peak_pss_bytes", "peak_by_process")
+    return {**timed, **{k: sampled[k] for k in keep}, "sampled_wall_s": sampled["wall_s"]}
+
+
+def floor_once(system_config: dict[str, Any] | None = None) -> float:
+    """The floor script once, with Ray's defaults or ``system_config``: seconds from its start to torch
+    imported and Ray up."""
+    argv = [sys.executable, "-c", FLOOR_SCRIPT, json.dumps(system_config or {})]
+    out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=True).stdout
     (line,) = [ln for ln in out.splitlines() if ln.startswith("FLOOR ")]
     return float(line.split()[1])
 
@@ -151,13 +176,16 @@ def session_once(overrides: list[str]) -> dict[str, Any]:
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Each measurement in turn, ``--runs`` times (the first run, the floor, the session and its sweep)."""
-    runs, floors, sessions, before = [], [], [], []
+    from sifl_ray.backends.cluster import PRIVATE_SYSTEM_CONFIG
+
+    runs, floors, floors_tuned, sessions, before = [], [], [], [], []
     for _ in progress(range(args.runs), "bench startup", name=lambda i: f"round {i}"):
         if args.before:
             theirs = args.before_overrides.split(",") if args.before_overrides else args.overrides
-            before.append(run_once(theirs, args.interval, Path(args.before).resolve()))
-        runs.append(run_once(args.overrides, args.interval))
+            before.append(timed_and_sampled(theirs, args.interval, Path(args.before).resolve()))
+        runs.append(timed_and_sampled(args.overrides, args.interval))
         floors.append(floor_once())
+        floors_tuned.append(floor_once(PRIVATE_SYSTEM_CONFIG))
         sessions.append(session_once(args.overrides))
     first = [r["wall_s"] - r["rounds_s"] for r in runs]
     second = [s["runs"][1]["wall_s"] - s["runs"][1]["rounds_s"] for s in sessions]
@@ -167,6 +195,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     median = {
         "first_fixed_s": statistics.median(first),
         "floor_s": statistics.median(floors),
+        "floor_tuned_s": statistics.median(floors_tuned),
         "second_fixed_s": statistics.median(second),
         "second_drawn_s": statistics.median(second_drawn),
         "sweep_ratio": statistics.median(sweep),
@@ -179,6 +208,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "args": vars(args),
         "runs": runs,
         "floors": floors,
+        "floors_tuned": floors_tuned,
         "sessions": sessions,
         "before": before,
         "median": median,
@@ -247,6 +277,9 @@ def report(res: dict[str, Any]) -> str:
         table(rows, header),
         "",
         "largest at the peak (MiB, last run): " + ", ".join(f"{k} {v / MIB:.0f}" for k, v in where),
+        f"floor, Ray's defaults (the target's): {fmt_seconds(res['floors'])}; with a run's Ray settings "
+        f"(PRIVATE_SYSTEM_CONFIG): {fmt_seconds(res['floors_tuned'])}; first run's fixed cost ÷ the "
+        f"latter {m['first_fixed_s'] / m['floor_tuned_s']:.2f}",
         "",
         table(
             [[what, f"{v:.3g}", f"{t:g}", "yes" if v <= t else "NO", how] for _, what, v, t, how in checks],
@@ -256,6 +289,11 @@ def report(res: dict[str, Any]) -> str:
         result_line(res["name"], first_ratio / FIXED_TARGET, 1.0),
     ]
     return "\n".join(lines)
+
+
+def fmt_seconds(values: list[float]) -> str:
+    """``3.75 / 4.78 / 4.73 s``: each measurement, in the order taken."""
+    return " / ".join(f"{v:.2f}" for v in values) + " s"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -80,10 +80,11 @@ def test_memory_bench(ray_session, tmp_path, capsys):
 
 
 def test_startup_bench(tmp_path, capsys):
-    """Every measurement for real (tiny in-process runs): ``python run.py`` launched with its phases and
-    the peak PSS of its process tree, a session's second run, the sweep through the API, and the floor
-    (its script's own figure checked here: torch imported, then a private Ray started beside the tests'
-    own, which a second start in a test of its own would only pay again)."""
+    """Every measurement for real (tiny in-process runs): ``python run.py`` launched unobserved for its
+    phases and again for the peak PSS of its process tree, a session's second run, the sweep through the
+    API, and the floor with Ray's defaults and with a run's Ray settings (the floor script's own figures
+    checked here: torch imported, then a private Ray started beside the tests' own, which a start in a
+    test of its own would only pay again)."""
     out = tmp_path / "startup.json"
     run = ["train.rounds=1", "clients.num_clients=2", "arms=[fl]", "backend=local"]
     run.append("output.plot=false")
@@ -96,8 +97,12 @@ def test_startup_bench(tmp_path, capsys):
     assert 0 < r["imports_s"] < r["to_first_round_s"] < r["wall_s"] and r["rounds_s"] > 0
     assert r["end_s"] == pytest.approx(r["wall_s"] - r["to_first_round_s"] - r["rounds_s"]) and r["end_s"] > 0
     assert r["peak_pss_bytes"] > 50 * 2**20 and "driver" in r["peak_by_process"]  # run.py's process
-    (floor,) = data["floors"]
+    assert r["sampled_wall_s"] > 0  # the PSS from a run of its own, the times from the unobserved one
+    (floor,), (tuned,) = data["floors"], data["floors_tuned"]
     assert 0.2 < floor < 120 and data["median"]["floor_s"] == floor
+    assert 0.2 < tuned < 120 and data["median"]["floor_tuned_s"] == tuned
+    said = f"floor, Ray's defaults (the target's): {floor:.2f} s; with a run's Ray settings"
+    assert any(line.startswith(said) for line in lines), lines
     m = data["median"]
     assert ratio == pytest.approx(m["first_fixed_s"] / m["floor_s"] / 1.5, abs=5e-4)
     assert m["first_fixed_s"] == pytest.approx(r["wall_s"] - r["rounds_s"])
