@@ -136,8 +136,8 @@ def connect(
         address: ``ray.address`` (the configuration folds ``RAY_ADDRESS`` into it).
         num_cpus / num_gpus: the private instance's size (default: this machine's CPUs, Ray's GPU count);
             a joined cluster has its own, and Ray refuses them there.
-        init_kwargs: passed to ``ray.init``; a private instance's ``_system_config`` is
-            :data:`PRIVATE_SYSTEM_CONFIG` updated with the caller's.
+        init_kwargs: passed to ``ray.init`` (a private instance's system config is
+            :data:`PRIVATE_SYSTEM_CONFIG`).
 
     Raises:
         ClusterUnreachable: a cluster was asked for and cannot be joined.
@@ -145,12 +145,11 @@ def connect(
     if address is None or address in PRIVATE:
         # Probe before starting: the private instance's own ports (random) could answer on a stale record.
         running = recorded_cluster()
-        system_config = {**PRIVATE_SYSTEM_CONFIG, **(init_kwargs.pop("_system_config", None) or {})}
         ray.init(
             address="local",
             num_cpus=num_cpus or os.cpu_count(),
             num_gpus=num_gpus,
-            _system_config=system_config,
+            _system_config=PRIVATE_SYSTEM_CONFIG,
             **init_kwargs,
         )
         line = f"Ray: private local instance ({resources()})"
