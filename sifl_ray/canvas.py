@@ -1,20 +1,24 @@
-"""Where and when the run's figures are rendered: matplotlib's figure on its own Agg canvas, never pyplot,
-and a run's figures drawn in a background thread while the next run plays.
+"""Where and when the run's figures are rendered: matplotlib's figure on its own Agg canvas, never pyplot;
+a run's figures drawn side by side in helper processes, and in a session in a background thread while the
+next run plays.
 
 Why apart from :mod:`sifl_ray.plots` (what each figure shows): this is the process's side of drawing (the
-import of matplotlib off the path to round 0, one figure rendered at a time, a thread that outlives the run
-that started it), which no figure needs to know.
+import of matplotlib off the path to round 0, one figure rendered at a time, the helpers, a thread that
+outlives the run that started it), which no figure needs to know.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import pickle
+import signal
+import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 #: One figure rendered at a time in this process: a run's figures drawn in the background
 #: (:class:`Drawing`) and one a caller saves meanwhile (:func:`sifl_ray.plots.save_figure`) share
@@ -24,7 +28,10 @@ RENDERING = threading.RLock()
 
 
 def prefetch() -> None:
-    """Import matplotlib's figure and its PNG writer in a background thread, once per process.
+    """Make ready what draws the run's figures, once per process: the figure helpers (:class:`Helpers`),
+    which import matplotlib's figure themselves, and here, in a background thread, matplotlib's colour
+    maps (the driver picks the arms' colours: plug-in arms are registered here, not in the helpers), or
+    where there are no helpers (one CPU), matplotlib's figure and its PNG writer.
 
     Why: the plots are drawn at the run's end, and matplotlib's import on the path to round 0 competes with
     the parties' processes starting on the same cores (``python -m bench startup`` measures it). A run
@@ -34,7 +41,8 @@ def prefetch() -> None:
     global _PREFETCHED
     if not _PREFETCHED:
         _PREFETCHED = True
-        threading.Thread(target=_figure_class, name="sifl-matplotlib", daemon=True).start()
+        target = _colormaps if HELPERS.start() else _figure_class
+        threading.Thread(target=target, name="sifl-matplotlib", daemon=True).start()
 
 
 _PREFETCHED = False
@@ -43,6 +51,13 @@ _PREFETCHED = False
 def rounds_begin() -> None:
     """A run's rounds begin: the figures of the run before, waiting in the background, are drawn now."""
     Drawing.rounds_begun.set()
+
+
+def _colormaps() -> Any:
+    """matplotlib's colour maps (:func:`sifl_ray.plots.arm_styles`), without its figure."""
+    from matplotlib import colormaps
+
+    return colormaps
 
 
 def _figure_class() -> Any:
@@ -79,6 +94,206 @@ def save(fig: Any, path: Path, *, bbox_inches: str | None = "tight") -> Path:
         fig.savefig(part, format=path.suffix[1:] or "png", dpi=120, bbox_inches=bbox_inches)
     os.replace(part, path)
     return path
+
+
+class Figures:
+    """A run's figures as separate jobs, each a module-level function with plain-data arguments (a
+    :func:`functools.partial` of one of :mod:`sifl_ray.plots`' ``plot_*``), so that each pickles and the
+    figures can be drawn side by side in the helpers (:meth:`draw`) or one after another here (a call).
+
+    A folder removed before its figures are drawn (a caller's temporary folder, removed once the run
+    returned) gives no figures and no error: nobody can look at them then.
+
+    Args:
+        folder: the run folder the figures are written to; jobs: one per figure, each returning the path it
+            wrote, or ``None`` where the run has nothing to show in it.
+    """
+
+    def __init__(self, folder: Path, jobs: Sequence[Callable[[], Path | None]]):
+        self.folder, self.jobs = Path(folder), list(jobs)
+
+    def __call__(self) -> list[Path]:
+        """Every figure, drawn here one after another."""
+        with RENDERING:
+            return self._written(lambda: [job() for job in self.jobs])
+
+    def draw(self) -> list[Path]:
+        """Every figure, side by side in the helpers where they run, else here."""
+        return self._written(lambda: HELPERS.draw(self.jobs)) if HELPERS.running() else self()
+
+    def _written(self, draw: Callable[[], list[Path | None]]) -> list[Path]:
+        try:
+            return [path for path in draw() if path is not None]
+        except OSError:
+            if self.folder.is_dir():
+                raise
+            return []
+
+
+#: How a helper process starts: it serves figure jobs on its standard input (:func:`serve`).
+_SERVE = "from sifl_ray.canvas import serve; serve()"
+
+
+def serve() -> None:
+    """A figure helper's loop: a pickled job in on standard input, ``("ok", path)`` or ``("error", exc)``
+    out, pickled, until its input ends (its driver has exited or closed it).
+
+    Why a process of its own (not multiprocessing's): a spawned multiprocessing child imports the user's
+    main module again, and a script without a ``__main__`` guard would run its simulation once more in
+    every child; a plain interpreter that imports :mod:`sifl_ray.canvas` runs nothing of the user's.
+    Whatever the drawing prints goes to standard error: standard output carries the answers.
+    """
+    channel = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the driver's to handle; its exit ends us
+    source = sys.stdin.buffer
+    _figure_class()
+    while True:
+        try:
+            job = pickle.load(source)
+        except EOFError:
+            return
+        try:
+            outcome: tuple[str, Any] = ("ok", job())
+        except Exception as err:  # the driver raises it again where it waits for the figures
+            outcome = ("error", _portable(err))
+        pickle.dump(outcome, channel, protocol=pickle.HIGHEST_PROTOCOL)
+        channel.flush()
+
+
+def _portable(err: Exception) -> Exception:
+    """``err``, or where it does not pickle, a RuntimeError that says what it was."""
+    try:
+        pickle.loads(pickle.dumps(err))
+    except Exception:
+        return RuntimeError(f"{type(err).__name__}: {err}")
+    return err
+
+
+class Helpers:
+    """Processes that draw a run's figures side by side, started once per process and kept for its life.
+
+    Why: a run's figures are matplotlib's Python, one core's work each (the quickstart's two take 0.4–0.9 s
+    one after another on the 2-core reference machine, most of a session's second run outside its rounds:
+    ``python -m bench startup``), and they are independent. Each helper is a plain interpreter (:func:`serve`)
+    that imports matplotlib as it starts, while the first run's rounds play (:func:`prefetch`); it never
+    sees a party's key or seed, only what a figure shows. A helper that dies or cannot start is replaced by
+    drawing here: the figures never depend on it.
+
+    Args:
+        count: how many (``0``: none, figures are drawn in the driver); fewer where the machine has fewer
+            CPUs, since a helper on a single core only queues behind the driver.
+    """
+
+    def __init__(self, count: int):
+        self.count = count
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self._lock = threading.Lock()  # one run's figures through the helpers at a time
+
+    def start(self) -> bool:
+        """Start the helpers unless they run; whether they do."""
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        wanted = min(self.count, cpus) if cpus > 1 else 0
+        with self._lock:
+            self._procs = [proc for proc in self._procs if proc.poll() is None]
+            if not self._procs and wanted:
+                root = str(Path(__file__).resolve().parent.parent)  # this sifl_ray, whatever the cwd
+                path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+                env = {**os.environ, "PYTHONPATH": path}
+                try:
+                    self._procs = [_spawn(env) for _ in range(wanted)]
+                except OSError:
+                    self._procs = []
+                if self._procs and not _HELPERS_AT_EXIT:
+                    _at_exit()
+        return bool(self._procs)
+
+    def running(self) -> bool:
+        """Whether any helper is alive."""
+        return any(proc.poll() is None for proc in self._procs)
+
+    def draw(self, jobs: Sequence[Callable[[], Path | None]]) -> list[Path | None]:
+        """``jobs`` dealt out to the helpers in turn, their paths in the jobs' order. A figure whose helper
+        failed (not the figure: the process) is drawn here; a figure's own error is raised once every
+        helper has answered, so that each is ready for the next run."""
+        with self._lock:
+            procs = [proc for proc in self._procs if proc.poll() is None]
+            dealt = [(job, procs[i % len(procs)] if procs else None) for i, job in enumerate(jobs)]
+            sent = [proc is not None and _send(proc, job) for job, proc in dealt]
+            answers: list[tuple[str, Any]] = []
+            for (job, proc), ok in zip(dealt, sent, strict=True):
+                answer = _receive(proc) if ok and proc is not None else None
+                answers.append(answer if answer is not None else ("here", job))
+        paths: list[Path | None] = []
+        error: Exception | None = None
+        for kind, value in answers:
+            if kind == "here":
+                with RENDERING:
+                    value = value()
+            elif kind == "error":
+                error = error or value
+            paths.append(value if kind != "error" else None)
+        if error is not None:
+            raise error
+        return paths
+
+    def close(self) -> None:
+        """End the helpers: their input closed, then a second to finish, then killed."""
+        with self._lock:
+            procs, self._procs = self._procs, []
+        for proc in procs:
+            if proc.stdin is not None:
+                proc.stdin.close()
+        for proc in procs:
+            try:
+                proc.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _spawn(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    # its own session: a Ctrl-C at the terminal is the driver's, whose exit closes the helper's input
+    return subprocess.Popen(
+        [sys.executable, "-c", _SERVE],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+    )
+
+
+def _send(proc: subprocess.Popen[bytes], job: Callable[[], Path | None]) -> bool:
+    stdin: IO[bytes] | None = proc.stdin
+    try:
+        assert stdin is not None
+        pickle.dump(job, stdin, protocol=pickle.HIGHEST_PROTOCOL)
+        stdin.flush()
+    except (OSError, ValueError):  # the helper is gone (a broken pipe, a closed file)
+        return False
+    return True
+
+
+def _receive(proc: subprocess.Popen[bytes]) -> tuple[str, Any] | None:
+    """The helper's answer, or ``None`` where it died on the way (the figure is then drawn here)."""
+    try:
+        assert proc.stdout is not None
+        kind, value = pickle.load(proc.stdout)
+    except (EOFError, OSError, pickle.UnpicklingError, ValueError):
+        proc.kill()
+        return None
+    return kind, value
+
+
+#: The process's figure helpers (:class:`Helpers`): two, the figures a run most often has.
+HELPERS = Helpers(2)
+_HELPERS_AT_EXIT = False
+
+
+def _at_exit() -> None:
+    global _HELPERS_AT_EXIT
+    _HELPERS_AT_EXIT = True
+    atexit.register(HELPERS.close)  # registered before any drawing's settle(): it runs after it
 
 
 class Drawing:
@@ -138,6 +353,8 @@ class Drawing:
 
     @staticmethod
     def _draw(job: Callable[[], list[Path]]) -> list[Path]:
+        if isinstance(job, Figures):
+            return job.draw()
         with RENDERING:
             return job()
 

@@ -49,12 +49,14 @@ def test_a_run_that_audits_nothing_imports_no_scipy():
 
 def test_the_imports_beside_rays_start_leave_matplotlib_to_the_rounds():
     """The driver's imports beside Ray's start (torch, the runner, TensorBoard) take no matplotlib: its ~0.3 s
-    of CPU would compete with the parties' processes starting; a run prefetches it once its rounds begin
-    (the control: after the prefetch its figure and PNG writer are there). Never pyplot, not even once a
-    figure is drawn: pyplot would take over the process's backend, a notebook user's."""
+    of CPU would compete with the parties' processes starting; a run starts its figure helpers once its
+    rounds begin, and they import its figure, not the driver, which only picks the arms' colours (the
+    control: a figure drawn here afterwards imports it). Never pyplot, not even once a figure is drawn: pyplot would
+    take over the process's backend, a notebook user's."""
     script = textwrap.dedent(
         """
         import sys, tempfile, threading
+        from functools import partial
         from pathlib import Path
         from sifl_ray.preload import import_in_background
         import_in_background().join()
@@ -62,12 +64,15 @@ def test_the_imports_beside_rays_start_leave_matplotlib_to_the_rounds():
         from sifl_ray import canvas, plots
         canvas.prefetch()
         next(t for t in threading.enumerate() if t.name == "sifl-matplotlib").join()
-        print("matplotlib.figure" in sys.modules, "matplotlib.backends.backend_agg" in sys.modules)
+        print(canvas.HELPERS.running(), "matplotlib.colors" in sys.modules)
         history = {"fl": [{"round": 0, "test_accuracy": 0.5}, {"round": 1, "test_accuracy": 0.6}]}
         styles = plots.arm_styles({"fl": ("Blues", "fl", None)})
-        path = plots.plot_accuracy(Path(tempfile.mkdtemp()), history, styles, "t")
-        print(path.stat().st_size > 1000, "matplotlib.pyplot" in sys.modules)
+        folder = Path(tempfile.mkdtemp())
+        (path,) = canvas.Figures(folder, [partial(plots.plot_accuracy, folder, history, styles, "t")]).draw()
+        print(path.stat().st_size > 1000, "matplotlib.figure" in sys.modules)
+        path = plots.plot_accuracy(folder, history, styles, "t")
+        print("matplotlib.figure" in sys.modules, "matplotlib.pyplot" in sys.modules)
         """
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-    assert out.stdout.split() == ["True", "False", "True", "True", "True", "False"], out.stderr
+    assert out.stdout.split() == ["True", "False", "True", "True", "True", "False", "True", "False"], out.stderr

@@ -9,13 +9,14 @@ from __future__ import annotations
 import copy
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
 from sifl_ray.arms import arm_of
-from sifl_ray.canvas import Drawing
+from sifl_ray.canvas import Drawing, Figures
 from sifl_ray.clock.stage import Clock
 from sifl_ray.config import to_yaml
 from sifl_ray.faults import FaultJournal
@@ -226,37 +227,29 @@ class Recorder:
             if self.draw_later:
                 figures_of = copy.deepcopy(figures_of)
             label = str(self.run_dir)
-            drawing = Drawing(lambda: self.draw(*figures_of), background=self.draw_later, label=label)
+            drawing = Drawing(self.figures(*figures_of), background=self.draw_later, label=label)
         self.logger.close(results=results_markdown(summary))
         line = result_line(summary)
         return RunResult(self.run_dir, summary, history=driver.history, result_line=line, drawing=drawing)
 
-    def draw(self, summary: dict[str, Any], history: dict[str, list[dict[str, float]]]) -> list[Path]:
-        """The run's figures (:mod:`sifl_ray.plots`): accuracy per round, against ε, the audit's and the
-        simulated clock's where the run has them; the paths written. None (``[]``) where the run folder is
-        gone by the time a background thread draws them (a caller's temporary folder, removed once the
-        run returned): nobody can look at them then."""
-        try:
-            return self._draw(summary, history)
-        except OSError:
-            if self.run_dir.is_dir():
-                raise
-            return []
-
-    def _draw(self, summary: dict[str, Any], history: dict[str, list[dict[str, float]]]) -> list[Path]:
-        cfg = self.cfg
+    def figures(self, summary: dict[str, Any], history: dict[str, list[dict[str, float]]]) -> Figures:
+        """The run's figures (:mod:`sifl_ray.plots`), one job each: accuracy per round, against ε, the
+        audit's and the simulated clock's where the run has them (each job pickles: the helpers draw them
+        side by side, :class:`~sifl_ray.canvas.Figures`)."""
+        cfg, folder, name = self.cfg, self.run_dir, run_name(self.cfg)
         epsilons = arm_epsilons(summary)
         styles = summary_styles(summary, epsilons)
-        written = [plot_accuracy(self.run_dir, history, styles, f"{run_name(cfg)}: test accuracy")]
-        title = f"{run_name(cfg)}: final accuracy against ε"
-        written.append(plot_accuracy_vs_epsilon(self.run_dir, summary, epsilons, styles, title))
-        title = f"{run_name(cfg)}: the in-run audit against the claimed ε"
-        written.append(plot_audit(self.run_dir, summary, title))
+        against_epsilon = f"{name}: final accuracy against ε"
+        jobs = [
+            partial(plot_accuracy, folder, history, styles, f"{name}: test accuracy"),
+            partial(plot_accuracy_vs_epsilon, folder, summary, epsilons, styles, against_epsilon),
+            partial(plot_audit, folder, summary, f"{name}: the in-run audit against the claimed ε"),
+        ]
         if self.clock is not None:
-            title = f"{run_name(cfg)}: test accuracy against the simulated clock"
+            title = f"{name}: test accuracy against the simulated clock"
             target = cfg.clock.target_accuracy
-            written.append(plot_accuracy_vs_time(self.run_dir, history, styles, title, target))
-        return [path for path in written if path is not None]
+            jobs.append(partial(plot_accuracy_vs_time, folder, history, styles, title, target))
+        return Figures(folder, jobs)
 
 
 def arm_hparams(cfg: DictConfig, arm: str) -> dict[str, Any]:
