@@ -135,8 +135,9 @@ _SERVE = "from sifl_ray.canvas import serve; serve()"
 
 
 def serve() -> None:
-    """A figure helper's loop: a pickled job in on standard input, ``("ok", path)`` or ``("error", exc)``
-    out, pickled, until its input ends (its driver has exited or closed it).
+    """A figure helper's loop: a pickled job in on standard input, with the driver's matplotlib settings
+    (:func:`_settings`), ``("ok", path)`` or ``("error", exc)`` out, pickled, until its input ends (its
+    driver has exited or closed it).
 
     Why a process of its own (not multiprocessing's): a spawned multiprocessing child imports the user's
     main module again, and a script without a ``__main__`` guard would run its simulation once more in
@@ -148,13 +149,16 @@ def serve() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the driver's to handle; its exit ends us
     source = sys.stdin.buffer
     _figure_class()
+    import matplotlib
+
     while True:
         try:
-            job = pickle.load(source)
+            settings, job = pickle.load(source)
         except EOFError:
             return
         try:
-            outcome: tuple[str, Any] = ("ok", job())
+            with matplotlib.rc_context(settings):
+                outcome: tuple[str, Any] = ("ok", job())
         except Exception as err:  # the driver raises it again where it waits for the figures
             outcome = ("error", _portable(err))
         pickle.dump(outcome, channel, protocol=pickle.HIGHEST_PROTOCOL)
@@ -216,10 +220,11 @@ class Helpers:
         """``jobs`` dealt out to the helpers in turn, their paths in the jobs' order. A figure whose helper
         failed (not the figure: the process) is drawn here; a figure's own error is raised once every
         helper has answered, so that each is ready for the next run."""
+        settings = _settings()
         with self._lock:
             procs = [proc for proc in self._procs if proc.poll() is None]
             dealt = [(job, procs[i % len(procs)] if procs else None) for i, job in enumerate(jobs)]
-            sent = [proc is not None and _send(proc, job) for job, proc in dealt]
+            sent = [proc is not None and _send(proc, (settings, job)) for job, proc in dealt]
             answers: list[tuple[str, Any]] = []
             for (job, proc), ok in zip(dealt, sent, strict=True):
                 answer = _receive(proc) if ok and proc is not None else None
@@ -263,11 +268,24 @@ def _spawn(env: dict[str, str]) -> subprocess.Popen[bytes]:
     )
 
 
-def _send(proc: subprocess.Popen[bytes], job: Callable[[], Path | None]) -> bool:
+def _settings() -> dict[str, Any]:
+    """The matplotlib settings (``rcParams``) the driver has changed from matplotlib's own, to draw a figure
+    in a helper as it would be drawn here (a style, a font size): a figure takes the settings in force
+    when it is drawn. Not the backend: the helpers draw on Agg whatever the driver shows on."""
+    if "matplotlib" not in sys.modules:  # nothing imported it: nothing changed
+        return {}
+    import matplotlib
+
+    original = matplotlib.rcParamsOrig
+    skip = {"backend", "backend_fallback", "interactive"}
+    return {k: v for k, v in matplotlib.rcParams.items() if k not in skip and v != original.get(k)}
+
+
+def _send(proc: subprocess.Popen[bytes], message: tuple[dict[str, Any], Callable[[], Path | None]]) -> bool:
     stdin: IO[bytes] | None = proc.stdin
     try:
         assert stdin is not None
-        pickle.dump(job, stdin, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.dump(message, stdin, protocol=pickle.HIGHEST_PROTOCOL)
         stdin.flush()
     except (OSError, ValueError):  # the helper is gone (a broken pipe, a closed file)
         return False

@@ -1,6 +1,7 @@
 """A run's figures drawn behind it (``sifl_ray.canvas``): when the thread draws, that the interpreter's exit
-waits for it without waiting out the delay, that a figure is renamed into place, and that a result
-with its drawing still pickles. The runs themselves are in tests/test_session.py."""
+waits for it without waiting out the delay, that a figure is renamed into place, that a result
+with its drawing still pickles, and the helper processes that draw the figures side by side. The runs
+themselves are in tests/test_session.py."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -92,3 +94,41 @@ def test_a_figure_is_renamed_into_place_and_its_suffix_decides_the_format(tmp_pa
     pdf = canvas.save(fig, tmp_path / "f.pdf")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.pdf", "f.png"]
     assert png.read_bytes().startswith(b"\x89PNG") and pdf.read_bytes().startswith(b"%PDF")
+
+
+def test_the_helpers_draw_side_by_side_in_their_own_processes_with_the_drivers_settings(tmp_path):
+    """A run's figures are dealt out to the helper processes, one each (the jobs run there, not here), and
+    drawn with the matplotlib settings the driver has changed: a style set here shows in the figure."""
+    import matplotlib
+    from PIL import Image
+
+    from sifl_ray import plots
+
+    assert canvas.HELPERS.start()
+    pids = canvas.HELPERS.draw([os.getpid, os.getpid])
+    assert len(set(pids)) == 2 and os.getpid() not in pids
+    history = {"fl": [{"round": 0, "test_accuracy": 0.5}, {"round": 1, "test_accuracy": 0.6}]}
+    styles = plots.arm_styles({"fl": ("Blues", "fl", None)})
+    job = partial(plots.plot_accuracy, tmp_path, history, styles, "t")
+    with matplotlib.rc_context({"figure.facecolor": "#ff0000", "savefig.facecolor": "#ff0000"}):
+        (path,) = canvas.Figures(tmp_path, [job]).draw()
+    with Image.open(path) as image:
+        assert image.convert("RGB").getpixel((1, 1)) == (255, 0, 0)
+    (path,) = canvas.Figures(tmp_path, [job]).draw()  # the setting was the driver's then, not the helper's
+    with Image.open(path) as image:
+        assert image.convert("RGB").getpixel((1, 1)) == (255, 255, 255)
+
+
+def test_a_figures_error_is_raised_here_and_a_dead_helpers_figure_is_drawn_here():
+    """What a figure raises in a helper is raised where the figures are waited for, and the helpers go on
+    to the next run's; a figure whose helper is gone is drawn by the driver instead."""
+    assert canvas.HELPERS.start()
+    with pytest.raises(ValueError, match="invalid literal"):
+        canvas.HELPERS.draw([partial(int, "x"), os.getpid])
+    assert os.getpid() not in canvas.HELPERS.draw([os.getpid, os.getpid])
+    for proc in list(canvas.HELPERS._procs):
+        proc.kill()
+        proc.wait()
+    assert not canvas.HELPERS.running()
+    assert canvas.HELPERS.draw([os.getpid]) == [os.getpid()]
+    assert canvas.HELPERS.start() and os.getpid() not in canvas.HELPERS.draw([os.getpid])
