@@ -276,9 +276,10 @@ def _settings() -> dict[str, Any]:
         return {}
     import matplotlib
 
-    original = matplotlib.rcParamsOrig
-    skip = {"backend", "backend_fallback", "interactive"}
-    return {k: v for k, v in matplotlib.rcParams.items() if k not in skip and v != original.get(k)}
+    rc, original = matplotlib.rcParams, matplotlib.rcParamsOrig
+    # keys first: reading the backend's value would resolve it, importing pyplot (a notebook user's choice)
+    keys = [key for key in rc if key not in ("backend", "backend_fallback", "interactive")]
+    return {key: rc[key] for key in keys if rc[key] != original.get(key)}
 
 
 def _send(proc: subprocess.Popen[bytes], message: tuple[dict[str, Any], Callable[[], Path | None]]) -> bool:
@@ -299,6 +300,12 @@ def _receive(proc: subprocess.Popen[bytes]) -> tuple[str, Any] | None:
         kind, value = pickle.load(proc.stdout)
     except (EOFError, OSError, pickle.UnpicklingError, ValueError):
         proc.kill()
+        code = proc.wait()
+        print(
+            f"[sifl] a figure helper (pid {proc.pid}) ended with code {code}: its figure is drawn here",
+            file=sys.stderr,
+            flush=True,
+        )
         return None
     return kind, value
 

@@ -51,8 +51,8 @@ def test_the_imports_beside_rays_start_leave_matplotlib_to_the_rounds():
     """The driver's imports beside Ray's start (torch, the runner, TensorBoard) take no matplotlib: its ~0.3 s
     of CPU would compete with the parties' processes starting; a run starts its figure helpers once its
     rounds begin, and they import its figure, not the driver, which only picks the arms' colours (the
-    control: a figure drawn here afterwards imports it). Never pyplot, not even once a figure is drawn: pyplot would
-    take over the process's backend, a notebook user's."""
+    control: a figure drawn here afterwards imports it). Never pyplot, not even once a figure is drawn:
+    pyplot would take over the process's backend, a notebook user's."""
     script = textwrap.dedent(
         """
         import sys, tempfile, threading
@@ -75,4 +75,5 @@ def test_the_imports_beside_rays_start_leave_matplotlib_to_the_rounds():
         """
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-    assert out.stdout.split() == ["True", "False", "True", "True", "True", "False", "True", "False"], out.stderr
+    expected = ["True", "False", "True", "True", "True", "False", "True", "False"]
+    assert out.stdout.split() == expected, out.stderr
