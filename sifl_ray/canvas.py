@@ -10,6 +10,7 @@ outlives the run that started it), which no figure needs to know.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import pickle
 import signal
@@ -39,9 +40,10 @@ def prefetch() -> None:
     the import has finished waits for it (Python's import lock).
     """
     global _PREFETCHED
+    helpers = HELPERS.start()  # each run: a helper that has died since the last is replaced
     if not _PREFETCHED:
         _PREFETCHED = True
-        target = _colormaps if HELPERS.start() else _figure_class
+        target = _colormaps if helpers else _figure_class
         threading.Thread(target=target, name="sifl-matplotlib", daemon=True).start()
 
 
@@ -195,19 +197,20 @@ class Helpers:
         self._lock = threading.Lock()  # one run's figures through the helpers at a time
 
     def start(self) -> bool:
-        """Start the helpers unless they run; whether they do."""
+        """Start the helpers that do not run (all of them the first time, one that has died since);
+        whether any runs."""
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         wanted = min(self.count, cpus) if cpus > 1 else 0
         with self._lock:
             self._procs = [proc for proc in self._procs if proc.poll() is None]
-            if not self._procs and wanted:
+            if len(self._procs) < wanted:
                 root = str(Path(__file__).resolve().parent.parent)  # this sifl_ray, whatever the cwd
                 path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
                 env = {**os.environ, "PYTHONPATH": path}
-                try:
-                    self._procs = [_spawn(env) for _ in range(wanted)]
-                except OSError:
-                    self._procs = []
+                # one that cannot start (a process limit) leaves its figures to the driver
+                with contextlib.suppress(OSError):
+                    for _ in range(wanted - len(self._procs)):
+                        self._procs.append(_spawn(env))
                 if self._procs and not _HELPERS_AT_EXIT:
                     _at_exit()
         return bool(self._procs)

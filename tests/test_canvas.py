@@ -132,3 +132,18 @@ def test_a_figures_error_is_raised_here_and_a_dead_helpers_figure_is_drawn_here(
     assert not canvas.HELPERS.running()
     assert canvas.HELPERS.draw([os.getpid]) == [os.getpid()]
     assert canvas.HELPERS.start() and os.getpid() not in canvas.HELPERS.draw([os.getpid])
+
+
+def test_a_helper_that_dies_on_a_figure_is_said_and_its_figure_drawn_here(capfd):
+    """A helper that ends while it draws (killed here by its own job) does not take the figure with it: the
+    driver says so on stderr and draws the job itself (this job, drawn here, finds the helper gone)."""
+    import signal
+
+    assert canvas.HELPERS.start()
+    helper = canvas.HELPERS._procs[0]
+    with pytest.raises(ProcessLookupError):
+        canvas.HELPERS.draw([partial(os.kill, helper.pid, signal.SIGKILL)])
+    assert f"a figure helper (pid {helper.pid}) ended with code -9" in capfd.readouterr().err
+    assert canvas.HELPERS.start()  # the next run's: the dead helper replaced, two draw side by side again
+    pids = canvas.HELPERS.draw([os.getpid, os.getpid])
+    assert len(set(pids)) == 2 and helper.pid not in pids and os.getpid() not in pids
