@@ -28,22 +28,28 @@ from typing import IO, Any
 RENDERING = threading.RLock()
 
 
-def prefetch() -> None:
-    """Make ready what draws the run's figures, once per process: the figure helpers (:class:`Helpers`),
-    which import matplotlib's figure themselves, and here, in a background thread, matplotlib's colour
+def prefetch(*, helpers: bool) -> None:
+    """Make ready what draws the run's figures: the figure helpers (:class:`Helpers`), which import
+    matplotlib's figure themselves, and here, once per process in a background thread, matplotlib's colour
     maps (the driver picks the arms' colours: plug-in arms are registered here, not in the helpers), or
-    where there are no helpers (one CPU), matplotlib's figure and its PNG writer.
+    where no helper runs, matplotlib's figure and its PNG writer.
 
     Why: the plots are drawn at the run's end, and matplotlib's import on the path to round 0 competes with
     the parties' processes starting on the same cores (``python -m bench startup`` measures it). A run
     calls this when its rounds begin: the driver mostly waits on the parties then, and a plot drawn before
     the import has finished waits for it (Python's import lock).
+
+    Args:
+        helpers: start the helpers (a session's runs, whose figures are drawn behind them), replacing one
+            that has died since the last run. A run that draws its figures before its process ends
+            (``sifl run``) draws them here beside Ray's stop: helpers would add their start and their exit
+            to figures that take 0.4 s (``python -m bench startup``: its end 0.2 s longer with them).
     """
     global _PREFETCHED
-    helpers = HELPERS.start()  # each run: a helper that has died since the last is replaced
+    started = helpers and HELPERS.start()
     if not _PREFETCHED:
         _PREFETCHED = True
-        target = _colormaps if helpers else _figure_class
+        target = _colormaps if started else _figure_class
         threading.Thread(target=target, name="sifl-matplotlib", daemon=True).start()
 
 

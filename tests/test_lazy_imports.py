@@ -62,7 +62,7 @@ def test_the_imports_beside_rays_start_leave_matplotlib_to_the_rounds():
         import_in_background().join()
         print("torch.utils.tensorboard" in sys.modules, "matplotlib" in sys.modules)
         from sifl_ray import canvas, plots
-        canvas.prefetch()
+        canvas.prefetch(helpers=True)
         next(t for t in threading.enumerate() if t.name == "sifl-matplotlib").join()
         print(canvas.HELPERS.running(), "matplotlib.colors" in sys.modules)
         history = {"fl": [{"round": 0, "test_accuracy": 0.5}, {"round": 1, "test_accuracy": 0.6}]}

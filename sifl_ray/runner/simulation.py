@@ -365,7 +365,9 @@ class Simulation:
         self.marks.mark("first_round")
         canvas.rounds_begin()  # the last run's figures, drawn while the parties play these rounds
         if self.cfg.output.plot:
-            canvas.prefetch()  # matplotlib, imported while the parties play the rounds
+            # matplotlib, imported while the parties play the rounds; figures drawn behind a session's run
+            # are drawn side by side in helper processes
+            canvas.prefetch(helpers=self.recorder.draw_later)
         progress = RoundLines(rounds, self.cfg.output.progress)
         while t < rounds:
             try:
