@@ -98,7 +98,8 @@ def test_a_figure_is_renamed_into_place_and_its_suffix_decides_the_format(tmp_pa
 
 def test_the_helpers_draw_side_by_side_in_their_own_processes_with_the_drivers_settings(tmp_path):
     """A run's figures are dealt out to the helper processes, one each (the jobs run there, not here), and
-    drawn with the matplotlib settings the driver has changed: a style set here shows in the figure."""
+    drawn with the matplotlib settings the driver has changed: a style set here shows in the figure; with
+    none changed, a helper's PNG is the driver's byte for byte."""
     import matplotlib
     from PIL import Image
 
@@ -117,6 +118,10 @@ def test_the_helpers_draw_side_by_side_in_their_own_processes_with_the_drivers_s
     (path,) = canvas.Figures(tmp_path, [job]).draw()  # the setting was the driver's then, not the helper's
     with Image.open(path) as image:
         assert image.convert("RGB").getpixel((1, 1)) == (255, 255, 255)
+    here = tmp_path / "here"  # drawn here, the same figure is the same file, byte for byte
+    here.mkdir()
+    (drawn_here,) = canvas.Figures(here, [partial(plots.plot_accuracy, here, history, styles, "t")])()
+    assert drawn_here.read_bytes() == path.read_bytes()
 
 
 def test_a_figures_error_is_raised_here_and_a_dead_helpers_figure_is_drawn_here():
