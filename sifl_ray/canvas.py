@@ -205,7 +205,7 @@ class Helpers:
     def start(self) -> bool:
         """Start the helpers that do not run (all of them the first time, one that has died since);
         whether any runs."""
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        cpus = usable_cpus()
         wanted = min(self.count, cpus) if cpus > 1 else 0
         with self._lock:
             self._procs = [proc for proc in self._procs if proc.poll() is None]
@@ -264,6 +264,11 @@ class Helpers:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the OS says, else the machine's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _spawn(env: dict[str, str]) -> subprocess.Popen[bytes]:

@@ -29,7 +29,9 @@ def pytest_cmdline_main(config):
         return
     if config.option.numprocesses is not None or config.option.dist != "no" or config.option.usepdb:
         return
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1  # macOS
+    from sifl_ray.canvas import usable_cpus
+
+    cpus = usable_cpus()
     if cpus < 2 or not all(os.path.isdir(arg.split("::", 1)[0]) for arg in config.args):
         return
     config.option.numprocesses = min(SUITE_PROCESSES, cpus)

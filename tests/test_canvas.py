@@ -22,6 +22,11 @@ from sifl_ray.canvas import Drawing
 
 ROOT = Path(__file__).resolve().parents[1]
 
+#: The figure helpers run only beside a second CPU (one core: the driver draws, ``canvas.Helpers``).
+needs_helpers = pytest.mark.skipif(
+    canvas.usable_cpus() < 2, reason="one CPU: figures are drawn in the driver, no helper runs"
+)
+
 #: Far beyond any wait below: a drawing that waits out this delay fails the test by its timeout instead.
 LONG_DELAY_S = 120.0
 
@@ -96,6 +101,7 @@ def test_a_figure_is_renamed_into_place_and_its_suffix_decides_the_format(tmp_pa
     assert png.read_bytes().startswith(b"\x89PNG") and pdf.read_bytes().startswith(b"%PDF")
 
 
+@needs_helpers
 def test_the_helpers_draw_side_by_side_in_their_own_processes_with_the_drivers_settings(tmp_path):
     """A run's figures are dealt out to the helper processes, one each (the jobs run there, not here), and
     drawn with the matplotlib settings the driver has changed: a style set here shows in the figure; with
@@ -124,6 +130,7 @@ def test_the_helpers_draw_side_by_side_in_their_own_processes_with_the_drivers_s
     assert drawn_here.read_bytes() == path.read_bytes()
 
 
+@needs_helpers
 def test_a_figures_error_is_raised_here_and_a_dead_helpers_figure_is_drawn_here():
     """What a figure raises in a helper is raised where the figures are waited for, and the helpers go on
     to the next run's; a figure whose helper is gone is drawn by the driver instead."""
@@ -139,6 +146,7 @@ def test_a_figures_error_is_raised_here_and_a_dead_helpers_figure_is_drawn_here(
     assert canvas.HELPERS.start() and os.getpid() not in canvas.HELPERS.draw([os.getpid])
 
 
+@needs_helpers
 def test_a_helper_that_dies_on_a_figure_is_said_and_its_figure_drawn_here(capfd):
     """A helper that ends while it draws (killed here by its own job) does not take the figure with it: the
     driver says so on stderr and draws the job itself (this job, drawn here, finds the helper gone)."""

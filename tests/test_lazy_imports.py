@@ -11,6 +11,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
+from sifl_ray.canvas import usable_cpus
+
 
 def test_the_parties_import_cryptography_only_for_a_secure_arm():
     script = textwrap.dedent(
@@ -47,6 +51,7 @@ def test_a_run_that_audits_nothing_imports_no_scipy():
     assert out.stdout.split() == ["False", "True"], out.stderr
 
 
+@pytest.mark.skipif(usable_cpus() < 2, reason="one CPU: no figure helper, the driver draws")
 def test_the_imports_beside_rays_start_leave_matplotlib_to_the_rounds():
     """The driver's imports beside Ray's start (torch, the runner, TensorBoard) take no matplotlib: its ~0.3 s
     of CPU would compete with the parties' processes starting; a run starts its figure helpers once its
