@@ -11,6 +11,7 @@ from coding_cases import make_key, rand
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sifl_ray.coding import transform as T
 from sifl_ray.coding._common import KeyStream
 from sifl_ray.coding.transform import (
     Givens,
@@ -68,6 +69,35 @@ def test_fwht_is_the_hadamard_matrix(length, cols):
     x = rand((length,) if cols is None else (length, cols), length)
     expected = hadamard(length) @ x
     assert torch.allclose(fwht_(x.clone()), expected, rtol=0, atol=1e-12 * length)
+
+
+def level_by_level(x: torch.Tensor) -> torch.Tensor:
+    """The butterflies one level after the other over the whole array: the order fwht_'s blocks keep."""
+    flat = x.reshape(-1)
+    T._levels(flat, flat.numel() // x.shape[0], 1, x.shape[0])
+    return x
+
+
+@pytest.mark.parametrize("block", [2, 8, 96])
+@pytest.mark.parametrize("length", [1, 2, 16, 4096])
+@pytest.mark.parametrize("cols", [None, 1, 3])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+def test_fwht_in_blocks_gives_the_same_bits_as_level_by_level(monkeypatch, block, length, cols, dtype):
+    """The cache-sized blocks change which element is updated when, never what it is added to: equal to the
+    bit, for blocks below, across and above the complex128 level (stride 2) and a block size that is not a
+    power of two (96: the blocks are 64 rows)."""
+    monkeypatch.setattr(T, "_FWHT_BLOCK_ELEMS", block)
+    x = rand((length,) if cols is None else (length, cols), length).to(dtype)
+    assert torch.equal(fwht_(x.clone()), level_by_level(x.clone()))
+
+
+@pytest.mark.parametrize("cols", [None, 2])
+def test_fwht_of_a_paper_sized_head_is_level_by_levels_to_the_bit(cols):
+    """The real block size on a 2¹⁹-row head (the MLP's ñ = 199,411 has L = 2¹⁷; the CNN's 2²⁰)."""
+    length = 1 << 19
+    x = rand((length,) if cols is None else (length, cols), 7)
+    assert length * (cols or 1) > T._FWHT_BLOCK_ELEMS  # more than one block
+    assert torch.equal(fwht_(x.clone()), level_by_level(x.clone()))
 
 
 @pytest.mark.parametrize("size", SMALL_SIZES)
