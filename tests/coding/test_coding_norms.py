@@ -99,3 +99,25 @@ def test_p1p1l_row_norms_are_exact_or_lower_bounds(case, n, m, seed):
         assert case == ("fast", "oblique")
         assert torch.allclose(got, P1.norm(dim=1) / key.alpha, rtol=1e-9, atol=tol)
     assert norms.p1p1l_exact == (case != ("fast", "oblique"))
+
+
+@pytest.mark.parametrize("rounds", [1, 2])
+@pytest.mark.parametrize("left_inverse", ["pinv", "oblique"])
+def test_a_large_keys_columns_one_at_a_time_give_the_batched_norms(monkeypatch, rounds, left_inverse):
+    """From ñ = 4,096 on, norms() pushes its kernel columns one at a time; the batched form (what the small
+    keys above check against their dense matrices) gives the same norms: the largest magnitudes to the
+    bit, the sums of m squares within the round-off of adding them in another order (2m ulps)."""
+    import sifl_ray.coding.fast as fast
+
+    m = 9
+    key = make_key("fast", left_inverse, n=4100, m=m, seed=5, rounds=rounds)
+    assert key.n_tilde >= fast.COLUMN_BY_COLUMN
+    one_at_a_time = key.norms()
+    monkeypatch.setattr(fast, "COLUMN_BY_COLUMN", 1 << 40)
+    batched = make_key("fast", left_inverse, n=4100, m=m, seed=5, rounds=rounds).norms()
+    assert torch.equal(one_at_a_time.n1_row_maxabs, batched.n1_row_maxabs)
+    tol = 2 * m * 2.0**-53
+    for name in ("n1_row_l2", "p1_row_l2", "p1_row_l1"):
+        got, want = getattr(one_at_a_time, name), getattr(batched, name)
+        assert torch.allclose(got, want, rtol=tol, atol=0), name
+    assert float(one_at_a_time.n1_row_l2.min()) > 0
