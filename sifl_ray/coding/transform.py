@@ -81,11 +81,11 @@ def head_length(size: int) -> int:
     return 1 if size <= 1 else 1 << ((size - 1).bit_length() - 1)
 
 
-#: Elements (of the flattened (L, p) array) that one block of :func:`fwht_`'s first levels holds: 1 MiB
-#: of float64, inside a core's L2 cache on the CPUs we measure (2 MiB on the Intel Xeon, 1 MiB on the AMD
-#: EPYC). Why: each level is two passes over the array; a 2²⁰-row vector is 8 MiB, so done level after
-#: level every pass goes to memory, while a block's first 17 levels stay in the cache (2²⁰ rows: 19 ms
-#: → 11 ms on one Intel Xeon core, the same bits).
+#: Elements (of the flattened (L, p) array) that one block of :func:`fwht_`'s first levels holds on a CPU:
+#: 1 MiB of float64, inside a core's L2 cache (2 MiB on the Intel Xeon we measured). Why: each level is two
+#: passes over the array; a 2²⁰-row vector is 8 MiB, so done level after level every pass goes to memory,
+#: while a block's first 17 levels stay in the cache (2²⁰ rows: 19 ms → 11 ms on one Intel Xeon core, the
+#: same bits). A GPU runs every level over the whole array: there more blocks would be more kernel launches.
 _FWHT_BLOCK_ELEMS = 1 << 17
 
 
@@ -95,7 +95,7 @@ def fwht_(y: torch.Tensor) -> torch.Tensor:
     Each level is two passes: ``a ← a + b`` then ``b ← a − 2b`` (= old a − old b), so no scratch buffer.
     The levels whose butterflies stay inside one block of :data:`_FWHT_BLOCK_ELEMS` elements run block
     after block, the wider ones over the whole array. Each element sees the same additions in the same
-    order either way, so the result is the same to the bit (``tests/coding/test_transform.py``).
+    order either way, so the result is the same to the bit (``tests/coding/test_coding_transform.py``).
     """
     length = y.shape[0]
     if length & (length - 1):
@@ -104,7 +104,7 @@ def fwht_(y: torch.Tensor) -> torch.Tensor:
     cols = flat.numel() // max(length, 1)
     rows = max(1, _FWHT_BLOCK_ELEMS // max(cols, 1))  # a power of two: rows of one block
     rows = 1 << (rows.bit_length() - 1)
-    if 1 < rows < length:
+    if y.device.type == "cpu" and 1 < rows < length:
         for block in flat.view(-1, rows * cols):
             _levels(block, cols, 1, rows)
         _levels(flat, cols, rows, length)
