@@ -102,8 +102,8 @@ def fwht_(y: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"FWHT length must be a power of two; got {length}")
     flat = y.view(-1)
     cols = flat.numel() // max(length, 1)
-    rows = max(1, _FWHT_BLOCK_ELEMS // max(cols, 1))  # a power of two: rows of one block
-    rows = 1 << (rows.bit_length() - 1)
+    rows = max(1, _FWHT_BLOCK_ELEMS // max(cols, 1))
+    rows = 1 << (rows.bit_length() - 1)  # one block's rows: a power of two, so blocks hold whole butterflies
     if y.device.type == "cpu" and 1 < rows < length:
         for block in flat.view(-1, rows * cols):
             _levels(block, cols, 1, rows)
