@@ -34,9 +34,11 @@ transformed one column at a time (a random gather of p-double rows is slower per
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -81,20 +83,43 @@ def head_length(size: int) -> int:
     return 1 if size <= 1 else 1 << ((size - 1).bit_length() - 1)
 
 
-#: Elements (of the flattened (L, p) array) that one block of :func:`fwht_`'s first levels holds on a CPU:
-#: 1 MiB of float64, inside a core's L2 cache (2 MiB on the Intel Xeon we measured). Why: each level is two
-#: passes over the array; a 2²⁰-row vector is 8 MiB, so done level after level every pass goes to memory,
-#: while a block's first 17 levels stay in the cache (2²⁰ rows: 19 ms → 11 ms on one Intel Xeon core, the
-#: same bits). A GPU runs every level over the whole array: there more blocks would be more kernel launches.
+#: Elements (of the flattened (L, p) array) that one block of :func:`fwht_`'s first levels holds on a CPU
+#: whose L2 size is unknown: 1 MiB of float64 (see :func:`fwht_block_elems`).
 _FWHT_BLOCK_ELEMS = 1 << 17
+
+
+@functools.cache
+def fwht_block_elems(cache_dir: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
+    """How many float64 elements one block of :func:`fwht_` holds on this CPU: half its core's L2 cache
+    (as Linux reports it), a power of two, or :data:`_FWHT_BLOCK_ELEMS` where that cannot be read.
+
+    Why: each level of the transform is two passes over the array, and a 2²⁰-row head is 8 MiB, so done
+    level after level every pass goes to memory, while a block's first levels stay in the cache. Half the
+    L2 leaves room for what else the core touches: on the Intel Xeon we measured (2 MiB) 2²⁰ rows took
+    19 ms level by level, 17, 13.4 and 11.5 ms in blocks of 256 KiB, 512 KiB and 1 MiB. The block size
+    changes only which element is updated when, never the bits."""
+    for index in sorted(Path(cache_dir).glob("index*")):
+        try:
+            level = (index / "level").read_text().strip()
+            kind = (index / "type").read_text().strip()
+            size = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        if level == "2" and kind in ("Unified", "Data") and size[:-1].isdigit():
+            scale = {"K": 1 << 10, "M": 1 << 20}.get(size[-1])
+            if scale:
+                elems = int(size[:-1]) * scale // 2 // 8
+                return 1 << (elems.bit_length() - 1) if elems >= 1024 else _FWHT_BLOCK_ELEMS
+    return _FWHT_BLOCK_ELEMS
 
 
 def fwht_(y: torch.Tensor) -> torch.Tensor:
     """Unnormalised Walsh–Hadamard transform of contiguous ``y`` (L,) or (L, p) along dim 0, in place.
 
     Each level is two passes: ``a ← a + b`` then ``b ← a − 2b`` (= old a − old b), so no scratch buffer.
-    The levels whose butterflies stay inside one block of :data:`_FWHT_BLOCK_ELEMS` elements run block
-    after block, the wider ones over the whole array. Each element sees the same additions in the same
+    On a CPU the levels whose butterflies stay inside one block (:func:`fwht_block_elems`) run block after
+    block, the wider ones over the whole array (a GPU runs every level over the whole array: there more
+    blocks would only be more kernel launches). Each element sees the same additions in the same
     order either way, so the result is the same to the bit (``tests/coding/test_coding_transform.py``).
     """
     length = y.shape[0]
@@ -102,9 +127,9 @@ def fwht_(y: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"FWHT length must be a power of two; got {length}")
     flat = y.view(-1)
     cols = flat.numel() // max(length, 1)
-    rows = max(1, _FWHT_BLOCK_ELEMS // max(cols, 1))
+    rows = max(1, fwht_block_elems() // max(cols, 1)) if y.device.type == "cpu" else 1
     rows = 1 << (rows.bit_length() - 1)  # one block's rows: a power of two, so blocks hold whole butterflies
-    if y.device.type == "cpu" and 1 < rows < length:
+    if 1 < rows < length:
         for block in flat.view(-1, rows * cols):
             _levels(block, cols, 1, rows)
         _levels(flat, cols, rows, length)

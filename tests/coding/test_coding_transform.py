@@ -86,7 +86,7 @@ def test_fwht_in_blocks_gives_the_same_bits_as_level_by_level(monkeypatch, block
     """The cache-sized blocks change which element is updated when, never what it is added to: equal to the
     bit, for blocks below, across and above the complex128 level (stride 2) and a block size that is not a
     power of two (96: the blocks are 64 rows)."""
-    monkeypatch.setattr(T, "_FWHT_BLOCK_ELEMS", block)
+    monkeypatch.setattr(T, "fwht_block_elems", lambda: block)
     x = rand((length,) if cols is None else (length, cols), length).to(dtype)
     assert torch.equal(fwht_(x.clone()), level_by_level(x.clone()))
 
@@ -96,8 +96,38 @@ def test_fwht_of_a_paper_sized_head_is_level_by_levels_to_the_bit(cols):
     """The real block size on a 2¹⁹-row head (the MLP's ñ = 199,411 has L = 2¹⁷; the CNN's 2²⁰)."""
     length = 1 << 19
     x = rand((length,) if cols is None else (length, cols), 7)
-    assert length * (cols or 1) > T._FWHT_BLOCK_ELEMS  # more than one block
+    assert length * (cols or 1) > T.fwht_block_elems()  # more than one block
     assert torch.equal(fwht_(x.clone()), level_by_level(x.clone()))
+
+
+def cache_tree(root, caches: list[tuple[str, str, str]]):
+    """A directory laid out as Linux's /sys/devices/system/cpu/cpu0/cache: (level, type, size) each."""
+    for i, (level, kind, size) in enumerate(caches):
+        index = root / f"index{i}"
+        index.mkdir()
+        for name, text in (("level", level), ("type", kind), ("size", size)):
+            (index / name).write_text(text + "\n")
+    return str(root)
+
+
+@pytest.mark.parametrize(
+    ("caches", "elems"),
+    [
+        ([("1", "Data", "48K"), ("1", "Instruction", "32K"), ("2", "Unified", "2048K")], 1 << 17),
+        ([("1", "Data", "32K"), ("2", "Unified", "1024K"), ("3", "Unified", "32768K")], 1 << 16),
+        ([("2", "Unified", "1280K")], 1 << 16),  # 640 KiB of doubles, down to a power of two
+        ([("2", "Unified", "2M")], 1 << 17),
+        ([("1", "Data", "48K")], T._FWHT_BLOCK_ELEMS),  # no L2 said: the default
+        ([("2", "Unified", "a lot")], T._FWHT_BLOCK_ELEMS),
+        ([("2", "Unified", "8K")], T._FWHT_BLOCK_ELEMS),  # too small to be an L2: the default
+    ],
+)
+def test_the_fwht_block_is_half_the_l2_linux_reports(tmp_path, caches, elems):
+    assert T.fwht_block_elems.__wrapped__(cache_tree(tmp_path, caches)) == elems
+
+
+def test_without_a_cache_directory_the_fwht_block_is_the_default(tmp_path):
+    assert T.fwht_block_elems.__wrapped__(str(tmp_path / "missing")) == T._FWHT_BLOCK_ELEMS
 
 
 @pytest.mark.parametrize("size", SMALL_SIZES)
