@@ -126,6 +126,25 @@ def test_a_ray_session_changes_shape_between_runs_without_losing_a_party(ray_ses
     assert one.summary["num_workers"] == 1
 
 
+def test_an_in_process_run_between_two_ray_runs_keeps_the_ray_hosts_warm(ray_session, tmp_path):
+    """An in-process host reserves nothing on Ray, so an in-process run stops no idle Ray host for its CPU
+    (it did: every Ray ≡ in-process comparison paid for new Ray processes on its next Ray run)."""
+    base = {**EVERY_ARM, "arms": ["fl", "sifl_m1"], "train.rounds": 1, "output.dir": str(tmp_path)}
+    with Session("ray") as on_ray, Session("local") as here:
+
+        def ray_pids() -> list[int]:
+            idle = [h for hs in on_ray.hosts.idle.values() for h in hs]
+            return sorted(on_ray.hosts.backend.get_all([h.call(Host.pid) for h in idle]))
+
+        first = on_ray.simulate("quickstart", base)
+        before = ray_pids()
+        between = here.simulate("quickstart", base)
+        again = on_ray.simulate("quickstart", base)
+        assert on_ray.hosts.reused == len(before) == 5  # server, aggregator, evaluator, two workers
+        assert ray_pids() == before  # the same processes, started again
+    assert figures(again) == figures(first) == figures(between)
+
+
 #: A session's run that draws its figures (the quickstart's two: accuracy, and accuracy against ε).
 DRAWN = {**EVERY_ARM, "arms": ["fl", "sifl_m1", "nbafl"], "output.plot": True, "backend": "local"}
 

@@ -67,10 +67,14 @@ class WarmHosts:
         """Stop the idle hosts that hold resources (CPUs, GPUs), of any session, before a new host asks for
         some: an idle worker must not keep the CPU a host of this run waits for. A host in a shared process
         (:class:`~sifl_ray.backends.shared.Slot`) goes only with its whole process, and only when none of
-        that process's parties is in use: stopping it stops them all."""
-        if not (key[1].cpus or key[1].gpus):
+        that process's parties is in use: stopping it stops them all.
+
+        Only a backend that places its parties (Ray) reserves resources: an in-process host holds nothing
+        a host elsewhere waits for, so it neither evicts nor is evicted (a Ray run and an in-process run
+        of the same settings, one after the other, keep each other's hosts warm)."""
+        if not (key[1].cpus or key[1].gpus) or not reserves(self.backend):
             return
-        for pool in list(_POOLS):
+        for pool in [p for p in _POOLS if reserves(p.backend)]:
             busy = pool.in_use_processes()
             for other, handles in list(pool.idle.items()):
                 if not (other[1].cpus or other[1].gpus):
@@ -116,6 +120,12 @@ class WarmHosts:
         self.idle.clear()
         self.shape.clear()
         self.process.clear()
+
+
+def reserves(backend: Backend) -> bool:
+    """Whether ``backend``'s hosts hold resources other hosts may wait for: CPUs and GPUs of the cluster
+    its parties are placed on (Ray); in-process hosts hold none."""
+    return backend.capabilities.placement
 
 
 def process_of(handle: Handle[Any]) -> int:
