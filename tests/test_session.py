@@ -126,6 +126,7 @@ def test_a_ray_session_changes_shape_between_runs_without_losing_a_party(ray_ses
     assert one.summary["num_workers"] == 1
 
 
+@pytest.mark.slow  # three runs, two on Ray
 def test_an_in_process_run_between_two_ray_runs_keeps_the_ray_hosts_warm(ray_session, tmp_path):
     """An in-process host reserves nothing on Ray, so an in-process run stops no idle Ray host for its CPU
     (it did: every Ray ≡ in-process comparison paid for new Ray processes on its next Ray run)."""
