@@ -162,6 +162,8 @@ class GpuBench:
         self.sections: dict[str, Any] = {}
         self.errors: dict[str, str] = {}
         self.backend = None
+        # the last model's round hosts, which the vectorised section (the same shape) starts again
+        self.round_hosts: WarmHosts | None = None
 
     # -------------------------------------------------------------------- plumbing
     def add(self, figure: Check) -> None:
@@ -410,7 +412,11 @@ class GpuBench:
             arms=arms,
             extra=gpu,
         )
-        sim = self.simulation(cfg)
+        # Hosts of its own for each model (its memory figures are its own), kept for the vectorised
+        # section, which has the same shape: six processes and their CUDA contexts not started again.
+        self.stop_round_hosts()
+        self.round_hosts = WarmHosts(self.start_backend(cfg))
+        sim = runner.Simulation(cfg, hosts=self.round_hosts)
         try:
             parts = runner.partition(cfg, sim.dataset.y_train)
             bare = BareLoop(sim.dataset, parts, cfg, threads=1 if self.rehearsal else 4, device=self.device)
@@ -461,7 +467,7 @@ class GpuBench:
     def vectorised(self, deadline: float) -> None:
         switch = self.vectorised_switch()
         key, on, off = switch
-        s, times, models = self.sizes, {}, {}
+        s, times, models, parties = self.sizes, {}, {}, 0
         cfgs = {
             label: self.config(
                 "mlp",
@@ -478,10 +484,11 @@ class GpuBench:
             )
             for label, value in (("per_client", off), ("vectorised", on))
         }
-        # The vectorised run takes the per-client run's hosts, started again (a fresh host's numbers:
-        # tests/test_session.py), rather than a process per party of its own; the speedup compares the
-        # rounds after the first, warm either way.
-        hosts = WarmHosts(self.start_backend(cfgs["per_client"]))
+        # Both runs take the round section's hosts (or the per-client run's), started again (a fresh
+        # host's numbers: tests/test_session.py), rather than a process per party of their own; the
+        # speedup compares the rounds after the first, warm either way.
+        hosts = self.round_hosts or WarmHosts(self.start_backend(cfgs["per_client"]))
+        self.round_hosts = None
         try:
             for label, cfg in cfgs.items():
                 sim = runner.Simulation(cfg, hosts=hosts)
@@ -493,8 +500,10 @@ class GpuBench:
                         dt, _ = timed(lambda t=t, sim=sim: sim.play_round("fl", t, supervise=False))
                         times[label].append(dt)
                     models[label] = sim.global_model("fl")
+                    parties += len(sim.actors())
                 finally:
                     sim.stop_actors()
+            reused = hosts.reused
         finally:
             hosts.stop()
         off_s, on_s = (statistics.median(times[k][1:] or times[k]) for k in ("per_client", "vectorised"))
@@ -504,6 +513,7 @@ class GpuBench:
             "switch": f"{key}={on} (per-client: {off})",
             "times_s": times,
             "max_model_difference": float((models["vectorised"] - models["per_client"]).abs().max()),
+            "hosts_started_again": f"{reused} of {parties}",  # all: the round section's, then each other's
         }
         self.add(
             Check(
@@ -516,6 +526,12 @@ class GpuBench:
                 "the other (not taking turns)",
             )
         )
+
+    def stop_round_hosts(self) -> None:
+        """Stop the round section's hosts, if the vectorised section did not take them."""
+        if self.round_hosts is not None:
+            self.round_hosts.stop()
+            self.round_hosts = None
 
     def vectorised_switch(self) -> tuple[str, str, str]:
         """``(key, on, off)`` of the vectorised-clients switch: ``train.vectorise``
@@ -573,6 +589,7 @@ class GpuBench:
                 self.run_section(name, fn, budget.deadline(shares[name], shares_left))
         finally:
             faulthandler.cancel_dump_traceback_later()
+            self.stop_round_hosts()
             if self.backend is not None:
                 self.backend.shutdown()
         self.sections["total_s"] = round(budget.total_s - budget.left(), 1)

@@ -215,6 +215,8 @@ def test_a_rehearsal_runs_every_section_through_the_platform(ray_session, tmp_pa
     assert figures["memory_rounds_mlp_worker_peak"]["value"] > 50  # MiB per worker (peak RSS here)
     vectorised = data["sections"]["vectorised"]
     assert vectorised["available"] and vectorised["switch"] == "train.vectorise=true (per-client: false)"
+    started_again, _, parties = vectorised["hosts_started_again"].partition(" of ")
+    assert started_again == parties  # both runs on the round section's hosts: no process started for them
     assert figures["vectorised_n1000_speedup"]["status"] == "rehearsal"
     assert figures["vectorised_n1000_speedup"]["value"] > 0
     assert set(data["sections"]["memory"]) == {"agreement", "rounds_mlp"}
