@@ -6,6 +6,11 @@ rotating order, in one process and one Ray session:
 * ``fl``: the platform's FedAvg arm (``Simulation.play_round`` on Ray: ``--workers`` client workers of one
   CPU and one torch thread each, two aggregator shards, the server, the evaluator), its workers training
   their clients together (``train.vectorise=true``, the default: :mod:`sifl_ray.optim.vectorised`);
+* ``fl stacked``: the same, where every client's model is formed: where each client takes one step of SGD
+  (the reference workload at N = 1000: 60 samples a client, batch 64), ``fl`` sums each chunk's gradients
+  instead (:meth:`sifl_ray.optim.vectorised.ClientRound.summed`), and this arm turns that off
+  (``ClientWorker.set_vectorise(True, sums=False)``): what the clients trained together give where they
+  take several steps;
 * ``fl loop``: the same arm and workers training one client at a time (``train.vectorise=false``), from the
   same start in every round;
 * ``bare 1t`` / ``bare 2t``: :class:`bench._common.BareLoop` in the driver with 1 and 2 torch threads,
@@ -26,10 +31,11 @@ round, 6 no-op rounds. Targets: ratio ≤ 1.10 (N ≤ 10), ≤ 1.25 (N ≤ 100),
 N = 1000 (where a worker trains its clients together); vectorised ÷ loop ≤ 1 (≤ 0.6 from N = 1000); no-op
 overhead ≤ 1 ms per client (stated for N = 1000); start-up ≤ 5 s.
 
-Where the vectorised clients' lead ends on a CPU, the report says: the no-op round is the part of a round
-both ways of training pay alike (every client's checks and sums, the aggregation, the server, the
-evaluation), so no vectorising can bring ``vectorised ÷ loop`` below (no-op round + the training's matrix
-products at this CPU's square-matrix rate) ÷ the loop's round, printed as its lowest value here.
+Where the lead of clients trained with their models formed ends on a CPU, the report says: the no-op
+round is the part of a round both ways of training pay alike (every client's checks and sums, the
+aggregation, the server, the evaluation), so no vectorising that forms every model can bring its ratio to
+the loop below (no-op round + the training's matrix products at this CPU's square-matrix rate) ÷ the
+loop's round, printed as its lowest value here.
 
 The last line is ``RESULT overhead_n<N> ratio=<ratio> target=<target>``.
 """
@@ -64,8 +70,9 @@ from sifl_ray.parties.workers import ClientWorker
 from sifl_ray.progress import progress
 
 TARGETS = ((10, 1.10), (100, 1.25), (999, 1.5), (None, 0.45))
-#: The platform's two ways of training a worker's clients: arm name → ``train.vectorise``.
-PLATFORM = {"fl": True, "fl loop": False}
+#: The platform's ways of training a worker's clients: arm → (``train.vectorise``, one-step chunks summed).
+PLATFORM = {"fl": (True, True), "fl stacked": (True, False), "fl loop": (False, True)}
+KINDS = {(True, True): "yes", (True, False): "models", (False, True): "no"}  # the table's "vectorised"
 #: vectorised ÷ loop: never above 1; from this many clients on, ≤ :data:`VECTORISED_LEAD`.
 VECTORISED_FROM, VECTORISED_LEAD = 1000, 0.6
 NOOP_TARGET_MS = 1.0
@@ -114,10 +121,10 @@ def _platform_round(sim, t: int, groups) -> tuple[float, dict[str, float]]:
     return dt, result.metrics
 
 
-def _vectorise(sim, on: bool) -> None:
+def _vectorise(sim, on: bool, sums: bool = True) -> None:
     """Switch every client worker to ``train.vectorise=on`` (between rounds, outside the timing)."""
     backend = sim.backend
-    backend.get_all([w.call(ClientWorker.set_vectorise, on) for w in sim.parties.workers])
+    backend.get_all([w.call(ClientWorker.set_vectorise, on, sums) for w in sim.parties.workers])
 
 
 def _turns(sim, cfg, args: argparse.Namespace, total: int):
@@ -129,13 +136,13 @@ def _turns(sim, cfg, args: argparse.Namespace, total: int):
     arms = [*PLATFORM, *bare]
     times: dict[str, list[float]] = {a: [] for a in arms}
     metrics: dict[str, list[dict[str, float]]] = {a: [] for a in arms}
-    deviation: dict[str, float] = dict.fromkeys(["fl", *bare], 0.0)
+    deviation: dict[str, float] = dict.fromkeys(["fl", "fl stacked", *bare], 0.0)
     for t in progress(range(total), "bench overhead", name=lambda t: f"round {t}: every arm"):
         groups = sim.assignment(t)
         start, ends = sim.global_model("fl"), {}
         for arm in rotation(arms, t):
             if arm in PLATFORM:
-                _vectorise(sim, PLATFORM[arm])
+                _vectorise(sim, *PLATFORM[arm])
                 sim.set_start("fl", start)
                 dt, m = _platform_round(sim, t, groups)
                 ends[arm] = sim.global_model("fl")
@@ -145,7 +152,8 @@ def _turns(sim, cfg, args: argparse.Namespace, total: int):
             metrics[arm].append(m)
         w_loop = ends["fl loop"]
         sim.set_start("fl", w_loop)  # the next round starts where the loop (and the bare loops) ended
-        deviation["fl"] = max(deviation["fl"], float((ends["fl"] - w_loop).abs().max()))
+        for arm in ("fl", "fl stacked"):
+            deviation[arm] = max(deviation[arm], float((ends[arm] - w_loop).abs().max()))
         for arm, loop in bare.items():
             deviation[arm] = max(deviation[arm], float((w_loop - loop.w.cpu()).abs().max()))
     _vectorise(sim, cfg.train.vectorise)
@@ -243,6 +251,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     ratio = ratio_of_medians(times["fl"][w:], times[best][w:])
     loop_ratio = ratio_of_medians(times["fl loop"][w:], times[best][w:])
     vectorised = ratio_of_medians(times["fl"][w:], times["fl loop"][w:])
+    stacked = ratio_of_medians(times["fl stacked"][w:], times["fl loop"][w:])
 
     # 4. The round's arithmetic floor (in "floor"), measured now that nothing else runs.
     return {
@@ -266,6 +275,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "fl_over_bare": ratio,
         "fl_loop_over_bare": loop_ratio,
         "vectorised_over_loop": vectorised,
+        "stacked_over_loop": stacked,
+        "fl_stacked_over_bare": ratio_of_medians(times["fl stacked"][w:], times[best][w:]),
         "max_model_difference_vs_loop": deviation,
         "test_accuracy_last": {a: metrics[a][-1]["test_accuracy"] for a in times},
         "train_loss_last": {a: metrics[a][-1]["train_loss"] for a in times},
@@ -287,6 +298,8 @@ def report(res: dict[str, Any], target: float) -> str:
     best = res["best_bare"]
     rows = []
     over_bare = {"fl": res["fl_over_bare"], "fl loop": res["fl_loop_over_bare"]}
+    if "fl_stacked_over_bare" in res:
+        over_bare["fl stacked"] = res["fl_stacked_over_bare"]
     for arm, s in res["round_s"].items():
         ratio = ""
         if arm in over_bare:
@@ -298,7 +311,7 @@ def report(res: dict[str, Any], target: float) -> str:
         rows.append(
             [
                 arm,
-                {True: "yes", False: "no"}.get(PLATFORM.get(arm), "—"),
+                KINDS.get(PLATFORM.get(arm), "—"),
                 f"{s['median']:.3f}",
                 f"{s['p25']:.3f}–{s['p75']:.3f}",
                 f"{s['min']:.3f}",
@@ -318,6 +331,13 @@ def report(res: dict[str, Any], target: float) -> str:
         f"vectorised ÷ loop: {v['ratio']:.3f} ({v['ratio_p25']:.2f}–{v['ratio_p75']:.2f}); "
         "max|w−w_loop|: from the same start each round (fl: round-off; bare: 0 means bit for bit)"
     )
+    if "stacked_over_loop" in res:
+        sv = res["stacked_over_loop"]
+        lines.append(
+            f"every client's model formed (fl stacked) ÷ loop: {sv['ratio']:.3f} "
+            f"({sv['ratio_p25']:.2f}–{sv['ratio_p75']:.2f}): the clients trained together where they take "
+            "several steps; fl sums one-step clients' gradients a chunk at a time"
+        )
     if "floor" in res:
         f = res["floor"]
         lines.append(
@@ -345,9 +365,11 @@ def report(res: dict[str, Any], target: float) -> str:
     lead = lowest_vectorised_over_loop(res)
     if lead is not None:
         lines.append(
-            f"vectorised ÷ loop cannot go below {lead:.3f} here: the part of a round both pay alike (the "
-            f"no-op round, {res['noop']['round_s']['median']:.3f} s) + the training as matrix products alone "
-            f"at this CPU's square-matrix rate ({res['floor']['train_floor_s']:.3f} s), ÷ the loop's round"
+            f"with every client's model formed, ÷ loop cannot go below {lead:.3f} here: the part of a round "
+            f"both pay alike (the no-op round, {res['noop']['round_s']['median']:.3f} s) + the training as "
+            "matrix products alone at this CPU's square-matrix rate "
+            f"({res['floor']['train_floor_s']:.3f} s), ÷ the loop's round (summed one-step clients skip "
+            "each client's read, check and add)"
         )
     lines.append(f"CHECK startup_s={st['framework_s']:.2f} target={STARTUP_TARGET_S:g}")
     lines.append(f"CHECK vectorised_over_loop={v['ratio']:.3f} target={vectorised_target(wl['clients']):g}")

@@ -11,6 +11,7 @@ import torch
 
 from sifl_ray.config import load_config
 from sifl_ray.optim import vectorised
+from sifl_ray.parties.upload import PlainSum
 from sifl_ray.runner import Simulation
 
 RUN = [
@@ -47,6 +48,22 @@ def test_ray_and_in_process_runs_agree_with_vectorised_clients(ray_session, tmp_
         assert torch.equal(ray_models[arm], seq_models[arm]), arm
     # the clients were trained together: another summation order, other last bits
     assert not torch.equal(seq_models["fl"], loop_models["fl"])
+
+
+@pytest.mark.ray
+def test_one_step_clients_summed_agree_across_backends(ray_session, tmp_path, monkeypatch):
+    """One local step (``train.local_steps=1``): fl's and SIFL M1's workers add each chunk as one sum of
+    gradients (:meth:`~sifl_ray.optim.vectorised.ClientRound.summed`; counted in the in-process run),
+    NbAFL's and DP-FedAvg's clip every client's model; Ray ≡ in-process to the bit all the same."""
+    ray_models = _models(tmp_path / "ray", "train.local_steps=1")
+    sums: list[bool] = []
+    add = PlainSum.add_summed
+    monkeypatch.setattr(PlainSum, "add_summed", lambda self, *a: sums.append(add(self, *a)) or sums[-1])
+    seq_models = _models(tmp_path / "seq", "backend=local", "train.local_steps=1")
+    # two arms, two rounds, two workers, at least one chunk of MIN_TOGETHER clients each, all finite
+    assert len(sums) >= 8 and all(sums)
+    for arm in ray_models:
+        assert torch.equal(ray_models[arm], seq_models[arm]), arm
 
 
 def test_a_fallback_is_said_once_per_run(tmp_path, capfd, monkeypatch):

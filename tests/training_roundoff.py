@@ -77,12 +77,16 @@ def _split(w: torch.Tensor, layers: list[nn.Linear]) -> list[torch.Tensor]:
 
 
 def gradient(
-    params: list[Bounded], x: torch.Tensor, y: torch.Tensor, u: float
+    params: list[Bounded], x: torch.Tensor, y: torch.Tensor, u: float, weights: torch.Tensor | None = None
 ) -> tuple[list[Bounded], Bounded]:
     """The mean cross-entropy's gradient over one minibatch and a bound on any execution's error in it,
-    given the parameters' own bounds; and the loss, bounded likewise."""
+    given the parameters' own bounds; and the loss, bounded likewise.
+
+    ``weights``: sample j's loss weighted ``weights[j]`` instead of 1/B (a sum of clients' mean losses,
+    each weighted by its size), the weight itself one rounding (its division) in the execution."""
     x = x.double().flatten(1)
     B, L = x.shape[0], len(params) // 2
+    scale = torch.full((B, 1), 1.0 / B, dtype=torch.float64) if weights is None else weights.view(B, 1)
     acts = [Bounded(x, torch.zeros_like(x))]
     pre = []
     for layer in range(L):
@@ -111,8 +115,10 @@ def gradient(
     err_logp = rel_s + LIBM * u * lse.abs() + 2 * u * (z.abs() + m.abs() + lse.abs()) + u * logp.abs()
     rel_p = err_logp + LIBM * u
     prop = p * (ez + (p * ez).sum(1, keepdim=True))  # |∂p/∂z| applied to the logits' bound
-    D = (p - onehot) / B
-    eD = (prop + p * (rel_p + 2 * u)) / B + u * D.abs() + u * onehot / B
+    D = (p - onehot) * scale
+    eD = (prop + p * (rel_p + 2 * u)) * scale + u * D.abs() + u * onehot * scale
+    if weights is not None:
+        eD = eD + u * D.abs()
     grads: list[Bounded] = [None] * (2 * L)  # type: ignore[list-item]
     for layer in reversed(range(L)):
         a, W = acts[layer], params[2 * layer]
@@ -266,3 +272,36 @@ def reference(
     e = torch.cat([p.e.reshape(-1) for p in params])
     assert bool(torch.isfinite(e).all()) and math.isfinite(sum(loss_bounds))
     return Reference(path[-1], e, path, losses, loss_bounds)
+
+
+def one_step_sum(
+    model: nn.Module,
+    w0: torch.Tensor,
+    batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    sizes: Sequence[float],
+    *,
+    lr: float,
+    dtype: torch.dtype,
+) -> Bounded:
+    """``Σ_i s_i (w_1,i − w0)`` for clients that each take one SGD step from ``w0`` (flat) on their
+    minibatch, computed as a worker sums a chunk of such clients: one gradient of ``Σ_i s_i·mean loss_i``
+    over every sample (its products' inner length the chunk's sample count), in ``dtype``, then scaled by
+    ``−lr`` (``dtype``'s cast) in float64. The value in float64 and a bound on that execution's error."""
+    u = unit_roundoff(dtype)
+    layers = _layers(model)
+    params = [Bounded(p.clone(), torch.zeros_like(p)) for p in _split(w0.double(), layers)]
+    x = torch.cat([xb for xb, _ in batches])
+    y = torch.cat([yb for _, yb in batches])
+    weights = torch.cat(
+        [
+            torch.full((len(yb),), s / len(yb), dtype=torch.float64)
+            for (_, yb), s in zip(batches, sizes, strict=True)
+        ]
+    )
+    grads, _ = gradient(params, x, y, u, weights)
+    g = torch.cat([b.v.reshape(-1) for b in grads])
+    e = torch.cat([b.e.reshape(-1) for b in grads])
+    rate = cast(lr, dtype)
+    value = -rate * g
+    # the gradient's own bound, the float64 product's rounding (and the float64 sum's, counted by the caller)
+    return Bounded(value, rate * e + U64 * value.abs())

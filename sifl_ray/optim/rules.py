@@ -34,11 +34,18 @@ class UpdateRule:
     ``update(params, grads, state, out)`` writes the new parameters into ``out``, which may be ``params``
     itself (the loop: in place). Stacked, at a chunk's first step ``params`` are shared by every client (no
     client axis: they all start from the broadcast) and ``out`` is the stack.
+
+    ``first_step_lr``: the learning rate where a fresh optimizer's first step is ``w − lr·g`` (SGD, and
+    Momentum, whose buffer starts as the gradient), ``None`` where it is not (Adam divides by the
+    gradient's own size). Why it is said: a client that takes one step of such a rule has a model linear
+    in its gradient, so a worker may sum its clients' gradients instead of their models
+    (:meth:`sifl_ray.optim.vectorised.ClientRound.summed`).
     """
 
     name: str
     init: Callable[[], dict[str, Any]]
     update: Callable[[Params, Params, dict[str, Any], Params], None]
+    first_step_lr: float | None = None
 
 
 def sgd(*, lr: float, momentum: float = 0.0, dampening: float = 0.0) -> UpdateRule:
@@ -56,7 +63,7 @@ def sgd(*, lr: float, momentum: float = 0.0, dampening: float = 0.0) -> UpdateRu
                 g = buf
             torch.add(p, g, alpha=-lr, out=o)
 
-    return UpdateRule("momentum" if momentum else "sgd", dict, update)
+    return UpdateRule("momentum" if momentum else "sgd", dict, update, first_step_lr=lr)
 
 
 def adam(*, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> UpdateRule:

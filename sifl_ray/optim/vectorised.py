@@ -27,6 +27,11 @@ chunk at a time (:data:`CHUNK_BYTES` of stacked state), so memory does not grow 
 chunk of fewer than :data:`MIN_TOGETHER` clients is trained one client at a time, as the loop trains it:
 stacking a handful of clients costs more than it saves (see there).
 
+Where every client of a chunk takes a single step of SGD or Momentum (one minibatch a round: FedSGD, or
+FedAvg with a client's data within one batch) and the worker needs only their sum, not each model, the
+chunk is trained as one sum (:meth:`ClientRound.summed`): the worker's sum is then linear in the
+gradients, which one forward and backward of the chunk's samples gives.
+
 What is not vectorised falls back to the loop, said once per process (:func:`fallback_reason`): a
 ``torch.optim`` class or option this module does not implement, a loss other than cross-entropy, a layer
 outside :data:`STATELESS_LAYERS` (batch norm keeps running statistics, dropout draws from the global
@@ -51,6 +56,7 @@ from torch.func import functional_call, grad_and_value, vmap
 from sifl_ray.coding.base import CODING_DTYPE, ClientServerKey
 from sifl_ray.device import SampleStore
 from sifl_ray.models import CNN, CNN2, MLP
+from sifl_ray.optim import summed
 from sifl_ray.optim.rules import Params, RuleOptimizer, UpdateRule, update_rule
 from sifl_ray.optim.target import ModelStep, fused_tail, fused_update, stepwise_tail, stepwise_update
 from sifl_ray.optim.trainer import TorchTrainer, loss_values
@@ -387,6 +393,40 @@ class ClientRound:
                 encoded[row] = encoded[row] - view.apply_P1(g)
         self._encoded = dict(zip(members, encoded, strict=True))
         return torch.stack(losses) if losses else torch.zeros((0, len(members)))
+
+    def summed(self, i: int, sizes: Sequence[float]) -> tuple[torch.Tensor, list[float], torch.Tensor] | None:
+        """Chunk ``i``'s clients as one sum, where each takes one step of a rule whose first step is
+        ``w − lr·g`` (:attr:`~sifl_ray.optim.rules.UpdateRule.first_step_lr`: SGD, Momentum).
+
+        Then a client's model is linear in its gradient, and ``Σ_i s_i (w_K,i − start) = −lr Σ_i s_i g_i``:
+        one forward and backward of the chunk's samples, each client's loss weighted by its ``sizes[i]``,
+        gives the worker's sum without forming any client's gradient or model
+        (:mod:`sifl_ray.optim.summed`): each layer's weight gradient is one large product instead of a
+        small one per client, and the stacked update and each client's model read back, checked and
+        added are gone. The same minibatches, the same learning rate in the model's dtype, the same sum to
+        round-off.
+
+        Returns:
+            ``Σ_i s_i (w_K,i − start)`` (float64), each client's loss, and an upper bound on each client's
+            ``‖w_K,i‖`` (float64, for its clip); ``None`` where the chunk trains otherwise: a chunk not
+            trained together, several steps, another rule, the stepwise form, a layer whose per-sample
+            gradients :mod:`~sifl_ray.optim.summed` does not bound.
+        """
+        members, lr, stacked = self.chunks[i], self.stacked.optimizer.first_step_lr, self.stacked
+        if lr is None or self.stepwise or len(members) < MIN_TOGETHER:
+            return None
+        batches = Batches(self.samples, [self.indices[c] for c in members])
+        if batches.steps != 1:
+            return None
+        weights = torch.tensor(sizes, dtype=stacked.dtype, device=stacked.device)
+        start = stacked._split(self.start, ())
+        out = summed.gradient_and_bounds(stacked.model, stacked.names, start, batches.gather(0), weights)
+        if out is None:
+            return None
+        total, losses, norms = out
+        rate = float(torch.tensor(lr, dtype=stacked.dtype))  # as the loop's update uses it
+        reach = float(torch.linalg.vector_norm(self.start, dtype=torch.float64)) + rate * norms.cpu()
+        return total.to(CODING_DTYPE).mul_(-rate), losses.tolist(), reach
 
     def _alone(self, client: int) -> bool:
         return len(self.chunks[self._chunk_of[client]]) < MIN_TOGETHER

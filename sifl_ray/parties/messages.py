@@ -92,6 +92,17 @@ class WorkerReport:
     # in-run audit: per audit direction, the largest cosine of the aggregator's reading of an upload
     audit_max: list[float] | None = None
 
+    def accept(self, client: int, size: float, loss: float, *, canary: bool = False) -> None:
+        """An accepted upload joins the report; a canary's is counted apart (it never trained, so it has
+        no loss: the round's train loss is over the real clients)."""
+        self.accepted.append(client)
+        self.weight += size
+        if canary:
+            self.canaries += 1
+            self.canary_weight += size
+        else:
+            self.train_loss_sum += size * loss
+
 
 @dataclass
 class MaskedPartial:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from sifl_ray.arms.steps import for_canaries
+from sifl_ray.arms.steps import Clip, for_canaries
 from sifl_ray.coding.base import CODING_DTYPE, AggregatorKey, ClientServerKey
 from sifl_ray.data import client_batches
 from sifl_ray.device import HostStaging, SampleStore, on_device, resolve_device
@@ -45,7 +45,7 @@ from sifl_ray.parties.process import (
     prepare_process,
     reset_peak_memory,
 )
-from sifl_ray.parties.upload import Accumulator, Local, PlainSum, RoundStart, all_finite, count_step
+from sifl_ray.parties.upload import Accumulator, Local, PlainSum, RoundStart, add_sums, all_finite, count_step
 from sifl_ray.specs import Coding, ModelSpec, TrainSpec
 
 if TYPE_CHECKING:  # imported where a secure arm is set up: ``cryptography`` costs ~13 MiB in each process
@@ -63,9 +63,7 @@ class LocalTraining:
     local_steps: int
     seed: int
     skip_training: bool = False
-    # train the round's clients together where the loop's results can be reproduced (else one at a time:
-    # sifl_ray.optim.vectorised); False: always one at a time
-    vectorise: bool = True
+    vectorise: bool = True  # clients trained together where they can be (sifl_ray.optim.vectorised)
 
 
 class ClientWorker(Host):
@@ -110,6 +108,7 @@ class ClientWorker(Host):
         self.trainer = trainer
         self.training = training
         self.materialize = materialize
+        self.sums = True  # one-step clients summed a chunk at a time (sifl_ray.parties.upload.add_sums)
         self.arms: dict[str, ArmSetup] = {}
         self.dtype = next(trainer.model.parameters()).dtype
         self.samples = SampleStore(
@@ -156,10 +155,12 @@ class ClientWorker(Host):
         weight (a typical |D_i|; 1 under uniform weights). Simulation only."""
         self.audit = WorkerAudit(seed, canaries, weight, directions)
 
-    def set_vectorise(self, on: bool) -> None:
-        """``train.vectorise`` from now on, without respawning the worker (``python -m bench overhead``
-        measures the clients trained together and one at a time in one run)."""
+    def set_vectorise(self, on: bool, sums: bool = True) -> None:
+        """``train.vectorise`` from now on, and with ``sums=False`` every client's model formed where one-step
+        clients would be summed, without respawning the worker (``python -m bench overhead`` measures the
+        three in one run)."""
         self.training = replace(self.training, vectorise=bool(on))
+        self.sums = sums
 
     # ------------------------------------------------------------------ step 2
     @returns(Trained, count=lambda bounds: len(bounds) + 1)
@@ -263,7 +264,14 @@ class ClientWorker(Host):
         buffer = torch.empty_like(start.w0) if self._direct() else None  # one buffer serves every client
         # the in-run audit: the aggregator's best cosine per direction this round
         sightings = None if self.audit is None or setup.canary_norm is None else self.audit.sightings()
-        for client in [*(sorted(real) if together is None else together.order), *canaries]:
+        summed: set[int] = set()  # clients added a chunk at a time, where no one needs their models
+        clip = setup.step if isinstance(setup.step, Clip) else None  # bounded without the model
+        alone = setup.step is None or clip is not None  # nor does the client step
+        if together is not None and self.sums and alone and sightings is None and self._direct():
+            radius, size = None if clip is None else clip.clip, partial(self._size, setup=setup)
+            summed = add_sums(together, size, radius, start, total, report)
+        order = sorted(real) if together is None else together.order
+        for client in [c for c in [*order, *canaries] if c not in summed]:
             local = self._local(arm, t, setup, start, client, together, total, buffer, report)
             reason = self._check(arm, t, setup, start, local) or total.add(local, report)
             if reason is not None:
@@ -273,7 +281,8 @@ class ClientWorker(Host):
                 self.recorder.record_upload(t, client, total.sent(local).cpu())
             if sightings is not None:
                 sightings.add(aggregator_reading(setup.uploads, start, local, total))
-            self._count(report, local)
+            canary = self.audit is not None and client in self.audit
+            report.accept(client, local.size, local.loss, canary=canary)
         report.accepted.sort()  # trained together, clients come in groups of equal minibatch counts
         best = None if sightings is None else sightings.best()
         report.audit_max = None if best is None else best.tolist()
@@ -353,17 +362,6 @@ class ClientWorker(Host):
         if self.audit is not None and client in self.audit:
             return self.audit.weight
         return float(len(self.partitions[client]))
-
-    def _count(self, report: WorkerReport, local: Local) -> None:
-        """An accepted upload joins the worker's report; a canary's is counted apart (it never trained, so
-        it has no loss: the round's train loss is over the real clients)."""
-        report.accepted.append(local.client)
-        report.weight += local.size
-        if self.audit is not None and local.client in self.audit:
-            report.canaries += 1
-            report.canary_weight += local.size
-        else:
-            report.train_loss_sum += local.size * local.loss
 
     # ------------------------------------------------------------------ training
     def _batch_indices(self, client: int, t: int) -> list[np.ndarray]:
@@ -490,8 +488,7 @@ class WorkerHost(ClientWorker):
         return placement(self.device, *held, fallback=self.fallback)
 
     def memory(self) -> dict[str, Any]:
-        """Peak memory of this worker (GPU allocator and resident set:
-        :func:`~sifl_ray.parties.process.memory`)."""
+        """Peak memory of this worker: its GPU allocator and resident set (``process.memory``)."""
         return memory(self.device)
 
     def reset_peak_memory(self) -> None:

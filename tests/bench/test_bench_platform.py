@@ -34,7 +34,9 @@ def test_overhead_bench(ray_session, tmp_path, capsys):
     assert (name, target) == ("overhead_n6", 1.1)
     data = json.loads(out.read_text())
     assert data["fl_over_bare"]["ratio"] == pytest.approx(ratio, abs=5e-4) and ratio > 0
-    assert set(data["round_s"]) == {"fl", "fl loop", "bare 1t"} and data["round_s"]["fl"]["n"] == 2
+    assert (
+        set(data["round_s"]) == {"fl", "fl stacked", "fl loop", "bare 1t"} and data["round_s"]["fl"]["n"] == 2
+    )
     # The floor does the loop's arithmetic: same initial model, batches, sums and evaluation; the
     # vectorised clients differ from the loop by round-off (float32 training, from the same start).
     deviation = data["max_model_difference_vs_loop"]
@@ -47,6 +49,8 @@ def test_overhead_bench(ray_session, tmp_path, capsys):
     assert any(line.startswith("CHECK vectorised_over_loop=") for line in lines)
     assert any(line.startswith("fl ") and " yes " in line for line in lines)
     assert any(line.startswith("fl loop ") and " no " in line for line in lines)
+    assert any(line.startswith("fl stacked ") and " models " in line for line in lines)
+    assert data["stacked_over_loop"]["ratio"] > 0 and 0.0 <= deviation["fl stacked"] < 1e-5
 
 
 def test_coding_overhead_bench(ray_session, tmp_path, capsys):

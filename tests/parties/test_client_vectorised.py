@@ -26,13 +26,14 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
-from training_roundoff import U64, gamma, reference
+from training_roundoff import U64, gamma, one_step_sum, reference
 
 from sifl_ray.arms.dp_fedavg import clipped_update
 from sifl_ray.arms.steps import chain, clip, gaussian
 from sifl_ray.coding import NoiseSpec, make_aggregator_key, make_server_key
 from sifl_ray.models import MLP, flatten_params
 from sifl_ray.optim import TorchTrainer, vectorised
+from sifl_ray.parties.upload import PlainSum
 from sifl_ray.parties.workers import ArmSetup, ClientWorker, LocalTraining
 from sifl_ray.party_seeds import ClientNoiseSeeds
 from sifl_ray.seeding import torch_generator
@@ -63,16 +64,17 @@ def model(dtype: torch.dtype) -> nn.Module:
 class Setting:
     """Both workers, the keys, the round's broadcast for each arm."""
 
-    def __init__(self, dtype: torch.dtype, optimizer: str, poisoned: bool):
+    def __init__(self, dtype: torch.dtype, optimizer: str, poisoned: bool, steps: int | None = None):
         rng = np.random.default_rng(0)
         self.x = rng.standard_normal((sum(SIZES), 1, 4, 4)).astype(np.float32)
         self.y = rng.integers(0, 5, sum(SIZES)).astype(np.int64)
         bounds = np.cumsum([0, *SIZES])
         self.parts = {c: np.arange(bounds[c], bounds[c + 1]) for c in range(len(SIZES))}
-        if poisoned:
-            self.x[self.parts[POISONED][0]] = np.nan
         self.dtype, self.optimizer = dtype, optimizer
         self.lr, self.steps = OPTIMIZERS[optimizer]
+        self.steps = self.steps if steps is None else steps
+        if poisoned:  # its first sample; every sample where a client sees only its first minibatch
+            self.x[self.parts[POISONED] if self.steps == 1 else self.parts[POISONED][0]] = np.nan
         self.net = model(dtype)
         self.w0 = flatten_params(self.net)
         n = self.w0.numel()
@@ -88,6 +90,11 @@ class Setting:
         seeds = ClientNoiseSeeds(key_seed=5)  # one object for both workers: the same noise
         self.setups = {
             "fl": ArmSetup(coding=Coding.PLAIN),
+            # every arm's clip of the local model (privacy.clip): one that never binds, one that does
+            "fl_clip": ArmSetup(coding=Coding.PLAIN, step=clip(1e3)),
+            "fl_tight": ArmSetup(
+                coding=Coding.PLAIN, step=clip(0.99 * float(torch.linalg.vector_norm(self.w0)))
+            ),
             "nbafl": ArmSetup(coding=Coding.PLAIN, step=chain(clip(1.0), gaussian(0.01, seeds))),
             "dp_fedavg": ArmSetup(coding=Coding.PLAIN, step=clipped_update(0.5), uniform_weights=True),
             "m1": ArmSetup(coding=Coding.M1, server_view=self.key.client_view()),
@@ -131,15 +138,17 @@ class Setting:
         (partial,) = out.partials
         return partial, out.report
 
+    def data(self, client: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The client's minibatches of the round, in the model's dtype."""
+        batches = self.roles[False]._batch_indices(client, ROUND)
+        return [(torch.from_numpy(self.x[b]).to(self.dtype), torch.from_numpy(self.y[b])) for b in batches]
+
     def references(self, accepted: list[int], stepwise: bool = False) -> dict:
         """Each accepted client's float64 reference run and its bound (a stepwise client's trajectory is
         perturbed at every step by its decode and encode: see :func:`stepwise_perturbations`)."""
-        role, out = self.roles[False], {}
+        out = {}
         for c in accepted:
-            data = [
-                (torch.from_numpy(self.x[b]).to(self.dtype), torch.from_numpy(self.y[b]))
-                for b in role._batch_indices(c, ROUND)
-            ]
+            data = self.data(c)
             run = {"optimizer": self.optimizer, "lr": self.lr, "dtype": self.dtype}
             ref = reference(self.net, self.w0, data, **run)
             if stepwise:
@@ -277,3 +286,87 @@ def test_samples_staged_on_the_device_give_the_same_bits(arm):
     s.roles = {True: s._role(True, stage_data=False)}
     host, _ = s.play(True, arm)
     assert torch.equal(staged.weighted_sum, host.weighted_sum)
+
+
+def add_summed_calls(monkeypatch) -> list[bool]:
+    """Whether each chunk the worker offered as one sum was added so (``False``: its sum was not finite)."""
+    calls: list[bool] = []
+    add = PlainSum.add_summed
+    monkeypatch.setattr(PlainSum, "add_summed", lambda self, *a: calls.append(add(self, *a)) or calls[-1])
+    return calls
+
+
+ONE_STEP = [(arm, poisoned) for arm in ("fl", "fl_clip", "m1", "m2") for poisoned in (False, True)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum"])
+@pytest.mark.parametrize(
+    ("arm", "poisoned"), ONE_STEP, ids=[f"{a}-{'poisoned' if p else 'clean'}" for a, p in ONE_STEP]
+)
+def test_one_step_clients_are_summed_as_the_loop_sums_their_models(
+    arm, optimizer, dtype, poisoned, monkeypatch
+):
+    """Clients that each take one step of SGD or Momentum, on a plain arm or the shortcut: the vectorised
+    worker adds its chunk (all seven clients) as one sum of gradients, no client's model formed, within
+    the bound of both executions: the loop's (each client's, as above) plus the summed execution's
+    (:func:`training_roundoff.one_step_sum`). A poisoned client makes the chunk's sum non-finite: the
+    chunk then goes client by client, and the same client is refused."""
+    s = Setting(dtype, optimizer, poisoned, steps=1)
+    calls = add_summed_calls(monkeypatch)
+    vec, vec_report = s.play(True, arm)
+    assert calls == [not poisoned]
+    loop, loop_report = s.play(False, arm)
+    assert calls == [not poisoned]  # the loop sums nothing
+    assert vec_report.accepted == loop_report.accepted and vec_report.weight == loop_report.weight
+    assert (vec_report.clipped, vec_report.stepped) == (loop_report.clipped, loop_report.stepped)
+    assert vec_report.step_metrics == loop_report.step_metrics
+    refused = {POISONED: "non-finite values"} if poisoned else {}
+    assert vec_report.rejected == loop_report.rejected == refused
+    sizes = {c: float(len(s.parts[c])) for c in s.parts}
+    refs = s.references(loop_report.accepted)
+    elementwise, uniform = tolerance(s, "fl" if arm == "fl_clip" else arm, refs, sizes)
+    if not poisoned:
+        accepted = loop_report.accepted
+        summed = one_step_sum(
+            s.net, s.w0, [s.data(c)[0] for c in accepted], [sizes[c] for c in accepted], lr=s.lr, dtype=dtype
+        )
+        elementwise = elementwise + summed.e
+        if s.setups[arm].coding.coded:
+            uniform += s.key.roundoff().pp_defect * float(torch.linalg.vector_norm(summed.e))
+    a, b = vec.weighted_sum, loop.weighted_sum
+    if s.setups[arm].coding.coded:
+        a, b = s.key.decode(a), s.key.decode(b)
+    assert poisoned or not torch.equal(a, b)  # two computations (a poisoned chunk: the stacked one's)
+    excess = (a - b).abs() - elementwise - uniform
+    assert float(excess.max()) <= 0, float(((a - b).abs() / (elementwise + uniform)).max())
+    loss_sum = sum(sizes[c] * abs(np.mean(refs[c].losses)) for c in refs)
+    loss_tol = (
+        sum(sizes[c] * 2 * refs[c].mean_loss_bound for c in refs) + 2 * gamma(len(refs) + 1, U64) * loss_sum
+    )
+    assert abs(vec_report.train_loss_sum - loop_report.train_loss_sum) <= loss_tol
+
+
+@pytest.mark.parametrize("arm", ["nbafl", "dp_fedavg", "m1_materialised", "m1_stepwise", "fl_tight"])
+def test_no_sum_where_each_client_s_model_is_needed(arm, monkeypatch):
+    """Noise, the update's clip, each upload encoded on its own, the stepwise form, or a clip of the model
+    that may bind needs every client's model: one-step clients are then trained and added one by one (and
+    the tight clip scales some of them, as the loop's does)."""
+    s = Setting(torch.float64, "sgd", False, steps=1)
+    calls = add_summed_calls(monkeypatch)
+    _, report = s.play(True, arm)
+    assert calls == []
+    if arm == "fl_tight":
+        _, loop_report = s.play(False, arm)
+        assert 0 < report.clipped == loop_report.clipped
+
+
+def test_no_sum_for_adam_or_several_steps(monkeypatch):
+    """Adam's first step is not linear in the gradient, and a second step starts from each client's own
+    model: neither is summed."""
+    calls = add_summed_calls(monkeypatch)
+    Setting(torch.float64, "adam", False, steps=1).play(True, "fl")
+    Setting(torch.float64, "sgd", False, steps=2).play(True, "fl")
+    assert calls == []
+    Setting(torch.float64, "sgd", False, steps=1).play(True, "fl")
+    assert calls == [True]
