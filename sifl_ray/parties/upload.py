@@ -11,11 +11,13 @@ Each client a worker hosts goes through the same stages in a round (:meth:`Clien
 5. **accumulate** into the worker's partial sums: in the clear (:class:`PlainSum`) or masked in a ring
    under secure aggregation (:class:`~sifl_ray.parties.secure.MaskedSum`), both with the same interface.
 
-Where no stage needs a client's model on its own (no client step, no tap, a plain arm or the shortcut
-below) and a chunk's clients each take one step of SGD or Momentum, the stages run a chunk at a time:
-training gives the chunk's sum directly (:meth:`~sifl_ray.optim.vectorised.ClientRound.summed`), its
-finiteness checks every client's at once, and it is added as one term (:meth:`PlainSum.add_summed`). A
-chunk whose sum is not finite goes through the stages one client at a time, to find whose upload it is.
+Where no stage needs a client's model on its own (no client step but the clip of the local model, no tap,
+a plain arm or the shortcut below) and a chunk's clients each take one step of SGD or Momentum, the stages
+run a chunk at a time (:func:`add_sums`): training gives the chunk's sum directly
+(:meth:`~sifl_ray.optim.vectorised.ClientRound.summed`) and a bound on each client's norm, under which the
+clip leaves every model as it is; the sum's finiteness checks every client's at once, and it is added as
+one term (:meth:`PlainSum.add_summed`). A chunk whose sum is not finite goes through the stages one client
+at a time, to find whose upload it is, and so does the rest of the round where a clip might bind.
 
 What exists only in simulation sits beside the pipeline as taps, never on its path: the fault hook (what a
 client really sends in a drill), the transcript recorder (what the aggregator receives) and the in-run
