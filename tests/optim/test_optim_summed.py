@@ -60,33 +60,31 @@ def test_the_sum_is_the_clients_gradients_weighted_and_each_bound_holds(name):
         assert abs(float(losses[c]) - loss) <= 1e-12 * max(1.0, loss)
 
 
-def test_a_layer_outside_the_bounded_kinds_gives_no_bound():
-    class Scaled(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.scale = nn.Parameter(torch.ones(1))
-            self.fc = nn.Linear(4, 3)
+class Scaled(nn.Module):
+    """A parameter of the model's own, outside any linear or convolutional layer."""
 
-        def forward(self, x):
-            return self.fc(x * self.scale)
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(1))
+        self.fc = nn.Linear(4, 4)
 
-    model = Scaled()
-    names = [n for n, _ in model.named_parameters()]
-    start = [p.detach().clone() for p in model.parameters()]
-    x, y = torch.randn(2, 3, 4), torch.randint(0, 3, (2, 3))
-    assert summed.gradient_and_bounds(model, names, start, (x, y, None, None), torch.ones(2)) is None
+    def forward(self, x):
+        return self.fc(x * self.scale)
 
 
-def test_a_layer_called_twice_gives_no_bound():
-    class Twice(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc = nn.Linear(4, 4)
+class Twice(nn.Module):
+    """One linear layer called twice: its per-sample gradient is a sum of two outer products."""
 
-        def forward(self, x):
-            return self.fc(torch.relu(self.fc(x)))
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
 
-    model = Twice()
+    def forward(self, x):
+        return self.fc(torch.relu(self.fc(x)))
+
+
+@pytest.mark.parametrize("model", [Scaled(), Twice()], ids=["own parameter", "layer called twice"])
+def test_what_the_per_sample_bounds_do_not_cover_gives_no_bound(model):
     names = [n for n, _ in model.named_parameters()]
     start = [p.detach().clone() for p in model.parameters()]
     x, y = torch.randn(2, 3, 4), torch.randint(0, 4, (2, 3))
