@@ -265,9 +265,9 @@ class ClientWorker(Host):
         # the in-run audit: the aggregator's best cosine per direction this round
         sightings = None if self.audit is None or setup.canary_norm is None else self.audit.sightings()
         summed: set[int] = set()  # clients added a chunk at a time, where no one needs their models
-        clip = setup.step if isinstance(setup.step, Clip) else None  # bounded without the model
-        alone = setup.step is None or clip is not None  # nor does the client step
-        if together is not None and self.sums and alone and sightings is None and self._direct():
+        clip = setup.step if isinstance(setup.step, Clip) else None  # checked against a bound, no model
+        stepless = setup.step is None or clip is not None  # no client step needs a client's model
+        if together is not None and self.sums and stepless and sightings is None and self._direct():
             radius, size = None if clip is None else clip.clip, partial(self._size, setup=setup)
             summed = add_sums(together, size, radius, start, total, report)
         order = sorted(real) if together is None else together.order
