@@ -350,6 +350,7 @@ class ClientRound:
         self._flat = torch.empty(0)  # the trained chunk's models, one row per client (model dtype)
         self._losses: dict[int, list[float]] = {}
         self._encoded: dict[int, torch.Tensor] = {}
+        self._start_norm: float | None = None  # ‖start‖, for the summed chunks' norm bounds
 
     def _train(self, client: int) -> int:
         """Train the chunk of ``client`` (unless it is the current one); return ``client``'s row in it."""
@@ -425,7 +426,9 @@ class ClientRound:
             return None
         total, losses, norms = out
         rate = float(torch.tensor(lr, dtype=stacked.dtype))  # as the loop's update uses it
-        reach = float(torch.linalg.vector_norm(self.start, dtype=torch.float64)) + rate * norms.cpu()
+        if self._start_norm is None:  # once a round
+            self._start_norm = float(torch.linalg.vector_norm(self.start, dtype=torch.float64))
+        reach = self._start_norm + rate * norms.cpu()
         return total.to(CODING_DTYPE).mul_(-rate), losses.tolist(), reach
 
     def _alone(self, client: int) -> bool:

@@ -172,6 +172,7 @@ class PlainSum:
         self.sum = torch.zeros(start.length, dtype=CODING_DTYPE, device=device)
         self.delta = torch.zeros_like(start.w0) if shortcut else None
         self._change = torch.empty_like(start.w0) if shortcut else None  # one client's w_K − w_0
+        self._base: torch.Tensor | None = None  # a summed chunk's start term (add_summed)
 
     def add(self, local: Local, report: WorkerReport) -> str | None:
         if self.delta is not None:
@@ -193,11 +194,10 @@ class PlainSum:
         """
         if not all_finite(change):
             return False
-        base = self.start.start.to(CODING_DTYPE)  # where every client started: w_0 in the model's dtype
-        if self.delta is not None:
-            self.delta.add_(base - self.start.w0, alpha=weight).add_(change)
-        else:
-            self.sum.add_(base, alpha=weight).add_(change)
+        if self._base is None:  # once a round: where every client started (w_0 in the model's dtype)
+            base = self.start.start.to(CODING_DTYPE)
+            self._base = base - self.start.w0 if self.delta is not None else base
+        (self.sum if self.delta is None else self.delta).add_(self._base, alpha=weight).add_(change)
         return True
 
     def sent(self, local: Local) -> torch.Tensor:
