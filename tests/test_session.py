@@ -146,6 +146,36 @@ def test_an_in_process_run_between_two_ray_runs_keeps_the_ray_hosts_warm(ray_ses
     assert figures(again) == figures(first) == figures(between)
 
 
+@pytest.mark.slow  # two runs on Ray
+def test_a_run_without_warm_hosts_beside_a_sessions_idle_ones_gets_their_cpus(ray_session, tmp_path):
+    """A simulation built on a backend of its own (``Simulation(cfg, backend=...)``, as the benches build
+    theirs) spawns new hosts; a session's idle hosts held the two CPUs, and its workers waited for them for
+    ever. Its spawns now stop the idle hosts first."""
+    from sifl_ray.backends.ray import RayBackend
+    from sifl_ray.runner import Simulation
+
+    base = {**EVERY_ARM, "arms": ["fl"], "train.rounds": 1, "output.dir": str(tmp_path)}
+    with Session("ray") as session:
+        session.simulate("quickstart", base)
+        assert any(session.hosts.idle.values())  # kept warm, holding their CPUs
+        cfg = load_config(["scenario=quickstart"], settings=base)
+        done: list[float] = []
+
+        def run() -> None:
+            sim = Simulation(cfg, backend=RayBackend(), run_dir=tmp_path / "own")
+            try:
+                sim.run()
+                done.append(float(sim.global_model("fl").abs().sum()))
+            finally:
+                sim.close()
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        thread.join(180)  # it took seconds; before, it never ended
+        assert done, "the run on a backend of its own is still waiting for a CPU"
+        assert not any(session.hosts.idle.values())  # the idle hosts made room
+
+
 #: A session's run that draws its figures (the quickstart's two: accuracy, and accuracy against ε).
 DRAWN = {**EVERY_ARM, "arms": ["fl", "sifl_m1", "nbafl"], "output.plot": True, "backend": "local"}
 

@@ -64,29 +64,7 @@ class WarmHosts:
         _POOLS.add(self)
 
     def _evict(self, key: tuple[Any, Placement]) -> None:
-        """Stop the idle hosts that hold resources (CPUs, GPUs), of any session, before a new host asks for
-        some: an idle worker must not keep the CPU a host of this run waits for. A host in a shared process
-        (:class:`~sifl_ray.backends.shared.Slot`) goes only with its whole process, and only when none of
-        that process's parties is in use: stopping it stops them all.
-
-        Only a backend that places its parties (Ray) reserves resources: an in-process host holds nothing
-        a host elsewhere waits for, so it neither evicts nor is evicted (a Ray run and an in-process run
-        of the same settings, one after the other, keep each other's hosts warm)."""
-        if not (key[1].cpus or key[1].gpus) or not reserves(self.backend):
-            return
-        for pool in [p for p in _POOLS if reserves(p.backend)]:
-            busy = pool.in_use_processes()
-            for other, handles in list(pool.idle.items()):
-                if not (other[1].cpus or other[1].gpus):
-                    continue
-                keep = [h for h in handles if process_of(h) in busy]
-                for handle in handles:
-                    if process_of(handle) not in busy:
-                        pool._stop(handle)
-                if keep:
-                    pool.idle[other] = keep
-                else:
-                    del pool.idle[other]
+        make_room(self.backend, key[1])
 
     def in_use_processes(self) -> set[int]:
         """The processes (:func:`process_of`) that host a party given out and not yet given back."""
@@ -120,6 +98,41 @@ class WarmHosts:
         self.idle.clear()
         self.shape.clear()
         self.process.clear()
+
+
+def make_room(backend: Backend, where: Placement) -> None:
+    """Stop the idle hosts that hold resources (CPUs, GPUs), of any session, before a new host asks for
+    ``where``: an idle worker must not keep the CPU a host of this run waits for (a run without warm
+    hosts of its own, beside a session's, waited for ever). A host in a shared process
+    (:class:`~sifl_ray.backends.shared.Slot`) goes only with its whole process, and only when none of that
+    process's parties is in use: stopping it stops them all.
+
+    Only a backend that places its parties (Ray) reserves resources: an in-process host holds nothing a
+    host elsewhere waits for, so it neither evicts nor is evicted (a Ray run and an in-process run of the
+    same settings, one after the other, keep each other's hosts warm)."""
+    if not (where.cpus or where.gpus) or not reserves(backend):
+        return
+    for pool in [p for p in _POOLS if reserves(p.backend)]:
+        busy = pool.in_use_processes()
+        for other, handles in list(pool.idle.items()):
+            if not (other[1].cpus or other[1].gpus):
+                continue
+            keep = [h for h in handles if process_of(h) in busy]
+            for handle in handles:
+                if process_of(handle) not in busy:
+                    pool._stop(handle)
+            if keep:
+                pool.idle[other] = keep
+            else:
+                del pool.idle[other]
+
+
+def spawn_making_room(
+    backend: Backend, where: Placement, host: Callable[P, H], /, *args: P.args, **kwargs: P.kwargs
+) -> Handle[H]:
+    """A new host on ``backend`` for a run without warm hosts (:func:`make_room` first)."""
+    make_room(backend, where)
+    return backend.spawn(where, host, *args, **kwargs)
 
 
 def reserves(backend: Backend) -> bool:

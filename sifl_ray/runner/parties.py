@@ -15,6 +15,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from omegaconf import DictConfig
@@ -29,7 +30,7 @@ from sifl_ray.parties.handle import Handle
 from sifl_ray.parties.process import Host
 from sifl_ray.parties.server import ServerHost
 from sifl_ray.parties.workers import ArmSetup, ClientWorker, WorkerHost
-from sifl_ray.runner.hosts import WarmHosts
+from sifl_ray.runner.hosts import WarmHosts, spawn_making_room
 from sifl_ray.specs import ModelSpec, TrainSpec
 
 Spawn = Callable[..., Handle[Any]]
@@ -139,8 +140,9 @@ class PartyPool:
         hosts: WarmHosts | None = None,
     ):
         self.cfg, self.backend, self.hosts = cfg, backend, hosts
-        # a session's warm hosts, started again for this run; else a new host per party
-        self.spawn: Spawn = backend.spawn if hosts is None else hosts.spawn
+        # a session's warm hosts, started again for this run; else a new host per party, once any session's
+        # idle hosts have made room for it
+        self.spawn: Spawn = partial(spawn_making_room, backend) if hosts is None else hosts.spawn
         self.plan, self.journal, self.fired_once = plan, journal, fired_once
         self.worker_shares = worker_shares(cfg, backend, plan)
         # The server and the aggregator need nothing of the data: spawned first, their process (or, under
