@@ -6,6 +6,7 @@ again gives a fresh host's numbers."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -55,12 +56,49 @@ def ray_session():
     fractional-GPU workers can be tested here; CUDA itself is absent and workers fall back to the CPU."""
     import ray
 
+    if not ray.is_initialized():
+        _start_ray(ray)
+    from sifl_ray.backends.ray import RayBackend
+    from sifl_ray.runner.hosts import WarmHosts, use_default
+
+    with use_default("ray", WarmHosts(RayBackend())):
+        yield ray
+    ray.shutdown()
+
+
+#: Settings of Ray's log monitor for the test session's instance. The instance forwards no worker output
+#: (``log_to_driver=False``), yet its log monitor looks for new log files in the session's folder ten
+#: times a second and checks every file it found, and the suite leaves about 250 there (two for each of
+#: its ~120 party processes): 1 CPU-s every 30 s idle after 40 workers, growing with each (measured,
+#: 2026-11-29), for each of the suite's two instances. With these (Ray's own knobs, read by the monitor
+#: at its start) it looks for new files once an hour: 0.06 CPU-s in the same 30 s. Only this instance:
+#: the runs the tests start in processes of their own (``sifl run``) forward their workers' lines.
+QUIET_LOG_MONITOR = {"RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0", "LOG_NAME_UPDATE_INTERVAL_S": "3600"}
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]):
+    """``values`` in the environment within the block (what a process started there inherits)."""
+    before = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _start_ray(ray) -> None:
+    """The test session's instance (:func:`ray_session`), its log monitor quieted (QUIET_LOG_MONITOR)."""
     from sifl_ray.backends.cluster import PRIVATE_SYSTEM_CONFIG
 
-    if not ray.is_initialized():
-        # address="local": a Ray of its own even when `ray start` left a record of a cluster in /tmp
-        # (ray.init() would join it, or a stale one, and refuse num_cpus / num_gpus there); the settings a
-        # run's private instance starts with (its raylet's quick socket retries)
+    # address="local": a Ray of its own even when `ray start` left a record of a cluster in /tmp (ray.init()
+    # would join it, or a stale one, and refuse num_cpus / num_gpus there); the settings a run's private
+    # instance starts with (its raylet's quick socket retries)
+    with _environment(QUIET_LOG_MONITOR):
         ray.init(
             address="local",
             num_cpus=2,
@@ -70,12 +108,6 @@ def ray_session():
             configure_logging=False,
             log_to_driver=False,
         )
-    from sifl_ray.backends.ray import RayBackend
-    from sifl_ray.runner.hosts import WarmHosts, use_default
-
-    with use_default("ray", WarmHosts(RayBackend())):
-        yield ray
-    ray.shutdown()
 
 
 @pytest.fixture(scope="session", autouse=True)

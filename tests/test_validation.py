@@ -7,6 +7,7 @@ import warnings
 from dataclasses import dataclass, field
 
 import pytest
+from omegaconf import OmegaConf
 
 from sifl_ray.config.validation import (
     Choice,
@@ -99,6 +100,17 @@ def test_result_is_typed_frozen_and_built_without_omegaconf_conversions():
     assert isinstance(cfg.scales[0], float)
     with pytest.raises(Exception):  # noqa: B017 - OmegaConf's ReadonlyConfigError
         cfg.count = 5
+
+
+def test_a_validation_leaves_the_next_ones_defaults_as_a_fresh_build_gives_them():
+    """The schema's defaults are built once and kept (:func:`~sifl_ray.config.validation.validate`): a
+    validation's values, lists and sections among them, never reach the next one's defaults."""
+    given = {"count": 7, "scales": [2.0, 4.0], "inner": {"kind": "beta"}, "parts": [{"name": "a", "size": 2}]}
+    first = validate(Toy, given, RULES)
+    assert first.count == 7 and first.scales == [2.0, 4.0] and first.parts[0].name == "a"
+    second = validate(Toy, {}, RULES)
+    assert OmegaConf.to_container(second) == OmegaConf.to_container(OmegaConf.structured(Toy))
+    assert second.count == 3 and second.scales == [1.0] and second.inner.kind == "alpha" and not second.parts
 
 
 @pytest.mark.parametrize(
