@@ -6,7 +6,6 @@ again gives a fresh host's numbers."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 
 import pytest
@@ -76,21 +75,6 @@ def ray_session():
 QUIET_LOG_MONITOR = {"RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0", "LOG_NAME_UPDATE_INTERVAL_S": "3600"}
 
 
-@contextlib.contextmanager
-def _environment(values: dict[str, str]):
-    """``values`` in the environment within the block (what a process started there inherits)."""
-    before = {key: os.environ.get(key) for key in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in before.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
 def _start_ray(ray) -> None:
     """The test session's instance (:func:`ray_session`), its log monitor quieted (QUIET_LOG_MONITOR)."""
     from sifl_ray.backends.cluster import PRIVATE_SYSTEM_CONFIG
@@ -98,7 +82,9 @@ def _start_ray(ray) -> None:
     # address="local": a Ray of its own even when `ray start` left a record of a cluster in /tmp (ray.init()
     # would join it, or a stale one, and refuse num_cpus / num_gpus there); the settings a run's private
     # instance starts with (its raylet's quick socket retries)
-    with _environment(QUIET_LOG_MONITOR):
+    with pytest.MonkeyPatch.context() as env:  # only while Ray starts its processes, which inherit it
+        for key, value in QUIET_LOG_MONITOR.items():
+            env.setenv(key, value)
         ray.init(
             address="local",
             num_cpus=2,
