@@ -144,7 +144,12 @@ def gaussians_epsilon(
 ) -> np.ndarray:
     """The exact ε at ``delta`` of the pair of Gaussians (arrays broadcast; 0 where δ already covers ε = 0,
     ``inf`` beyond ε = 2^20): δ(ε) falls with ε, so the crossing is bracketed by doubling and bisected to
-    float64 resolution."""
+    float64 resolution.
+
+    The bisection stops once a step leaves every bracket that counts as it was (mid already equals one of
+    its ends): a step is a function of the brackets alone, element by element, so every later step would
+    leave them as they are too, and the result is the one the full 80 steps give, bit for bit. That takes
+    about 55 steps, not 80: the in-run audit solves this for 1,001 bootstrap refits every audited round."""
     if not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1), got {delta!r}")
     params = np.broadcast_arrays(
@@ -177,7 +182,12 @@ def gaussians_epsilon(
     for _ in range(80):  # 2^20 / 2^80: far below float64's resolution of ε
         mid = 0.5 * (low + high)
         up = above(mid)
-        low, high = np.where(up, mid, low), np.where(up, high, mid)
+        step_low, step_high = np.where(up, mid, low), np.where(up, high, mid)
+        # the brackets of ε = 0 (not `todo`) go on halving towards 0 and are never read: not waited for
+        settled = np.array_equal(step_low[todo], low[todo]) and np.array_equal(step_high[todo], high[todo])
+        low, high = step_low, step_high
+        if settled:
+            break
     out = np.where(todo, high, 0.0)
     return np.asarray(np.where(todo & above(high), np.inf, out), dtype=np.float64)
 

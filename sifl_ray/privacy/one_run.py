@@ -24,6 +24,7 @@ parties hold it), the inclusion bits from another that no scoring party holds.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -96,8 +97,13 @@ _EPS_GRID_STEP = 0.05
 _EPS_GRID_END = 60.0  # expit(60) rounds to 1 in float64: every p-value is 1 from there on
 
 
+@functools.lru_cache(maxsize=4096)
 def _refuted_epsilon(*, m: int, r: int, v: int, delta: float, beta: float) -> float:
     """The first ε at which the p-value rises above β (0 if it starts above).
+
+    Kept per process for each set of its five numbers (a pure function of them): an audited run asks for the
+    same ceilings every round, and a grid scan of p-values costs up to a few hundred binomial tails (0.02 s
+    for a ceiling at k = 100, 0.07 s at k = 1,000).
 
     Every ε' below the returned ε has ``p(ε') ≤ β``, so (ε', δ)-DP is refuted for all of them. Taking the
     *first* crossing, not any root, keeps the claim valid even where p is not monotone in ε (the δ term
