@@ -72,12 +72,14 @@ def refutation_margin(
     return right + wrong - guesses / canaries
 
 
+@lru_cache(maxsize=4096)
 def refuted_epsilon(
     *, canaries: int, guesses: int, correct: int, significance: float, delta: float, start: float = 0.0
 ) -> float:
     """The largest ε whose Gaussian trade-off the guesses refute (``start`` if none above it): the margin of
     :func:`refutation_margin` falls with ε; the crossing is bracketed by doubling and found by Brent's
-    method."""
+    method. Kept per process for each set of its numbers (a pure function of them): an audited run asks
+    for the same ceilings every round."""
 
     def margin(eps: float) -> float:
         return refutation_margin(
