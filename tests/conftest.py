@@ -45,14 +45,14 @@ CHECKOUT_PACKAGES = ("sifl_ray", "bench")
 def compile_checkout(root) -> None:
     """Write the bytecode of the checkout's own packages once, before the suite starts its processes.
 
-    Why: with ``PYTHONDONTWRITEBYTECODE`` set (this machine's and CI's environment sets it), Python reads
-    cached bytecode but never writes it, and an editable install ships none (a wheel's install compiles
-    its own): every process the suite starts (~120 party processes, ~100 ``sifl`` and example
-    processes) compiled the ~125 modules of ``sifl_ray`` it imports from source again, 0.2–0.3 CPU-s for a
-    party's (measured 2026-11-29: 0.42–0.57 s from source against 0.17–0.25 s from bytecode, over five
-    alternating runs). Compiling every module once takes about 0.5 CPU-s. Python checks each cached
-    file against its source's size and time, so an edited module is compiled afresh; the files land in
-    ``__pycache__`` folders, which git ignores."""
+    Why: with ``PYTHONDONTWRITEBYTECODE`` set (this machine's environment sets it, and CI starts from that
+    environment), Python reads cached bytecode but never writes it, and an editable install ships none (a
+    wheel's install compiles its own). So every process the suite starts (~120 party processes, ~100
+    ``sifl`` and example processes) compiled the modules of ``sifl_ray`` it imports from source again:
+    0.42–0.57 CPU-s for a party's imports against 0.17–0.25 from bytecode (2026-11-29, five alternating
+    runs). Compiling every module once takes about 0.5 CPU-s. Python checks each cached file against its
+    source's size and time, so an edited module is compiled afresh; the files land in ``__pycache__``
+    folders, which git ignores (``tests/test_suite_setup.py`` checks that they are there)."""
     import compileall
 
     for name in CHECKOUT_PACKAGES:
