@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -311,6 +312,25 @@ def test_an_interrupt_before_any_round_leaves_no_key_folder(tmp_path):
     assert code == 130, err
     assert "nothing to resume" in err and "Traceback" not in err
     assert not (scenario_dir / ".keys").exists()
+
+
+@pytest.mark.slow  # a run in this process
+def test_resuming_a_run_stopped_before_its_first_checkpoint_says_there_is_nothing_to_resume(tmp_path, capsys):
+    """What Ctrl-C between round 0's line and its checkpoint leaves (the interrupt removes the keys of a
+    run with nothing saved, as above): the run's folder with its configuration, no checkpoint, no keys. A
+    resume says so; it named a missing key file of the aggregator before (2026-11-29)."""
+    from sifl_ray.cli import main
+
+    args = ["backend=local", "train.rounds=2", "arms=[fl]", f"output.dir={tmp_path}", "output.plot=false"]
+    assert main(["run", *args, "output.progress=false"]) == 0
+    (run_dir,) = (p for p in (tmp_path / "quickstart").iterdir() if not p.name.startswith("."))
+    shutil.rmtree(run_dir / "checkpoints")
+    shutil.rmtree(tmp_path / "quickstart" / ".keys")
+    capsys.readouterr()
+    assert main(["run", "--resume", str(tmp_path / "quickstart")]) == 2
+    said = capsys.readouterr().err
+    assert f"cannot resume: {run_dir}: nothing to resume: the run stopped before any round was saved" in said
+    assert "missing" not in said and "Traceback" not in said
 
 
 @pytest.mark.slow  # a run, then a `sifl` process
