@@ -36,6 +36,7 @@ def pytest_cmdline_main(config):
         return
     config.option.numprocesses = min(SUITE_PROCESSES, cpus)
     config.option.dist = "loadfile"
+    config.option.loadscopereorder = False  # the modules go out in the order below (longest_first)
 
 
 #: The checkout's own packages, compiled once before any test (:func:`compile_checkout`).
@@ -220,7 +221,8 @@ SLOW_TESTS = (  # module::test, or a prefix of its parametrised ids
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects
 def pytest_collection_modifyitems(config, items):
     """Marks SLOW_MODULES and SLOW_TESTS `slow`, and refuses an entry that names no module or test (a test
-    renamed would otherwise leave the quick subset silently slower)."""
+    renamed would otherwise leave the quick subset silently slower); in a process of a spread run, puts
+    the longest modules first (:func:`longest_first`)."""
     root = config.rootpath
     stale = [m for m in SLOW_MODULES if not (root / m).is_file()]
     modules = {}
@@ -237,3 +239,33 @@ def pytest_collection_modifyitems(config, items):
             stale.append(entry)
     if stale:
         raise pytest.UsageError(f"tests/conftest.py: slow entries that name no module or test: {stale}")
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        items[:] = longest_first(items)
+
+
+#: A module's expected cost in the estimate :func:`longest_first` sorts by, roughly in seconds: a module of
+#: SLOW_MODULES, each test marked ``slow`` and each other test.
+COST_OF_A_SLOW_MODULE, COST_OF_A_SLOW_TEST, COST_OF_A_TEST = 30.0, 5.0, 0.1
+
+
+def longest_first(items: list) -> list:
+    """The items, their modules in order of expected cost, longest first (each module's tests in their
+    own order; equal costs in collection order).
+
+    Why: pytest-xdist hands a process its next module when it is nearly done with its last, in the order
+    it gets them. It puts the modules with the most tests first, and the longest modules (a cluster, fault
+    drills, whole benchmarks) have few tests, so they ran last: one process ran test_resume_cli.py's
+    46 s and test_typed_round.py's 29 s while the other had finished, and the two ended 28 s apart
+    (2026-11-29). Longest first (the classic rule for spreading jobs over machines) leaves the short
+    modules for the end, where they even out the two processes. The cost comes from the ``slow`` marks,
+    which a full run's durations set (:data:`SLOW_MODULES`, :data:`SLOW_TESTS`): no timing file to keep.
+    Every worker sorts alike (the same items, the same marks), as pytest-xdist requires."""
+    cost: dict[str, float] = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        slow = item.get_closest_marker("slow") is not None
+        cost[module] = cost.get(module, COST_OF_A_SLOW_MODULE if module in SLOW_MODULES else 0.0) + (
+            COST_OF_A_SLOW_TEST if slow else COST_OF_A_TEST
+        )
+    rank = {module: i for i, module in enumerate(sorted(cost, key=lambda m: -cost[m]))}
+    return sorted(items, key=lambda item: rank[item.nodeid.split("::", 1)[0]])
