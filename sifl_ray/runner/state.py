@@ -125,8 +125,8 @@ def open_resume(path: str | Path) -> tuple[DictConfig, Path, ResumePoint]:
     key_dir = _key_dir_of(ckpt, run_dir) if ckpt is not None else default_key_dir(cfg, run_dir)
     if ckpt is None and not key_dir.exists():  # what an interrupt before the first saved round leaves
         raise CheckpointError(
-            f"{run_dir}: nothing to resume: the run stopped before any round was saved, and its keys went "
-            "with it; start the run again"
+            f"{run_dir}: nothing to resume: the run stopped before any round was saved, and its key folder "
+            f"{key_dir} is gone (an interrupt before the first checkpoint removes it); start the run again"
         )
     for arm in arm_names(cfg):  # existence only: the driver never opens another party's key file
         needed = ["server", "aggregator"] if arm_of(cfg, arm).coding.coded else ["aggregator"]
